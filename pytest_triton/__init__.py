@@ -1,0 +1,23 @@
+"""pytest-triton: is the kernel right, and is it fast enough."""
+
+from .compare import TOLERANCES, assert_close, tolerance_for
+from .markers import PerfTarget, perf_target
+from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
+from .tensors import TensorFactory, poison_value
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "INTERPRETER_GAPS",
+    "PerfTarget",
+    "TOLERANCES",
+    "TensorFactory",
+    "__version__",
+    "assert_close",
+    "autotune_configs",
+    "interpreting",
+    "perf_target",
+    "poison_value",
+    "skip_interpreter_gap",
+    "tolerance_for",
+]

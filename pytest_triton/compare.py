@@ -1,0 +1,244 @@
+"""assert_close: tolerance-aware comparison of a kernel's output with a reference.
+
+One tolerance table (TOLERANCES), keyed by the precision the kernel computed in. The reference
+may be float64: both sides are compared in float64, so its precision is kept.
+
+reduction_size=K widens atol by sqrt(K). Rounding errors of a K-term sum behave like a random
+walk: their typical size grows as sqrt(K)*u (Higham & Mary, "A New Approach to Probabilistic
+Rounding Error Analysis", 2019), not as the worst-case K*u, which random data never reaches and
+which would make the check too loose to catch a dropped term. The table's atol assumes operands of
+order one, as make_tensor draws them; for other scales pass atol yourself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import seeding
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+    rtol_source: str
+    atol_source: str
+
+    def describe(self) -> str:
+        return f"rtol={self.rtol:.3g} ({self.rtol_source}), atol={self.atol:.3g} ({self.atol_source})"
+
+
+# precision -> (rtol, atol). Where the numbers come from:
+# float64/32, float16, bfloat16: torch.testing.assert_close's defaults, which the PyTorch test
+#   suite has calibrated over years of kernels.
+# tf32 (float32 tl.dot / matmul on tensor cores): inputs are rounded to 10 mantissa bits
+#   (u = 2**-11); the product error of unit normals then has a standard deviation of about
+#   0.8*u*sqrt(K), and 3e-3*sqrt(K) sits above the largest of a million such elements.
+# float8: rtol is two units of roundoff (e4m3: 3 mantissa bits, e5m2: 2); atol one subnormal
+#   step (2**-9, 2**-16), the absolute spacing below the smallest normal.
+# integers and bool: exact.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),
+    "float32": (1.3e-6, 1e-5),
+    "tf32": (1e-3, 3e-3),
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float8_e4m3fn": (0.125, 2.0**-9),
+    "float8_e4m3fnuz": (0.125, 2.0**-9),
+    "float8_e5m2": (0.25, 2.0**-16),
+    "float8_e5m2fnuz": (0.25, 2.0**-16),
+    "exact": (0.0, 0.0),
+}
+
+MAX_LISTED = 8
+
+
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    if dtype.is_floating_point:
+        return "float"
+    return "int"
+
+
+def precision_name(dtype: torch.dtype) -> str:
+    if _kind(dtype) in ("int", "bool"):
+        return "exact"
+    return str(dtype).removeprefix("torch.")
+
+
+def tolerance_for(dtype: torch.dtype, *, rtol: float | None = None, atol: float | None = None,
+                  reduction_size: int | None = None,
+                  precision: str | torch.dtype | None = None) -> Tolerance:
+    """The tolerance assert_close uses for an output of `dtype`, and where each number came from."""
+    if precision is None:
+        name = precision_name(dtype)
+    elif isinstance(precision, torch.dtype):
+        name = precision_name(precision)
+    else:
+        name = str(precision)
+    if name not in TOLERANCES:
+        raise ValueError(f"assert_close: precision={precision!r} is not in the tolerance table "
+                         f"({', '.join(TOLERANCES)})")
+    table_rtol, table_atol = TOLERANCES[name]
+    for arg, value in (("rtol", rtol), ("atol", atol)):
+        if value is not None and (not isinstance(value, (int, float)) or value < 0
+                                  or math.isnan(value)):
+            raise ValueError(f"assert_close: {arg}={value!r} must be a number >= 0")
+    if reduction_size is not None and (isinstance(reduction_size, bool)
+                                       or not isinstance(reduction_size, int)
+                                       or reduction_size < 1):
+        raise ValueError(f"assert_close: reduction_size={reduction_size!r} must be an int >= 1")
+
+    rtol_src = f"table: {name}" if rtol is None else "argument"
+    if atol is not None:
+        atol_src = "argument"
+    elif reduction_size is not None and reduction_size > 1:
+        atol = table_atol * math.sqrt(reduction_size)
+        atol_src = f"table: {name} {table_atol:.3g} x sqrt(reduction_size={reduction_size})"
+    else:
+        atol_src = f"table: {name}"
+    return Tolerance(float(table_rtol if rtol is None else rtol),
+                     float(table_atol if atol is None else atol), rtol_src, atol_src)
+
+
+def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return tuple(reversed(idx))
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.6g}"
+
+
+def _check_operands(actual, expected) -> None:
+    __tracebackhide__ = True
+    for arg, value in (("actual", actual), ("expected", expected)):
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"assert_close: {arg} must be a torch.Tensor, got {type(value).__name__}")
+    problems = []
+    if actual.shape != expected.shape:
+        problems.append(f"shape: actual {tuple(actual.shape)} vs expected {tuple(expected.shape)} "
+                        "(no broadcasting)")
+    if actual.device != expected.device:
+        problems.append(f"device: actual on {actual.device} vs expected on {expected.device} "
+                        "(move the reference with .to(actual.device))")
+    ka, ke = _kind(actual.dtype), _kind(expected.dtype)
+    if ka != ke:
+        problems.append(f"dtype kind: actual {actual.dtype} ({ka}) vs expected {expected.dtype} ({ke})")
+    if "complex" in (ka, ke) and not problems:
+        raise TypeError("assert_close: complex tensors are not supported; compare .real and .imag")
+    if problems:
+        raise AssertionError("assert_close: the tensors cannot be compared:\n  " + "\n  ".join(problems))
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | None = None,
+                 atol: float | None = None, reduction_size: int | None = None,
+                 precision: str | torch.dtype | None = None, equal_nan: bool = False,
+                 allow_trivial: bool = False, msg: str | None = None) -> None:
+    """Assert |actual - expected| <= atol + rtol * |expected| elementwise.
+
+    rtol/atol default from TOLERANCES for `precision` (default: the dtype of `actual`; pass "tf32"
+    for float32 matmuls on tensor cores). reduction_size=K widens atol by sqrt(K) (module doc).
+    NaN never matches unless equal_nan=True; Inf matches only the same Inf. A comparison that an
+    all-zeros output would pass fails, unless allow_trivial=True: a kernel that writes nothing
+    must not pass.
+    """
+    __tracebackhide__ = True
+    _check_operands(actual, expected)
+    tol = tolerance_for(actual.dtype, rtol=rtol, atol=atol, reduction_size=reduction_size,
+                        precision=precision)
+    exact = _kind(actual.dtype) in ("int", "bool")
+    if exact:
+        a = actual.detach().to(torch.int64) if actual.dtype != torch.uint64 else actual.detach()
+        e = expected.detach().to(a.dtype)
+    else:
+        a = actual.detach().to(torch.float64)
+        e = expected.detach().to(torch.float64)
+
+    if exact:
+        allowed = torch.zeros((), dtype=torch.float64, device=e.device)
+        mismatch = a != e
+        diff = (a.to(torch.float64) - e.to(torch.float64)).abs()
+        trivial = bool((e == 0).all())
+        nan_a = inf_a = nan_e = None
+    else:
+        nan_a, nan_e = torch.isnan(a), torch.isnan(e)
+        inf_a, inf_e = torch.isinf(a), torch.isinf(e)
+        finite = ~(nan_a | nan_e | inf_a | inf_e)
+        allowed = tol.atol + tol.rtol * e.abs()
+        diff = torch.where(finite, (a - e).abs(), torch.zeros_like(a))
+        close = finite & (diff <= allowed)
+        close |= inf_a & inf_e & (a == e)
+        if equal_nan:
+            close |= nan_a & nan_e
+        mismatch = ~close
+        trivial = bool(((e.abs() <= allowed) | (nan_e & equal_nan)).all())
+
+    n_bad = int(mismatch.sum())
+    if n_bad == 0:
+        if trivial and actual.numel() > 0 and not allow_trivial:
+            raise AssertionError(
+                "assert_close: this comparison cannot fail: an all-zeros output would pass it "
+                f"(every |expected| <= atol + rtol*|expected|; {tol.describe()}). A kernel that "
+                "writes nothing would pass. Use inputs whose reference is not ~0, a smaller atol, "
+                "or allow_trivial=True if this is intended.")
+        return
+    raise AssertionError(_report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a,
+                                 nan_e, msg))
+
+
+def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan_e, msg) -> str:
+    total = actual.numel()
+    lines = [msg] if msg else []
+    lines.append(f"Tensors are not close ({actual.dtype}, shape {tuple(actual.shape)}, "
+                 f"on {actual.device}).")
+    lines.append(f"Mismatched elements: {n_bad} / {total} ({100.0 * n_bad / total:.3g}%)")
+    flat_diff = diff.flatten()
+    if flat_diff.numel() and float(flat_diff.max()) > 0:
+        i_abs = int(torch.argmax(flat_diff))
+        rel = flat_diff / e.abs().flatten().to(torch.float64)
+        rel = torch.nan_to_num(torch.where(flat_diff == 0, torch.zeros_like(rel), rel),
+                               nan=0.0, posinf=math.inf)
+        i_rel = int(torch.argmax(rel))
+        allowed_there = float(allowed.flatten()[i_abs] if allowed.dim() else allowed)
+        lines.append(f"Greatest absolute difference: {_fmt(float(flat_diff[i_abs]))} at index "
+                     f"{_index(i_abs, actual.shape)} (up to {_fmt(allowed_there)} allowed there)")
+        lines.append(f"Greatest relative difference: {_fmt(float(rel[i_rel]))} at index "
+                     f"{_index(i_rel, actual.shape)} (up to {_fmt(tol.rtol)} allowed)")
+    else:
+        lines.append("Every mismatch is non-finite: the finite elements all match.")
+    if nan_a is not None:
+        finite_e = ~(nan_e | torch.isinf(e))
+        n_nan = int((nan_a & finite_e).sum())
+        n_inf = int((inf_a & finite_e).sum())
+        n_nan_e = int((nan_e & ~nan_a).sum())
+        if n_nan or n_inf or n_nan_e:
+            lines.append(f"Non-finite: {n_nan} NaN and {n_inf} Inf in actual where expected is "
+                         f"finite; {n_nan_e} NaN in expected where actual is not")
+            if n_nan:
+                lines.append("  (NaN where the reference is finite: an unwritten element of a "
+                             "poisoned output, or an overflow)")
+    bad = torch.nonzero(mismatch.flatten()).flatten()[:MAX_LISTED].tolist()
+    lines.append(f"First {len(bad)} mismatches:")
+    header = ("index", "actual", "expected", "abs diff")
+    rows = []
+    a_flat, e_flat = a.flatten(), e.flatten()
+    for i in bad:
+        rows.append((str(_index(i, actual.shape)), _fmt(float(a_flat[i])), _fmt(float(e_flat[i])),
+                     _fmt(float(abs(a_flat[i].double() - e_flat[i].double())))))
+    widths = [max(len(r[c]) for r in rows + [header]) for c in range(4)]
+    for r in [header] + rows:
+        lines.append("  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)))
+    lines.append(f"Tolerance: {tol.describe()}")
+    seed = seeding.CURRENT.get()
+    lines.append(f"Seed: {seed.describe()}" if seed else "Seed: none (not inside a pytest-triton test)")
+    return "\n".join(lines)

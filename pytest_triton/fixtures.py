@@ -1,0 +1,29 @@
+"""The plugin's fixtures: triton_device, make_tensor, assert_close."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from . import compare, seeding, state
+from .tensors import TensorFactory
+
+
+@pytest.fixture(scope="session")
+def triton_device(pytestconfig: pytest.Config) -> torch.device:
+    """The device this test's kernels run on: cuda:N, or cpu under Triton's interpreter."""
+    return torch.device(state.get(pytestconfig).runtime.device)
+
+
+@pytest.fixture
+def make_tensor(request: pytest.FixtureRequest, triton_device: torch.device) -> TensorFactory:
+    """make_tensor(shape, dtype=torch.float32, *, dist=..., noncontiguous=..., poison=...):
+    tensors on triton_device from a generator seeded for this test (see TensorFactory)."""
+    seed = seeding.test_seed(state.get(request.config).base_seed, request.node.nodeid)
+    return TensorFactory(triton_device, seed.seed)
+
+
+@pytest.fixture(name="assert_close")
+def assert_close_fixture():
+    """pytest_triton.assert_close, as a fixture."""
+    return compare.assert_close

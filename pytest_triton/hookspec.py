@@ -1,0 +1,15 @@
+"""The plugin's own hooks. Implement them in a conftest.py or a plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_device_info(config):
+    """Return the perf.device.DeviceInfo to time on, or None for no GPU (perf tests then skip)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    """Time `fn` (and `baseline`, interleaved, if given) and return a bench.Timings."""

@@ -1,0 +1,148 @@
+"""The perf_target marker: a frozen dataclass, parsed and validated once per test."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import pytest
+
+from .runtime import INTERPRETER_GAPS
+
+perf_target = pytest.mark.perf_target
+
+PERF_TARGET_HELP = (
+    "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
+    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None): with --triton-perf, time the kernel passed "
+    "to triton_bench on the GPU and fail the test unless every target holds. `name` picks an "
+    "entry of the performance checklist."
+)
+INTERPRETER_GAP_HELP = (
+    "interpreter_gap(gap, *, reason=None): skip the test under Triton's interpreter, which lacks "
+    f"or gets wrong what it needs; gap is one of {', '.join(INTERPRETER_GAPS)} (or 'other' with "
+    "reason=)."
+)
+
+FRACTIONS = ("bandwidth_frac", "tflops_frac")
+POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
+TARGETS = FRACTIONS + POSITIVE
+FLOAT_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+class PerfTargetError(Exception):
+    """A perf_target that cannot be honoured; the message names the test and the argument."""
+
+
+@dataclass(frozen=True)
+class PerfTarget:
+    name: str | None = None  # the checklist entry it came from, if any
+    bandwidth_frac: float | None = None  # of the device's peak DRAM bandwidth
+    tflops_frac: float | None = None  # of the dense tensor-core peak of `dtype`
+    gbps: float | None = None
+    tflops: float | None = None
+    max_ms: float | None = None
+    speedup: float | None = None  # over triton_bench's baseline, measured in the same run
+    geomean_speedup: float | None = None  # geometric mean of the speedups of all triton_bench calls
+    dtype: str | None = None  # the operands' dtype, for tflops_frac
+    l2: str | None = None  # "cold" or "warm"; None: the --triton-perf-l2 setting
+
+    def targets(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in TARGETS if getattr(self, k) is not None}
+
+    def describe(self) -> str:
+        args = [repr(self.name)] if self.name else []
+        args += [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                 if f.name != "name" and getattr(self, f.name) is not None]
+        return f"perf_target({', '.join(args)})"
+
+
+def _dtype_name(value, where: str) -> str:
+    name = str(value).removeprefix("torch.")
+    if name not in FLOAT_DTYPES:
+        raise PerfTargetError(f"{where}dtype={value!r}: expected one of {', '.join(FLOAT_DTYPES)}")
+    return name
+
+
+def _check_number(key: str, value, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise PerfTargetError(f"{where}{key}={value!r}: expected a number")
+    value = float(value)
+    if key in FRACTIONS and not 0.0 < value <= 1.0:
+        raise PerfTargetError(f"{where}{key}={value!r}: expected a fraction in (0, 1]")
+    if key in POSITIVE and not (value > 0.0 and math.isfinite(value)):
+        raise PerfTargetError(f"{where}{key}={value!r}: expected a number > 0")
+    return value
+
+
+def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
+                      where: str = "") -> PerfTarget:
+    """Validate a perf_target's arguments; `where` prefixes every error (the test id)."""
+    if len(args) > 1:
+        raise PerfTargetError(f"{where}takes at most one positional argument (a checklist name), "
+                              f"got {len(args)}: {args!r}")
+    allowed = set(TARGETS) | {"dtype", "l2"}
+    for key in kwargs:
+        if key not in allowed:
+            raise PerfTargetError(f"{where}perf_target can't have {key!r} keyword argument; "
+                                  f"expected some of {', '.join(sorted(allowed))}")
+    merged: dict = {}
+    name = None
+    if args:
+        name = args[0]
+        if not isinstance(name, str):
+            raise PerfTargetError(f"{where}the positional argument must be a checklist name "
+                                  f"(a string), got {name!r}")
+        if name not in checklist:
+            raise PerfTargetError(f"{where}{name!r} is not in the performance checklist "
+                                  f"({', '.join(sorted(checklist))})")
+        for key in checklist[name]:
+            if key not in allowed:
+                raise PerfTargetError(f"{where}checklist entry {name!r} has unknown key {key!r}")
+            if key in kwargs:
+                raise PerfTargetError(f"{where}{key} is set both by the checklist entry {name!r} "
+                                      f"and as an argument; override the entry in "
+                                      "triton_perf_checklist instead")
+        merged.update(checklist[name])
+    merged.update(kwargs)
+    values: dict = {"name": name}
+    for key, value in merged.items():
+        if key == "dtype":
+            values[key] = _dtype_name(value, where)
+        elif key == "l2":
+            if value not in ("cold", "warm"):
+                raise PerfTargetError(f"{where}l2={value!r}: expected 'cold' or 'warm'")
+            values[key] = value
+        else:
+            values[key] = _check_number(key, value, where)
+    target = PerfTarget(**values)
+    if not target.targets():
+        raise PerfTargetError(f"{where}perf_target needs at least one target "
+                              f"({', '.join(TARGETS)}) or a checklist name")
+    return target
+
+
+def perf_target_of(item: pytest.Item, checklist: dict[str, dict]) -> PerfTarget | None:
+    """The closest perf_target of `item`, validated (PerfTargetError names the test)."""
+    mark = item.get_closest_marker("perf_target")
+    if mark is None:
+        return None
+    return parse_perf_target(mark.args, dict(mark.kwargs), checklist, where=f"{item.nodeid}: ")
+
+
+def interpreter_gap_of(item: pytest.Item) -> str | None:
+    """The skip reason of the item's interpreter_gap marker, or None."""
+    mark = item.get_closest_marker("interpreter_gap")
+    if mark is None:
+        return None
+    if len(mark.args) != 1 or set(mark.kwargs) - {"reason"}:
+        raise PerfTargetError(f"{item.nodeid}: interpreter_gap takes one gap name and an optional "
+                              f"reason=, got args={mark.args!r} kwargs={mark.kwargs!r}")
+    gap, reason = mark.args[0], mark.kwargs.get("reason")
+    if gap == "other":
+        if not reason:
+            raise PerfTargetError(f"{item.nodeid}: interpreter_gap('other') needs reason=")
+        return f"interpreter gap: {reason}"
+    if gap not in INTERPRETER_GAPS:
+        raise PerfTargetError(f"{item.nodeid}: interpreter_gap({gap!r}): unknown gap; expected "
+                              f"one of {', '.join(INTERPRETER_GAPS)} or 'other'")
+    return f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}"

@@ -1,0 +1,122 @@
+"""Every option of the plugin, declared once: its flag, its ini twin, its type and its help.
+
+Settings resolve here and only here, with one precedence: command line > ini > default.
+(Markers come first where a marker can carry the setting; markers.py applies that.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the dest / ini name, e.g. "triton_perf"
+    kind: str  # "bool", "string" or "linelist"
+    default: Any
+    help: str
+    metavar: str | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("triton_perf", "bool", False,
+           "time every test marked perf_target on the GPU and fail those that miss their target"),
+    Option("triton_device", "string", None,
+           "CUDA device to run on, e.g. cuda:1 (default: cuda:0, or the worker's own GPU under "
+           "pytest-xdist; cpu with Triton's interpreter when no GPU is visible)",
+           metavar="DEVICE"),
+    Option("triton_seed", "string", "0",
+           "base seed of make_tensor; each test's seed is derived from it and the test id. "
+           "'random' draws a new base seed (printed in the header)",
+           metavar="N"),
+    Option("triton_interpret", "bool", False,
+           "run kernels under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors even when "
+           "a GPU is present"),
+    Option("triton_perf_json", "string", None,
+           "write every measurement, its statistics, the environment and the verdicts to PATH",
+           metavar="PATH"),
+    Option("triton_perf_calibrate", "bool", False,
+           "measure this device's real ceilings (a large copy; a large cuBLAS matmul per dtype) "
+           "and cache them per device fingerprint in pytest's cache"),
+    Option("triton_perf_peak", "string", "datasheet",
+           "what fractions of peak are taken against: the SKU's datasheet, or the ceilings "
+           "measured by --triton-perf-calibrate",
+           choices=("datasheet", "measured")),
+    Option("triton_perf_l2", "string", "cold",
+           "L2 state while timing: cold (flushed before every sample) or warm",
+           choices=("cold", "warm")),
+    Option("triton_perf_max_time", "string", "2.0",
+           "seconds of GPU sampling allowed per kernel per round, before the verdict is taken "
+           "on what was collected", metavar="SECONDS"),
+    Option("triton_perf_retries", "string", "2",
+           "how many times an inconclusive verdict is measured again before it fails",
+           metavar="N"),
+    Option("triton_perf_checklist", "linelist", [],
+           "overrides of the performance checklist, one per line: "
+           "'NAME: key=value, key=value' (e.g. 'softmax: gbps=600')"),
+)
+
+BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("triton", "pytest-triton: correctness and speed of Triton kernels")
+    for opt in OPTIONS:
+        ini_help = f"default for {opt.flag}: {opt.help}"
+        if opt.kind == "bool":
+            group.addoption(opt.flag, action="store_true", dest=opt.name, default=None, help=opt.help)
+            parser.addini(opt.name, ini_help, type="bool", default=opt.default)
+        elif opt.kind == "linelist":
+            parser.addini(opt.name, opt.help, type="linelist", default=opt.default)
+        else:
+            group.addoption(opt.flag, action="store", dest=opt.name, default=None,
+                            metavar=opt.metavar, choices=opt.choices, help=opt.help)
+            parser.addini(opt.name, ini_help, type="string",
+                          default=opt.default if opt.default is not None else "")
+
+
+def get(config: pytest.Config, name: str) -> Any:
+    """The setting `name`: command line > ini > default."""
+    opt = BY_NAME[name]
+    if opt.kind != "linelist":
+        cli = config.getoption(name, default=None)
+        if cli is not None:
+            return cli
+    value = config.getini(name)
+    if opt.kind == "string":
+        value = value or opt.default
+        if opt.choices and value not in opt.choices:
+            raise pytest.UsageError(
+                f"ini option {name} = {value!r}: expected one of {', '.join(opt.choices)}")
+    return value
+
+
+def get_early(early_config: pytest.Config, name: str) -> Any:
+    """Like get(), usable in pytest_load_initial_conftests, before config.option is filled."""
+    opt = BY_NAME[name]
+    cli = getattr(early_config.known_args_namespace, name, None)
+    if cli is not None:
+        return cli
+    value = early_config.getini(name)
+    if opt.kind == "string":
+        value = value or opt.default
+    return value
+
+
+def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> float:
+    raw = get(config, name)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a number") from None
+    if value < minimum:
+        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: must be >= {minimum}")
+    return value

@@ -1,0 +1,141 @@
+"""Where kernels run: a CUDA device, or Triton's interpreter on the CPU.
+
+Decided once per process, before conftest files and test modules are imported, because
+`@triton.jit` picks interpreter or compiler when the decorator runs. Under pytest-xdist,
+each worker is given its own GPU here too, through CUDA_VISIBLE_DEVICES, before CUDA starts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import pytest
+
+from . import options
+
+INTERPRET_ENV = "TRITON_INTERPRET"
+
+# The interpreter's known gaps: a test that needs one of these is skipped there, with this reason.
+INTERPRETER_GAPS = {
+    "bf16_dot": "Triton's interpreter computes bf16 tl.dot wrongly",
+    "libdevice": "Triton's interpreter has no libdevice",
+    "inline_asm": "Triton's interpreter cannot run inline assembly",
+    "autotune": "Triton's interpreter cannot autotune over several configs (no driver to time them)",
+    "tensor_descriptor": "this Triton's interpreter does not support tensor descriptors (TMA)",
+}
+
+
+@dataclass(frozen=True)
+class Runtime:
+    device: str  # "cuda:N" or "cpu"
+    interpret: bool
+    why: str  # how the choice was made, for the report header
+    gpu_id: str | None = None  # the physical GPU as the outer CUDA_VISIBLE_DEVICES names it
+
+
+def interpreting() -> bool:
+    """True when Triton kernels in this process run under the interpreter."""
+    return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
+
+
+def skip_interpreter_gap(gap: str) -> None:
+    """Skip the calling test under the interpreter when it needs `gap` (a key of INTERPRETER_GAPS)."""
+    __tracebackhide__ = True
+    if gap not in INTERPRETER_GAPS:
+        raise ValueError(f"unknown interpreter gap {gap!r}; known: {', '.join(INTERPRETER_GAPS)}")
+    if interpreting():
+        pytest.skip(f"interpreter gap: {INTERPRETER_GAPS[gap]}")
+
+
+def autotune_configs(configs: list, *, interpreter=None) -> list:
+    """The configs to autotune over: all of them on a GPU; under Triton's interpreter, which has
+    no driver to time them with, one: `interpreter` if given (a small one keeps the CPU suite
+    fast), else the first."""
+    if not configs:
+        raise ValueError("autotune_configs: no configs")
+    if interpreting():
+        return [interpreter if interpreter is not None else configs[0]]
+    return list(configs)
+
+
+def _visible_gpu_ids() -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
+    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if outer is not None:
+        return [g.strip() for g in outer.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import pynvml  # nvidia-ml-py
+
+        pynvml.nvmlInit()
+        try:
+            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+            lines = [ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]
+            return [str(i) for i in range(len(lines))]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return []
+
+
+def _xdist_worker() -> tuple[int, int] | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not worker.startswith("gw"):
+        return None
+    return int(worker[2:]), int(count)
+
+
+def decide(early_config: pytest.Config) -> Runtime:
+    """Choose interpreter or GPU for this process; set the environment that choice needs."""
+    requested = options.get_early(early_config, "triton_device")
+    if options.get_early(early_config, "triton_interpret") or interpreting():
+        if requested and requested != "cpu":
+            raise pytest.UsageError(
+                f"--triton-device {requested}: the interpreter was asked for "
+                f"(--triton-interpret or {INTERPRET_ENV}=1), which runs kernels on cpu")
+        os.environ[INTERPRET_ENV] = "1"
+        return Runtime("cpu", True, "interpreter requested")
+
+    gpu_id = None
+    worker = _xdist_worker()
+    ids = _visible_gpu_ids()
+    if worker is not None and not requested and ids:
+        index, _count = worker
+        gpu_id = ids[index % len(ids)]
+        # Before CUDA initialises in this process, so that the worker sees only its own GPU.
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_id
+
+    import torch
+
+    if requested == "cpu" or not torch.cuda.is_available():
+        if requested and requested != "cpu":
+            raise pytest.UsageError(f"--triton-device {requested}: no CUDA GPU is visible here")
+        os.environ[INTERPRET_ENV] = "1"
+        why = "cpu requested" if requested == "cpu" else "no CUDA GPU visible"
+        return Runtime("cpu", True, why)
+
+    device = requested or "cuda:0"
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise pytest.UsageError(f"--triton-device {device!r}: {exc}") from None
+    if dev.type != "cuda":
+        raise pytest.UsageError(f"--triton-device {device!r}: expected cuda:N or cpu")
+    index = dev.index or 0
+    if index >= torch.cuda.device_count():
+        raise pytest.UsageError(
+            f"--triton-device {device}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    if gpu_id is None:
+        gpu_id = ids[index] if index < len(ids) else str(index)
+    torch.cuda.set_device(index)
+    why = f"xdist worker {worker[0]} -> GPU {gpu_id}" if worker and not requested else "CUDA GPU"
+    return Runtime(f"cuda:{index}", False, why, gpu_id)

@@ -1,0 +1,27 @@
+"""The plugin's per-run state, kept in config.stash (never in private config attributes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from .runtime import Runtime
+
+
+@dataclass
+class TritonState:
+    runtime: Runtime
+    base_seed: int = 0
+    checklist: dict[str, dict] = field(default_factory=dict)
+    perf: bool = False  # --triton-perf
+    perf_session: Any = None  # perf.PerfSession, created when --triton-perf is on
+
+
+STATE_KEY = pytest.StashKey[TritonState]()
+RUNTIME_KEY = pytest.StashKey[Runtime]()  # decided in pytest_load_initial_conftests
+
+
+def get(config: pytest.Config) -> TritonState:
+    return config.stash[STATE_KEY]

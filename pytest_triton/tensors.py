@@ -1,0 +1,167 @@
+"""make_tensor: seeded, reproducible test tensors, including nasty inputs and poisoned outputs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+DISTRIBUTIONS = ("normal", "uniform", "heavy", "constant")
+LAYOUTS = ("rows", "elements")
+
+# Integers get small values by default (like torch.testing.make_tensor) so that sums and
+# products of a few of them stay exact in every integer dtype.
+_INT_RANGE = (-9, 10)
+
+
+def poison_value(dtype: torch.dtype) -> float | int:
+    """What a poisoned buffer of `dtype` holds: NaN for floats, the least likely integer otherwise."""
+    if dtype.is_floating_point:
+        return math.nan
+    if dtype == torch.bool:
+        raise TypeError("make_tensor: a bool buffer cannot be poisoned: no value is one a kernel "
+                        "would never write")
+    info = torch.iinfo(dtype)
+    return info.min if info.min < 0 else info.max
+
+
+class TensorFactory:
+    """The `make_tensor` fixture: `make_tensor(shape, dtype=torch.float32, *, ...)`.
+
+    Every call draws from one torch.Generator seeded for the test, so a test's tensors are the
+    same on every run (for the same device) and differ between tests.
+    """
+
+    def __init__(self, device: torch.device, seed: int):
+        self.device = torch.device(device)
+        self.seed = seed
+        self._generator = torch.Generator(device=self.device)
+        self._generator.manual_seed(seed)
+
+    def __call__(self, shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
+                 dist: str = "normal", low: float | None = None, high: float | None = None,
+                 scale: float = 1.0, value: float | None = None,
+                 noncontiguous: bool | str = False, poison: bool = False,
+                 requires_grad: bool = False) -> torch.Tensor:
+        """A tensor of `shape` and `dtype` on the test's device.
+
+        dist: "normal" (mean 0, std `scale`), "uniform" ([low, high), default [0, 1)),
+          "heavy" (random signs, magnitudes log-uniform over 1e-3..1e3 times `scale`, clipped to
+          the dtype's range: a kernel that drops a term or returns zeros cannot pass by luck),
+          "constant" (every element `value`). Integer dtypes draw uniform integers in [low, high),
+          default [-9, 10); "heavy" spreads them over a quarter of the dtype's range.
+        noncontiguous: True or "rows" gives rows whose stride exceeds their width (1-D tensors:
+          "elements"); "elements" gives an innermost stride of 2. The gaps hold poison, so a
+          kernel that reads past a row reads NaN.
+        poison: an output buffer filled with NaN (floats) or a sentinel (integers), so elements
+          a kernel never writes are caught by assert_close.
+        """
+        __tracebackhide__ = True
+        shape = self._check_shape(shape)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
+        if dist not in DISTRIBUTIONS:
+            raise ValueError(f"make_tensor: dist={dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        if dist == "constant" and value is None and not poison:
+            raise ValueError("make_tensor: dist='constant' needs value=")
+        layout = self._layout(noncontiguous, shape)
+
+        if poison:
+            out = torch.full(shape, poison_value(dtype), dtype=dtype, device=self.device)
+        else:
+            out = self._values(shape, dtype, dist, low, high, scale, value)
+        if layout is not None:
+            out = self._strided_copy(out, layout)
+        if requires_grad:
+            out.requires_grad_(True)
+        return out
+
+    def like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
+        """A new tensor with the shape and dtype of `t` (keyword arguments as for make_tensor)."""
+        return self(tuple(t.shape), kwargs.pop("dtype", t.dtype), **kwargs)
+
+    def poisoned_like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
+        """An output buffer shaped like `t`, poisoned: NaN for floats, a sentinel for integers."""
+        return self.like(t, poison=True, **kwargs)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _check_shape(shape) -> tuple[int, ...]:
+        __tracebackhide__ = True
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = (shape,)
+        try:
+            dims = tuple(shape)
+        except TypeError:
+            raise TypeError(f"make_tensor: shape must be an int or a sequence of ints, got {shape!r}") from None
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, int) or d < 0:
+                raise TypeError(f"make_tensor: shape {shape!r} must hold ints >= 0")
+        return dims
+
+    @staticmethod
+    def _layout(noncontiguous, shape) -> str | None:
+        if noncontiguous is False or noncontiguous is None:
+            return None
+        layout = noncontiguous
+        if noncontiguous is True:
+            layout = "rows" if len(shape) >= 2 else "elements"
+        if layout not in LAYOUTS:
+            raise ValueError(f"make_tensor: noncontiguous={noncontiguous!r}; expected True, False, "
+                             f"{' or '.join(map(repr, LAYOUTS))}")
+        if len(shape) == 0:
+            raise ValueError("make_tensor: a 0-d tensor cannot be non-contiguous")
+        if layout == "rows" and len(shape) < 2:
+            raise ValueError("make_tensor: noncontiguous='rows' needs at least 2 dimensions")
+        return layout
+
+    def _values(self, shape, dtype, dist, low, high, scale, value) -> torch.Tensor:
+        g, dev = self._generator, self.device
+        if dist == "constant":
+            return torch.full(shape, value, dtype=dtype, device=dev)
+        if dtype == torch.bool:
+            return torch.randint(0, 2, shape, generator=g, device=dev).bool()
+        if not dtype.is_floating_point:
+            info = torch.iinfo(dtype)
+            if dist == "heavy" and low is None and high is None:
+                lo, hi = info.min // 4, info.max // 4
+            else:
+                lo = _INT_RANGE[0] if low is None else int(low)
+                hi = _INT_RANGE[1] if high is None else int(high)
+                lo = max(lo, info.min)
+            if hi <= lo:
+                raise ValueError(f"make_tensor: empty integer range [{lo}, {hi})")
+            return torch.randint(lo, hi, shape, generator=g, device=dev, dtype=torch.int64).to(dtype)
+        # Floats are drawn in float32 and rounded once, so every float dtype (float8 too) works.
+        if dist == "normal":
+            x = torch.randn(shape, generator=g, device=dev) * scale
+        elif dist == "uniform":
+            lo = 0.0 if low is None else float(low)
+            hi = 1.0 if high is None else float(high)
+            if not hi > lo:
+                raise ValueError(f"make_tensor: empty range [low={lo}, high={hi})")
+            x = torch.rand(shape, generator=g, device=dev) * (hi - lo) + lo
+        else:  # heavy
+            top = min(3.0, math.log10(torch.finfo(dtype).max / 16))
+            exponent = torch.rand(shape, generator=g, device=dev) * (top + 3.0) - 3.0
+            sign = torch.randint(0, 2, shape, generator=g, device=dev) * 2 - 1
+            x = sign * torch.pow(10.0, exponent) * scale
+        if dtype == torch.float64:
+            return x.to(torch.float64)
+        return x.to(dtype)
+
+    def _strided_copy(self, dense: torch.Tensor, layout: str) -> torch.Tensor:
+        shape = dense.shape
+        fill = poison_value(dense.dtype) if dense.dtype != torch.bool else False
+        if layout == "rows":
+            # 3 extra elements: the row stride is then no multiple of 16 bytes, the case a
+            # kernel that assumes contiguous, aligned rows gets wrong.
+            base = torch.full((*shape[:-1], shape[-1] + 3), fill, dtype=dense.dtype, device=self.device)
+            view = base[..., : shape[-1]]
+        else:
+            base = torch.full((*shape[:-1], shape[-1] * 2), fill, dtype=dense.dtype, device=self.device)
+            view = base[..., ::2]
+        view.copy_(dense)
+        return view
