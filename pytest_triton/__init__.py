@@ -1,7 +1,7 @@
 """pytest-triton: is the kernel right, and is it fast enough."""
 
 from .compare import TOLERANCES, assert_close, tolerance_for
-from .markers import PerfTarget, perf_target
+from .markers import PerfInconclusive, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .tensors import TensorFactory, poison_value
 
@@ -9,7 +9,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "INTERPRETER_GAPS",
+    "PerfInconclusive",
     "PerfTarget",
+    "PerfTargetMissed",
     "TOLERANCES",
     "TensorFactory",
     "__version__",

@@ -33,6 +33,14 @@ class PerfTargetError(Exception):
     """A perf_target that cannot be honoured; the message names the test and the argument."""
 
 
+class PerfTargetMissed(AssertionError):
+    """Raised at the end of a perf test whose kernel was measured clearly below a target."""
+
+
+class PerfInconclusive(AssertionError):
+    """Raised when a measurement stayed too noisy to tell, after every allowed retry."""
+
+
 @dataclass(frozen=True)
 class PerfTarget:
     name: str | None = None  # the checklist entry it came from, if any
