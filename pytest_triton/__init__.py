@@ -1,7 +1,7 @@
 """pytest-triton: is the kernel right, and is it fast enough."""
 
 from .compare import TOLERANCES, assert_close, tolerance_for
-from .markers import PerfInconclusive, PerfTarget, PerfTargetMissed, perf_target
+from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .tensors import TensorFactory, poison_value
 
@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 __all__ = [
     "INTERPRETER_GAPS",
     "PerfInconclusive",
+    "PerfInvalid",
     "PerfTarget",
     "PerfTargetMissed",
     "TOLERANCES",

@@ -27,3 +27,13 @@ def make_tensor(request: pytest.FixtureRequest, triton_device: torch.device) -> 
 def assert_close_fixture():
     """pytest_triton.assert_close, as a fixture."""
     return compare.assert_close
+
+
+@pytest.fixture
+def triton_bench(request: pytest.FixtureRequest):
+    """triton_bench(fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
+    name=None) -> Measurement: time `fn` on the GPU (with --triton-perf); the test's perf_target
+    is checked against what it measured."""
+    from .perf import TritonBench
+
+    return TritonBench(request)

@@ -11,6 +11,9 @@ from .runtime import INTERPRETER_GAPS
 
 perf_target = pytest.mark.perf_target
 
+TARGET_KEY = pytest.StashKey["PerfTarget | None"]()  # per item, parsed at collection
+GAP_KEY = pytest.StashKey["str | None"]()  # per item: the interpreter_gap skip reason
+
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
     "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None): with --triton-perf, time the kernel passed "
@@ -39,6 +42,10 @@ class PerfTargetMissed(AssertionError):
 
 class PerfInconclusive(AssertionError):
     """Raised when a measurement stayed too noisy to tell, after every allowed retry."""
+
+
+class PerfInvalid(AssertionError):
+    """Raised for a measurement that cannot be true (above the DRAM's peak): never a pass."""
 
 
 @dataclass(frozen=True)
@@ -154,3 +161,13 @@ def interpreter_gap_of(item: pytest.Item) -> str | None:
         raise PerfTargetError(f"{item.nodeid}: interpreter_gap({gap!r}): unknown gap; expected "
                               f"one of {', '.join(INTERPRETER_GAPS)} or 'other'")
     return f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}"
+
+
+def validate_item(item: pytest.Item, checklist: dict[str, dict]) -> None:
+    """Parse the item's markers into its stash; PerfTargetError names the test and the argument."""
+    target = perf_target_of(item, checklist)
+    if target is not None and "triton_bench" not in getattr(item, "fixturenames", ()):
+        raise PerfTargetError(f"{item.nodeid}: {target.describe()} on a test that does not use "
+                              "the triton_bench fixture: nothing would be measured")
+    item.stash[TARGET_KEY] = target
+    item.stash[GAP_KEY] = interpreter_gap_of(item)

@@ -1,18 +1,321 @@
-"""--triton-perf: the perf session, the verdicts, and what a perf test needs before it runs."""
+"""--triton-perf: the perf session, the triton_bench fixture, and each perf test's final verdict."""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+
 import pytest
 
-from . import state
-from .markers import PerfTarget
+from . import options, state, verdict
+from .device import DeviceInfo
+from .markers import (TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError,
+                      PerfTargetMissed)
+
+MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
+UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked
+
+
+@dataclass
+class PerfSession:
+    device: DeviceInfo | None
+    settings_before: dict = field(default_factory=dict)
+    settings_after: dict | None = None
+    l2: str = "cold"
+    max_time: float = 2.0
+    retries: int = 2
+    json_path: str | None = None
+    results: list = field(default_factory=list)  # measurement dicts, gathered from reports
+    unchecked: list = field(default_factory=list)  # perf tests skipped for want of a GPU
+    controller: bool = True  # writes the table and JSON (False on xdist workers)
 
 
 def configure(config: pytest.Config) -> None:
-    pass
+    from . import device as device_mod
+
+    st = state.get(config)
+    config.pluginmanager.register(_DefaultHooks(), "triton-perf-defaults")
+    config.pluginmanager.register(_ReportCollector(config), "triton-perf-collector")
+    xdist_controller = config.pluginmanager.hasplugin("dsession")
+    info = None
+    if not xdist_controller:  # the workers time; the controller must not start CUDA
+        info = config.hook.pytest_triton_device_info(config=config)
+    if info is not None:
+        info = _calibrated(config, info)
+    retries = options.get_float(config, "triton_perf_retries")
+    st.perf_session = PerfSession(
+        device=info,
+        settings_before=device_mod.gpu_settings(st.runtime.device) if info and not st.runtime.interpret else {},
+        l2=options.get(config, "triton_perf_l2"),
+        max_time=options.get_float(config, "triton_perf_max_time", minimum=0.01),
+        retries=int(retries),
+        json_path=options.get(config, "triton_perf_json"),
+        controller=not hasattr(config, "workerinput"),
+    )
+
+
+class _DefaultHooks:
+    """The plugin's own implementations of its hooks; a conftest's implementation wins."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_triton_device_info(self, config):
+        rt = state.get(config).runtime
+        if rt.interpret:
+            return None
+        from .device import cuda_device_info
+
+        return cuda_device_info(rt.device)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_triton_measure(self, config, request, fn, baseline, settings):
+        from .bench import measure
+
+        return measure(fn, baseline, settings, state.get(config).runtime.device)
+
+
+class _ReportCollector:
+    """Gathers measurements where reports arrive: in-process, or on the xdist controller."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        ps = session(self._config)
+        payload = getattr(report, "triton_perf", None)
+        if payload:
+            ps.results.append({"nodeid": report.nodeid, "outcome": report.outcome, **payload})
+        unchecked = getattr(report, "triton_unchecked", None)
+        if unchecked:
+            ps.unchecked.append({"nodeid": report.nodeid, "target": unchecked})
+
+
+def _calibrated(config: pytest.Config, info: DeviceInfo) -> DeviceInfo:
+    from . import calibrate
+    from .device import with_calibration
+
+    key = f"pytest-triton/calibration/{info.fingerprint}"
+    cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
+    cached = cache.get(key, None) if cache is not None else None
+    want = options.get(config, "triton_perf_peak") == "measured"
+    if options.get(config, "triton_perf_calibrate") or (want and cached is None):
+        cached = calibrate.measure_ceilings(state.get(config).runtime.device)
+        if cache is not None:
+            cache.set(key, cached)
+    return with_calibration(info, cached, want)
+
+
+def session(config: pytest.Config) -> PerfSession:
+    return state.get(config).perf_session
 
 
 def setup_item(item: pytest.Item, target: PerfTarget) -> None:
     st = state.get(item.config)
     if not st.perf:
         pytest.skip(f"perf test ({target.describe()}): run with --triton-perf to time it")
+    if session(item.config).device is None:
+        item.stash[UNCHECKED_KEY] = target.describe()
+        pytest.skip(f"needs a CUDA GPU: {target.describe()} unchecked")
+    item.stash[MEASUREMENTS_KEY] = []
+
+
+class TritonBench:
+    """The triton_bench fixture: triton_bench(fn, *, bytes=None, flops=None, baseline=None,
+    dtype=None, kernel=None, name=None) -> Measurement."""
+
+    def __init__(self, request: pytest.FixtureRequest):
+        self._request = request
+        self._item = request.node
+        self._config = request.config
+        self._target: PerfTarget | None = self._item.stash.get(TARGET_KEY, None)
+        if not state.get(self._config).perf:
+            pytest.skip("triton_bench times kernels only with --triton-perf")
+        if session(self._config).device is None:
+            pytest.skip("needs a CUDA GPU (triton_bench)")
+        self._item.stash.setdefault(MEASUREMENTS_KEY, [])
+
+    def _error(self, text: str) -> PerfTargetError:
+        return PerfTargetError(f"{self._item.nodeid}: {text}")
+
+    def _check_args(self, fn, bytes, flops, baseline, dtype, name) -> str | None:
+        if not callable(fn):
+            raise self._error(f"triton_bench(fn={fn!r}): fn must be a zero-argument callable")
+        if baseline is not None and not callable(baseline):
+            raise self._error(f"triton_bench(baseline={baseline!r}): must be a zero-argument callable")
+        for arg, value in (("bytes", bytes), ("flops", flops)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not value > 0 or not math.isfinite(value)):
+                raise self._error(f"triton_bench({arg}={value!r}): expected a number > 0")
+        t = self._target
+        target_dtype = t.dtype if t else None
+        call_dtype = str(dtype).removeprefix("torch.") if dtype is not None else None
+        if target_dtype and call_dtype and target_dtype != call_dtype:
+            raise self._error(f"dtype conflict: perf_target(dtype={target_dtype!r}) but "
+                              f"triton_bench(dtype={call_dtype!r})")
+        dt = target_dtype or call_dtype
+        if t is not None:
+            for key in ("bandwidth_frac", "gbps"):
+                if getattr(t, key) is not None and bytes is None:
+                    raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., bytes=...)")
+            for key in ("tflops_frac", "tflops"):
+                if getattr(t, key) is not None and flops is None:
+                    raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., flops=...)")
+            if t.tflops_frac is not None and dt is None:
+                raise self._error(f"tflops_frac={t.tflops_frac:g} needs the operands' dtype: "
+                                  "triton_bench(..., dtype=torch.float16) or perf_target(dtype=...)")
+            if t.tflops_frac is not None:
+                peak, _ = session(self._config).device.peak_tflops(dt)
+                if not peak:
+                    raise self._error(f"tflops_frac: {session(self._config).device.label} has no "
+                                      f"{dt} tensor-core peak")
+            for key in ("speedup", "geomean_speedup"):
+                if getattr(t, key) is not None and baseline is None:
+                    raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., baseline=...)")
+        names = [m.name for m in self._item.stash[MEASUREMENTS_KEY]]
+        if names and (name is None or name in names or None in names):
+            raise self._error(f"triton_bench called more than once: give each call a distinct "
+                              f"name= (got {name!r} after {names!r})")
+        return dt
+
+    def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
+                 name=None):
+        __tracebackhide__ = True
+        dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
+        ps = session(self._config)
+        from .bench import Settings
+
+        l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
+        settings = Settings(l2=l2, max_time=ps.max_time)
+        note = _checklist_note(self._config, self._target)
+        m = None
+        timings = None
+        for rounds in range(1, ps.retries + 2):
+            new = self._config.hook.pytest_triton_measure(
+                config=self._config, request=self._request, fn=fn, baseline=baseline,
+                settings=settings)
+            if not isinstance(new, verdict.Timings):
+                raise self._error(f"pytest_triton_measure returned {type(new).__name__}, not Timings")
+            if baseline is not None and new.baseline_ms is None:
+                raise self._error("pytest_triton_measure returned no baseline timings")
+            # Throttled rounds are measured again rather than merged: their samples are not the
+            # card's normal behaviour.
+            timings = new if timings is None or timings.throttled else timings.merged(new)
+            m = verdict.build(self._item.nodeid, name, timings, bytes=bytes, flops=flops,
+                              dtype=dt, config=_config_of(kernel), device=ps.device, rounds=rounds)
+            verdict.evaluate(m, self._target, ps.device, note)
+            if m.verdict not in (verdict.INCONCLUSIVE,) and not (m.verdict == verdict.FAIL
+                                                                 and timings.throttled):
+                break
+        self._item.stash[MEASUREMENTS_KEY].append(m)
+        from . import benchbridge
+
+        benchbridge.record(self._item, m)
+        return m
+
+
+def _checklist_note(config: pytest.Config, target: PerfTarget | None) -> str | None:
+    from .checklist import NOTES
+
+    if target is None or not target.name:
+        return None
+    return NOTES.get(target.name)
+
+
+def _config_of(kernel) -> str | None:
+    """The autotuned config(s) chosen for `kernel` (an Autotuner, or a list of them)."""
+    if kernel is None:
+        return None
+    kernels = kernel if isinstance(kernel, (list, tuple)) else [kernel]
+    chosen = []
+    for k in kernels:
+        best = getattr(k, "best_config", None)
+        if best is not None:
+            chosen.append(str(best))
+    return "; ".join(chosen) or None
+
+
+def finish_call(item: pytest.Item) -> None:
+    """After a perf test's body: the test fails unless every target of every measurement held."""
+    __tracebackhide__ = True
+    target: PerfTarget | None = item.stash.get(TARGET_KEY, None)
+    measurements = item.stash.get(MEASUREMENTS_KEY, None)
+    if target is None or measurements is None:
+        return
+    if not measurements:
+        raise PerfTargetError(f"{item.nodeid}: has {target.describe()} but never called "
+                              "triton_bench, so nothing was measured")
+    geo = verdict.evaluate_geomean(measurements, target)
+    checks = [(m, c) for m in measurements for c in m.checks]
+    if geo is not None:
+        checks.append((None, geo))
+        item.stash[GEOMEAN_KEY] = geo
+    failed = [(m, c) for m, c in checks if c.verdict in (verdict.FAIL, verdict.INVALID)]
+    unsure = [(m, c) for m, c in checks if c.verdict == verdict.INCONCLUSIVE]
+    if not failed and not unsure:
+        return
+    lines = []
+    for m, c in failed + unsure:
+        where = f"[{m.name}] " if m is not None and m.name else ""
+        tag = c.verdict.upper()
+        lines.append(f"{tag} {where}{c.target}: {c.message}")
+        if m is not None and m.roofline:
+            lines.append(f"    {m.roofline}")
+    if any(c.verdict == verdict.INVALID for _, c in failed):
+        raise PerfInvalid("\n".join(lines))
+    if failed:
+        raise PerfTargetMissed("\n".join(lines))
+    rounds = max(m.rounds for m in measurements)
+    raise PerfInconclusive("inconclusive after " + f"{rounds} rounds of measurement: the target lies "
+                           "inside the measurement's 99% CI\n" + "\n".join(lines))
+
+
+GEOMEAN_KEY = pytest.StashKey[verdict.Check]()
+
+
+def report_payload(item: pytest.Item) -> dict | None:
+    """What the call report carries to the controller (and to xdist's): JSON-ready."""
+    measurements = item.stash.get(MEASUREMENTS_KEY, None)
+    if not measurements:
+        return None
+    geo = item.stash.get(GEOMEAN_KEY, None)
+    target = item.stash.get(TARGET_KEY, None)
+    return {
+        "measurements": [m.to_dict() for m in measurements],
+        "target": target.describe() if target else None,
+        "geomean": None if geo is None else {"asked": geo.asked, "achieved": geo.achieved,
+                                             "ci": list(geo.ci), "verdict": geo.verdict,
+                                             "message": geo.message},
+    }
+
+
+def junit_properties(item: pytest.Item) -> list[tuple[str, object]]:
+    props = []
+    for m in item.stash.get(MEASUREMENTS_KEY, None) or []:
+        prefix = f"triton[{m.name}]." if m.name else "triton."
+        props.append((prefix + "median_ms", f"{m.time.median:.6g}"))
+        if m.gbps is not None:
+            props.append((prefix + "gbps", f"{m.gbps:.6g}"))
+        if m.tflops is not None:
+            props.append((prefix + "tflops", f"{m.tflops:.6g}"))
+        if m.speedup is not None:
+            props.append((prefix + "speedup", f"{m.speedup.median:.4g}"))
+        props.append((prefix + "verdict", m.verdict))
+    return props
+
+
+_CLEAN = (PerfTargetMissed, PerfInconclusive, PerfInvalid, PerfTargetError)
+
+
+def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
+    """Attach what this phase measured (or left unchecked) to its report, for the controller,
+    the terminal table, the JSON file and JUnit XML."""
+    if report.when == "setup" and report.skipped and UNCHECKED_KEY in item.stash:
+        report.triton_unchecked = item.stash[UNCHECKED_KEY]
+    if report.when == "call":
+        # A verdict is a message, not a bug in the plugin: show it without the plugin's frames.
+        if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, _CLEAN):
+            exc = call.excinfo.value
+            report.longrepr = f"{type(exc).__name__}: {exc}"
+        payload = report_payload(item)
+        if payload:
+            report.triton_perf = payload
+            report.user_properties.extend(junit_properties(item))

@@ -6,9 +6,6 @@ import pytest
 
 from . import markers, options, runtime, seeding, state
 
-TARGET_KEY = pytest.StashKey["markers.PerfTarget | None"]()
-GAP_KEY = pytest.StashKey["str | None"]()
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
@@ -32,19 +29,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     rt = config.stash.get(state.RUNTIME_KEY, None)
-    if rt is None:  # the plugin was registered late (-p in a pytester run, say)
+    if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
-    config.stash[state.STATE_KEY] = state.TritonState(
-        runtime=rt,
-        base_seed=seeding.base_seed(config),
-        checklist=checklist.load(config),
-        perf=bool(options.get(config, "triton_perf")),
-    )
+    st = state.TritonState(runtime=rt, base_seed=seeding.base_seed(config),
+                           checklist=checklist.load(config),
+                           perf=bool(options.get(config, "triton_perf")))
+    config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
-    if config.stash[state.STATE_KEY].perf:
-        from . import perf
+    if st.perf:
+        from . import benchbridge, perf
 
         perf.configure(config)
+        benchbridge.configure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -57,23 +53,20 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
     result = yield
     items = result if isinstance(result, list) else [result]
-    checklist = state.get(collector.config).checklist
     for item in items:
         if isinstance(item, pytest.Item):
             try:
-                item.stash[TARGET_KEY] = markers.perf_target_of(item, checklist)
-                item.stash[GAP_KEY] = markers.interpreter_gap_of(item)
+                markers.validate_item(item, state.get(collector.config).checklist)
             except markers.PerfTargetError as exc:
                 raise collector.CollectError(str(exc)) from None
     return result
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    st = state.get(item.config)
-    gap = item.stash.get(GAP_KEY, None)
-    if gap and st.runtime.interpret:
+    gap = item.stash.get(markers.GAP_KEY, None)
+    if gap and state.get(item.config).runtime.interpret:
         pytest.skip(gap)
-    target = item.stash.get(TARGET_KEY, None)
+    target = item.stash.get(markers.TARGET_KEY, None)
     if target is not None:
         from . import perf
 
@@ -82,11 +75,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    from . import gpulock
+
     token = seeding.CURRENT.set(seeding.test_seed(state.get(item.config).base_seed, item.nodeid))
     try:
-        return (yield)
+        with gpulock.for_item(item):
+            return (yield)
     finally:
         seeding.CURRENT.reset(token)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    result = yield
+    if item.stash.get(markers.TARGET_KEY, None) is not None and state.get(item.config).perf:
+        from . import perf
+
+        perf.finish_call(item)
+    return result
 
 
 @pytest.hookimpl(wrapper=True)
@@ -94,4 +100,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
+    if state.get(item.config).perf:
+        from . import perf
+
+        perf.annotate_report(item, call, report)
     return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if state.get(config).perf:
+        from . import report
+
+        report.terminal_summary(terminalreporter, config)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if state.get(session.config).perf:
+        from . import report
+
+        report.finish(session.config)

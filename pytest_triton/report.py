@@ -1,28 +1,183 @@
-"""What the plugin prints: the header (and, with --triton-perf, the summary table)."""
+"""What the plugin prints and writes: the header, the perf summary table and the JSON file."""
 
 from __future__ import annotations
+
+import datetime
+import json
+import platform
+import sys
 
 import pytest
 
 from . import state
 
+JSON_SCHEMA = "pytest-triton-perf/1"
 
-def _versions() -> str:
+
+def _versions() -> dict:
     import torch
     import triton
 
-    return f"torch {torch.__version__}, triton {triton.__version__}"
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "triton": triton.__version__, "pytest": pytest.__version__,
+            "cuda": torch.version.cuda}
 
 
 def header(config: pytest.Config) -> list[str]:
     st = state.get(config)
     rt = st.runtime
+    v = _versions()
     if rt.interpret:
         where = f"cpu under Triton's interpreter ({rt.why})"
     else:
-        import torch
+        where = f"{rt.device} ({rt.why})"
+    lines = [f"pytest-triton: {where}; torch {v['torch']}, triton {v['triton']}",
+             f"pytest-triton: seed base {st.base_seed} (--triton-seed); perf "
+             + ("on" if st.perf else "off (perf_target tests skip; --triton-perf times them)")]
+    ps = st.perf_session
+    if ps is not None and ps.device is not None:
+        d = ps.device
+        bw, bw_src = d.peak_gbps()
+        fp16, fp16_src = d.peak_tflops("float16")
+        lines.append(f"pytest-triton perf: {d.name} ({d.sms} SMs, L2 {d.l2_bytes >> 20} MiB), driver "
+                     f"{d.driver}; peaks: {bw:.0f} GB/s ({bw_src}), fp16 "
+                     f"{fp16 or 0:.1f} TFLOP/s ({fp16_src}); L2 {ps.l2}")
+        lines.extend(f"pytest-triton perf: note: {n}" for n in d.notes)
+    return lines
 
-        where = f"{rt.device} = {torch.cuda.get_device_name(rt.device)} ({rt.why})"
-    perf = "on" if st.perf else "off (perf_target tests skip; --triton-perf times them)"
-    return [f"pytest-triton: {where}; {_versions()}",
-            f"pytest-triton: seed base {st.base_seed} (--triton-seed); perf {perf}"]
+
+def _fmt(x, spec: str) -> str:
+    return "" if x is None else format(x, spec)
+
+
+def _rows(results: list[dict]) -> list[tuple]:
+    rows = []
+    for r in results:
+        for m in r["measurements"]:
+            test = m["nodeid"].split("::", 1)[-1] + (f" [{m['name']}]" if m["name"] else "")
+            peaks = m["peaks"]
+            pct = ""
+            if m["gbps"] is not None and peaks.get("dram_gbps"):
+                pct = f"{100 * m['gbps'] / peaks['dram_gbps']:.1f}% bw"
+            if m["tflops"] is not None and peaks.get("tflops"):
+                pct = f"{100 * m['tflops'] / peaks['tflops']:.1f}% {m['dtype']}"
+            speed = f"{m['speedup']['median']:.3f}x" if m["speedup"] else ""
+            gpu = m["gpu_before"] or {}
+            noise = f"{100 * m['time_ms']['noise']:.1f}%"
+            if m["throttled"]:
+                noise += " THROTTLED"
+            targets = ", ".join(f"{c['target']}>={c['asked']:g}" if c["target"] != "max_ms"
+                                else f"max_ms<={c['asked']:g}" for c in m["checks"]
+                                if c["target"] != "bytes")
+            rows.append((test, f"{m['median_ms']:.4f}", _fmt(m["gbps"], ".0f"),
+                         _fmt(m["tflops"], ".1f"), pct, speed, targets, m["verdict"], noise,
+                         f"{m['method']}x{m['calls_per_sample']}" if m["method"] == "graph"
+                         else m["method"], str(gpu.get("sm_clock_mhz", "")), m["config"] or ""))
+        if r.get("geomean"):
+            g = r["geomean"]
+            rows.append((r["nodeid"].split("::", 1)[-1] + " [geomean]", "", "", "", "",
+                         f"{g['achieved']:.3f}x", f"geomean_speedup>={g['asked']:g}",
+                         g["verdict"], "", "", "", ""))
+    return rows
+
+
+HEADERS = ("test", "median ms", "GB/s", "TFLOP/s", "of peak", "speedup", "target", "verdict",
+           "noise", "method", "SM MHz", "config")
+
+
+def table(results: list[dict]) -> list[str]:
+    rows = _rows(results)
+    if not rows:
+        return []
+    widths = [max(len(str(r[i])) for r in rows + [HEADERS]) for i in range(len(HEADERS))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        out.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+    return out
+
+
+def _environment(config: pytest.Config) -> dict:
+    ps = state.get(config).perf_session
+    devices = {}
+    for r in ps.results:
+        for m in r["measurements"]:
+            devices[m["device"].get("fingerprint", "")] = m["device"]
+    return {**_versions(), "platform": platform.platform(), "argv": sys.argv,
+            "devices": list(devices.values())}
+
+
+def terminal_summary(tr, config: pytest.Config) -> None:
+    ps = state.get(config).perf_session
+    if ps is None or not ps.controller:
+        return
+    tr.section("pytest-triton perf")
+    env = _environment(config)
+    dev = env["devices"][0] if env["devices"] else None
+    if dev:
+        first = ps.results[0]["measurements"][0]
+        gpu = first.get("gpu_before") or {}
+        clocks = (f"SM {gpu.get('sm_clock_mhz', '?')} MHz, memory {gpu.get('mem_clock_mhz', '?')} "
+                  f"MHz, {gpu.get('temperature_c', '?')} C" if gpu else "clocks unknown (no NVML)")
+        tr.write_line(f"{dev['name']} ({dev['sms']} SMs), driver {dev['driver']}; torch "
+                      f"{env['torch']}, triton {env['triton']}; {clocks}; L2 {ps.l2}; peaks: "
+                      f"{first['peaks'].get('dram_source', '?')}")
+    for line in table(ps.results):
+        tr.write_line(line)
+    verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("pass", "fail", "inconclusive",
+                                                             "invalid", "measured") if v in verdicts)
+    tr.write_line(f"{len(verdicts)} measurements: {counts or 'none'}")
+    if ps.unchecked:
+        tr.write_line(f"{len(ps.unchecked)} perf targets UNCHECKED (needs a CUDA GPU): "
+                      + ", ".join(u["nodeid"] for u in ps.unchecked[:10])
+                      + (" ..." if len(ps.unchecked) > 10 else ""), yellow=True, bold=True)
+    changed = settings_changed(config)
+    if changed:
+        tr.write_line("GPU settings CHANGED during the run: " + "; ".join(changed), red=True)
+    elif ps.settings_before:
+        tr.write_line("GPU settings unchanged (application clocks, power limit, persistence, "
+                      "compute and ECC mode)")
+
+
+def settings_changed(config: pytest.Config) -> list[str]:
+    ps = state.get(config).perf_session
+    if not ps.settings_before or ps.settings_after is None:
+        return []
+    return [f"{k}: {ps.settings_before[k]} -> {ps.settings_after.get(k)}"
+            for k in ps.settings_before if ps.settings_after.get(k) != ps.settings_before[k]]
+
+
+def finish(config: pytest.Config) -> None:
+    """At session end: read the GPU's settings again, then write the JSON file."""
+    from .device import gpu_settings
+
+    st = state.get(config)
+    ps = st.perf_session
+    if ps is None:
+        return
+    if ps.settings_before:
+        ps.settings_after = gpu_settings(st.runtime.device)
+    if ps.controller and ps.json_path:
+        write_json(config)
+
+
+def write_json(config: pytest.Config) -> None:
+    st = state.get(config)
+    ps = st.perf_session
+    verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
+    doc = {
+        "schema": JSON_SCHEMA,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "environment": _environment(config),
+        "device": ps.device.to_dict() if ps.device else None,
+        "settings": {"l2": ps.l2, "max_time_s": ps.max_time, "retries": ps.retries,
+                     "base_seed": st.base_seed},
+        "gpu_settings_before": ps.settings_before,
+        "gpu_settings_after": ps.settings_after,
+        "results": ps.results,
+        "unchecked": ps.unchecked,
+        "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+    }
+    with open(ps.json_path, "w") as f:
+        json.dump(doc, f, indent=1, default=str)

@@ -1,0 +1,249 @@
+"""Timing kernels on a CUDA GPU, better than triton.testing.do_bench used naively.
+
+- Compilation and autotuning happen in warm-up calls, outside every timed window.
+- Cold L2 by default: a buffer of twice the L2 size is overwritten before each sample, and the
+  flush stays out of the timed region.
+- Per-launch CUDA events, with the GPU kept busy by a spin kernel while the host enqueues a
+  batch, so host launch overhead never lands between two events.
+- Launch-bound kernels (under GRAPH_BELOW_MS) are timed by CUDA-graph replay of many launches;
+  with a cold L2 the graph interleaves flushes and the time of a flush-only graph is subtracted.
+- A baseline is timed interleaved with the kernel (ABBA order), sample by sample, so drift cancels
+  in the per-sample ratio.
+- Sampling adapts: at least MIN_SAMPLES samples and MIN_TIME_S seconds, then until the median's
+  CI is within +-0.5% or the time budget is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from . import stats
+from .verdict import Timings
+
+GRAPH_BELOW_MS = 0.1  # "launch-bound": kernels under ~100 us go through CUDA graphs
+MIN_SAMPLES = 20
+MIN_TIME_S = 0.05
+WARM_MS = 25.0  # run the kernel this long before sampling: clocks ramp, caches of code fill
+BATCH_GPU_MS = 50.0  # target GPU time of one batch of samples
+MAX_BATCH = 200
+GRAPH_REPLAY_MS = 2.0  # target duration of one graph replay
+
+
+@dataclass(frozen=True)
+class Settings:
+    l2: str = "cold"
+    max_time: float = 2.0  # seconds of sampling per round
+    graph_below_ms: float = GRAPH_BELOW_MS
+
+
+class _Gpu:
+    """Per-device helpers, made once: the L2 flush buffer and the spin kernel's clock."""
+
+    _cache: dict = {}
+
+    def __init__(self, device):
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        props = torch.cuda.get_device_properties(self.device)
+        # At least twice the L2: after writing it, nothing the kernel touched before is left there.
+        n = max(2 * props.L2_cache_size, 64 * 2**20) // 4
+        self.flush_buf = torch.empty(n, dtype=torch.int32, device=self.device)
+        try:
+            import triton
+
+            idx = self.device.index or 0
+            clock = triton.runtime.driver.active.utils.get_device_properties(idx)["sm_clock_rate"]
+            self.clock_khz = float(clock)
+        except Exception:
+            self.clock_khz = 2.0e6
+        self.can_sleep = hasattr(torch.cuda, "_sleep")
+
+    @classmethod
+    def get(cls, device) -> _Gpu:
+        key = str(device)
+        if key not in cls._cache:
+            cls._cache[key] = cls(device)
+        return cls._cache[key]
+
+    def flush(self) -> None:
+        self.flush_buf.zero_()
+
+    def spin(self, ms: float) -> None:
+        """Keep the GPU busy for about `ms` so that the host can enqueue ahead of it."""
+        if self.can_sleep and ms > 0:
+            self.torch.cuda._sleep(int(min(ms, 200.0) * self.clock_khz))
+
+    def event(self):
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+
+def _estimate_ms(gpu: _Gpu, fn, calls: int = 5) -> float:
+    start, end = gpu.event(), gpu.event()
+    gpu.spin(1.0)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    gpu.sync()
+    return start.elapsed_time(end) / calls
+
+
+def _warm(gpu: _Gpu, fns) -> tuple[float, float]:
+    """Compile/autotune outside the timed window, ramp the clocks; return (est ms of fns[0], host
+    ms to enqueue one call)."""
+    for _ in range(2):  # the first call compiles (and autotunes); the second runs the chosen config
+        for f in fns:
+            f()
+        gpu.sync()
+    est = _estimate_ms(gpu, fns[0])
+    reps = int(min(1000, max(3, WARM_MS / max(est, 1e-3))))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        for f in fns:
+            f()
+    host_ms = (time.perf_counter() - t0) * 1e3 / reps
+    gpu.sync()
+    return _estimate_ms(gpu, fns[0]), host_ms
+
+
+class _EventSampler:
+    def __init__(self, gpu: _Gpu, fns, cold: bool, est_ms: float, host_ms: float):
+        self.gpu, self.fns, self.cold = gpu, fns, cold
+        flush_ms = 0.05 if cold else 0.0
+        per_iter = len(fns) * (est_ms + flush_ms)
+        self.batch = int(min(MAX_BATCH, max(5, BATCH_GPU_MS / max(per_iter, 1e-3))))
+        self.spin_ms = min(200.0, 1.2 * self.batch * host_ms + 1.0)
+        self.calls_per_sample = 1
+        self.method = "events"
+
+    def sample(self) -> list[list[float]]:
+        gpu, k = self.gpu, len(self.fns)
+        starts = [[gpu.event() for _ in range(self.batch)] for _ in range(k)]
+        ends = [[gpu.event() for _ in range(self.batch)] for _ in range(k)]
+        gpu.spin(self.spin_ms)
+        for i in range(self.batch):
+            order = range(k) if i % 2 == 0 else reversed(range(k))  # ABBA: order effects cancel
+            for j in order:
+                if self.cold:
+                    gpu.flush()
+                starts[j][i].record()
+                self.fns[j]()
+                ends[j][i].record()
+        gpu.sync()
+        return [[s.elapsed_time(e) for s, e in zip(starts[j], ends[j])] for j in range(k)]
+
+
+class _GraphSampler:
+    def __init__(self, gpu: _Gpu, fns, cold: bool, est_ms: float):
+        torch = gpu.torch
+        self.gpu, self.cold = gpu, cold
+        flush_ms = 0.035 if cold else 0.0
+        n = int(min(1000, max(10, math.ceil(GRAPH_REPLAY_MS / max(est_ms + flush_ms, 1e-4)))))
+        self.calls_per_sample = n
+        self.method = "graph"
+        side = torch.cuda.Stream(device=gpu.device)
+        side.wait_stream(torch.cuda.current_stream(gpu.device))
+        with torch.cuda.stream(side):
+            for f in fns:
+                f()
+        torch.cuda.current_stream(gpu.device).wait_stream(side)
+        gpu.sync()
+        self.graphs = [self._capture(f, n) for f in fns]
+        self.flush_graph = self._capture(None, n) if cold else None
+        for g in self.graphs + ([self.flush_graph] if self.flush_graph else []):
+            g.replay()
+        gpu.sync()
+
+    def _capture(self, fn, n: int):
+        torch = self.gpu.torch
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                if self.cold:
+                    self.gpu.flush()
+                if fn is not None:
+                    fn()
+        return g
+
+    def sample(self) -> list[list[float]]:
+        gpu, n = self.gpu, self.calls_per_sample
+        graphs = self.graphs + ([self.flush_graph] if self.flush_graph else [])
+        reps = 8
+        times = [[0.0] * reps for _ in graphs]
+        events = [[(gpu.event(), gpu.event()) for _ in range(reps)] for _ in graphs]
+        for i in range(reps):
+            order = range(len(graphs)) if i % 2 == 0 else reversed(range(len(graphs)))
+            for j in order:
+                s, e = events[j][i]
+                s.record()
+                graphs[j].replay()
+                e.record()
+        gpu.sync()
+        for j in range(len(graphs)):
+            times[j] = [s.elapsed_time(e) for s, e in events[j]]
+        if self.flush_graph is None:
+            return [[t / n for t in ts] for ts in times]
+        flush = times[-1]
+        return [[max(t - f, 0.0) / n for t, f in zip(ts, flush)] for ts in times[:-1]]
+
+
+def measure(fn, baseline, settings: Settings, device) -> Timings:
+    """Time fn (and baseline, interleaved) on `device`; return per-call milliseconds."""
+    from .device import gpu_state
+
+    gpu = _Gpu.get(device)
+    fns = [fn] + ([baseline] if baseline is not None else [])
+    cold = settings.l2 == "cold"
+    notes: list[str] = []
+    before = gpu_state(device)
+    est, host_ms = _warm(gpu, fns)
+    sampler = None
+    if est < settings.graph_below_ms:
+        try:
+            sampler = _GraphSampler(gpu, fns, cold, est)
+        except Exception as exc:  # a launcher that syncs or allocates on the host cannot be captured
+            notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {exc}); "
+                         "timed with per-launch events instead")
+            gpu.torch.cuda.synchronize()
+    if sampler is None:
+        sampler = _EventSampler(gpu, fns, cold, est, host_ms)
+
+    samples: list[list[float]] = [[] for _ in fns]
+    t0 = time.perf_counter()
+    while True:
+        for acc, new in zip(samples, sampler.sample()):
+            acc.extend(new)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= settings.max_time:
+            break
+        if len(samples[0]) >= MIN_SAMPLES and elapsed >= MIN_TIME_S and _precise(samples):
+            break
+    after = gpu_state(device)
+    return Timings(ms=samples[0], baseline_ms=samples[1] if baseline is not None else None,
+                   method=sampler.method, l2=settings.l2,
+                   calls_per_sample=sampler.calls_per_sample, gpu_before=before,
+                   gpu_after=after, notes=notes)
+
+
+def _precise(samples: list[list[float]]) -> bool:
+    """Stop once every median's own CI (before the +-0.5% floor) is within +-0.5%; with a baseline
+    the per-sample speedup ratios must be that precise too."""
+    series = list(samples)
+    if len(samples) == 2:
+        series.append([b / a for a, b in zip(samples[0], samples[1]) if a > 0])
+    for xs in series:
+        xs = sorted(xs)
+        if len(xs) < 2:
+            return False
+        med = xs[len(xs) // 2]
+        lo, hi = stats.median_ci(xs)
+        if med <= 0 or (hi - lo) / 2 / med > stats.MIN_HALF_WIDTH:
+            return False
+    return True

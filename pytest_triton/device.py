@@ -1,0 +1,259 @@
+"""The device: its fingerprint, its datasheet peaks, measured ceilings, and its clocks (NVML)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field, replace
+
+PEAK_DTYPES = ("tf32", "float16", "bfloat16", "float8")
+
+
+@dataclass(frozen=True)
+class Sku:
+    label: str
+    pattern: str  # regex searched in the CUDA device name
+    sms: int
+    dram_gbps: float
+    tflops: dict  # dense tensor-core TFLOP/s by PEAK_DTYPES (fp32 accumulation); None: no such unit
+
+
+# Datasheet numbers, dense (the vendor's sparse figures halved), tensor cores accumulating in FP32
+# (GeForce parts run FP16/BF16 at half rate with FP32 accumulation; that is the rate given).
+# Order matters: the first match wins, so longer names come before their prefixes.
+SKUS: tuple[Sku, ...] = (
+    Sku("H100 NVL", r"H100 NVL", 132, 3938.0,
+        {"tf32": 417.5, "float16": 835.5, "bfloat16": 835.5, "float8": 1670.5}),
+    Sku("H100 PCIe", r"H100 PCIe", 114, 2039.0,
+        {"tf32": 378.0, "float16": 756.0, "bfloat16": 756.0, "float8": 1513.0}),
+    Sku("H100 SXM", r"H100( 80GB HBM3| SXM)", 132, 3352.0,
+        {"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9}),
+    Sku("H200 NVL", r"H200 NVL", 132, 4800.0,
+        {"tf32": 417.5, "float16": 835.5, "bfloat16": 835.5, "float8": 1670.5}),
+    Sku("H200 SXM", r"H200", 132, 4800.0,
+        {"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9}),
+    Sku("A100 SXM4 80GB", r"A100-SXM4?-80GB", 108, 2039.0,
+        {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
+    Sku("A100 SXM4 40GB", r"A100-SXM4?-40GB", 108, 1555.0,
+        {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
+    Sku("A100 PCIe 80GB", r"A100 80GB PCIe|A100-PCIE-80GB", 108, 1935.0,
+        {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
+    Sku("A100 PCIe 40GB", r"A100-PCIE-40GB|A100 PCIe", 108, 1555.0,
+        {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
+    Sku("L40S", r"L40S", 142, 864.0,
+        {"tf32": 183.0, "float16": 362.05, "bfloat16": 362.05, "float8": 733.0}),
+    Sku("L4", r"\bL4\b", 58, 300.0,
+        {"tf32": 60.0, "float16": 121.0, "bfloat16": 121.0, "float8": 242.5}),
+    Sku("A10", r"\bA10\b", 72, 600.0,
+        {"tf32": 62.5, "float16": 125.0, "bfloat16": 125.0, "float8": None}),
+    Sku("RTX 4090", r"RTX 4090", 128, 1008.0,
+        {"tf32": 82.6, "float16": 165.2, "bfloat16": 165.2, "float8": 330.3}),
+    Sku("RTX 3090", r"RTX 3090\b", 82, 936.0,
+        {"tf32": 35.6, "float16": 71.0, "bfloat16": 71.0, "float8": None}),
+)
+
+# Dense FP16 tensor FLOP per SM per clock by compute capability (FP32 accumulation), for devices
+# not in SKUS: A100 (8.0) 312e12 / (108 SMs * 1.41 GHz) = 2048; H100 (9.0) 989e12 / (132 * 1.83
+# GHz) = 4096; Ada/Ampere workstation parts (8.6, 8.9) ~1024. TF32 is half, FP8 double (sm 8.9+).
+_FP16_FLOP_PER_SM_CLK = {(8, 0): 2048, (8, 6): 1024, (8, 7): 1024, (8, 9): 1024, (9, 0): 4096,
+                         (10, 0): 8192, (12, 0): 1024}
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a perf verdict needs to know about the GPU. Construct one in a
+    pytest_triton_device_info hook to run the perf logic against a device of your choosing."""
+
+    name: str
+    sms: int
+    dram_gbps: float  # datasheet (or estimated) peak DRAM bandwidth, GB/s
+    tflops: dict  # datasheet dense tensor peaks by PEAK_DTYPES, TFLOP/s
+    sku: str | None = None  # the SKUS label matched, None when estimated
+    l2_bytes: int = 50 * 2**20
+    cc: tuple[int, int] = (9, 0)
+    driver: str = "unknown"
+    fingerprint: str = ""
+    measured: dict | None = None  # {"dram_gbps": ..., "tflops": {...}} from --triton-perf-calibrate
+    use_measured: bool = False  # take fractions against `measured`
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def label(self) -> str:
+        return self.sku or self.name
+
+    def peak_gbps(self) -> tuple[float, str]:
+        """The bandwidth fractions are taken against, and how it was obtained."""
+        if self.use_measured and self.measured:
+            return self.measured["dram_gbps"], f"{self.label} measured"
+        return self.dram_gbps, f"{self.label} {'datasheet' if self.sku else 'estimated'}"
+
+    def peak_tflops(self, dtype: str) -> tuple[float | None, str]:
+        key = "float8" if dtype.startswith("float8") else ("tf32" if dtype == "float32" else dtype)
+        if self.use_measured and self.measured and self.measured["tflops"].get(key):
+            return self.measured["tflops"][key], f"{self.label} {key} measured"
+        kind = "datasheet" if self.sku else "estimated"
+        return self.tflops.get(key), f"{self.label} {key} {kind}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def match_sku(name: str, sms: int) -> Sku | None:
+    for sku in SKUS:
+        if re.search(sku.pattern, name, re.IGNORECASE) and sku.sms == sms:
+            return sku
+    return None
+
+
+def estimate_peaks(cc: tuple[int, int], sms: int, sm_clock_khz: int, mem_clock_khz: int,
+                   bus_width_bits: int) -> tuple[float, dict]:
+    """Peaks for a device not in SKUS: DRAM from memory clock x bus width (double data rate),
+    tensor rate from SM count x clock x the architecture's FLOP per SM per clock."""
+    dram = 2 * mem_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
+    per_clk = _FP16_FLOP_PER_SM_CLK.get(tuple(cc))
+    if per_clk is None:
+        return dram, {k: None for k in PEAK_DTYPES}
+    fp16 = sms * sm_clock_khz * 1e3 * per_clk / 1e12
+    return dram, {"tf32": fp16 / 2, "float16": fp16, "bfloat16": fp16,
+                  "float8": fp16 * 2 if tuple(cc) >= (8, 9) else None}
+
+
+def fingerprint(fields_: dict) -> str:
+    return hashlib.sha1(json.dumps(fields_, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cuda_device_info(device) -> DeviceInfo:
+    """DeviceInfo of a real CUDA device (initialises CUDA in this process)."""
+    import torch
+    import triton
+
+    props = torch.cuda.get_device_properties(device)
+    index = torch.device(device).index or 0
+    cc = (props.major, props.minor)
+    name, sms = props.name, props.multi_processor_count
+    driver = nvml_driver_version() or "unknown"
+    notes = []
+    sku = match_sku(name, sms)
+    if sku is not None:
+        dram, tflops = sku.dram_gbps, dict(sku.tflops)
+    else:
+        dp = triton.runtime.driver.active.utils.get_device_properties(index)
+        dram, tflops = estimate_peaks(cc, sms, dp.get("sm_clock_rate", 0),
+                                      dp.get("mem_clock_rate", 0), dp.get("mem_bus_width", 0))
+        notes.append(f"{name} ({sms} SMs) is not in the peak table: peaks estimated from clocks "
+                     "and bus width; run --triton-perf-calibrate for measured ones")
+    uuid = str(getattr(props, "uuid", ""))
+    fp = fingerprint({"name": name, "sms": sms, "cc": cc, "mem": props.total_memory,
+                      "uuid": uuid, "driver": driver, "cuda": torch.version.cuda})
+    return DeviceInfo(name=name, sms=sms, dram_gbps=dram, tflops=tflops,
+                      sku=sku.label if sku else None, l2_bytes=props.L2_cache_size, cc=cc,
+                      driver=driver, fingerprint=fp, notes=tuple(notes))
+
+
+# --- NVML: clocks, temperature, throttling, settings (read only: never set anything) --------------
+
+_THROTTLE_BITS = {  # nvmlClocksEventReason* values
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+    0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}
+# Reasons that mean the samples ran slower than the card's normal boost behaviour.
+THROTTLING = {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
+
+
+def _nvml():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:
+        return None
+
+
+def nvml_driver_version() -> str | None:
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        v = nv.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else v
+    except Exception:
+        return None
+
+
+def _handle(nv, device):
+    import torch
+
+    props = torch.cuda.get_device_properties(device)
+    uuid = getattr(props, "uuid", None)
+    if uuid is not None:
+        try:
+            return nv.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except Exception:
+            pass
+    try:
+        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        return nv.nvmlDeviceGetHandleByPciBusId(bus)
+    except Exception:
+        return None
+
+
+def gpu_state(device) -> dict:
+    """SM/memory clocks, temperature, power and active throttle reasons; {} without NVML."""
+    nv = _nvml()
+    if nv is None:
+        return {}
+    h = _handle(nv, device)
+    if h is None:
+        return {}
+    out: dict = {}
+    for key, call in (
+        ("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+        ("mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+        ("max_sm_clock_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+        ("temperature_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+    ):
+        try:
+            out[key] = call()
+        except Exception:
+            pass
+    try:
+        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        bits = fn(h)
+        out["clock_reasons"] = sorted(n for b, n in _THROTTLE_BITS.items() if bits & b)
+        out["throttled"] = bool(THROTTLING & set(out["clock_reasons"]))
+    except Exception:
+        pass
+    return out
+
+
+def gpu_settings(device) -> dict:
+    """The settings a benchmark must never change: application clocks, power limit, modes."""
+    nv = _nvml()
+    if nv is None:
+        return {}
+    h = _handle(nv, device)
+    if h is None:
+        return {}
+    out: dict = {}
+    for key, call in (
+        ("applications_sm_clock_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
+        ("applications_mem_clock_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
+        ("power_limit_w", lambda: nv.nvmlDeviceGetPowerManagementLimit(h) / 1000.0),
+        ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h)),
+        ("compute_mode", lambda: nv.nvmlDeviceGetComputeMode(h)),
+        ("ecc_mode", lambda: nv.nvmlDeviceGetEccMode(h)[0]),
+    ):
+        try:
+            out[key] = call()
+        except Exception:
+            pass
+    return out
+
+
+def with_calibration(info: DeviceInfo, measured: dict | None, use_measured: bool) -> DeviceInfo:
+    return replace(info, measured=measured, use_measured=use_measured and measured is not None)
