@@ -37,7 +37,7 @@ def _session(config: pytest.Config):
 
 
 def configure(config: pytest.Config) -> None:
-    if config.pluginmanager.hasplugin("pytest_benchmark"):
+    if hasattr(config.hook, "pytest_benchmark_update_machine_info"):  # pytest-benchmark is active
         config.pluginmanager.register(_MachineInfo(config), "triton-benchmark-machine-info")
 
 

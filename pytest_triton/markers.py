@@ -81,12 +81,12 @@ def _dtype_name(value, where: str) -> str:
 def _check_number(key: str, value, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
         raise PerfTargetError(f"{where}{key}={value!r}: expected a number")
-    value = float(value)
-    if key in FRACTIONS and not 0.0 < value <= 1.0:
+    number = float(value)
+    if key in FRACTIONS and not 0.0 < number <= 1.0:
         raise PerfTargetError(f"{where}{key}={value!r}: expected a fraction in (0, 1]")
-    if key in POSITIVE and not (value > 0.0 and math.isfinite(value)):
+    if key in POSITIVE and not (number > 0.0 and math.isfinite(number)):
         raise PerfTargetError(f"{where}{key}={value!r}: expected a number > 0")
-    return value
+    return number
 
 
 def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],

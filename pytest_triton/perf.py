@@ -318,4 +318,5 @@ def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.Tes
         payload = report_payload(item)
         if payload:
             report.triton_perf = payload
-            report.user_properties.extend(junit_properties(item))
+            # JUnit XML reads the teardown report's properties, which come from the item.
+            item.user_properties.extend(junit_properties(item))

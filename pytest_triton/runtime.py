@@ -96,6 +96,16 @@ def _xdist_worker() -> tuple[int, int] | None:
 
 def decide(early_config: pytest.Config) -> Runtime:
     """Choose interpreter or GPU for this process; set the environment that choice needs."""
+    rt = _decide(early_config)
+    # Import Triton once, here, in the outermost run: a module first imported inside a pytester
+    # run is dropped from sys.modules afterwards, and a second import of Triton's native
+    # extension aborts the process at exit.
+    import triton  # noqa: F401
+
+    return rt
+
+
+def _decide(early_config: pytest.Config) -> Runtime:
     requested = options.get_early(early_config, "triton_device")
     if options.get_early(early_config, "triton_interpret") or interpreting():
         if requested and requested != "cpu":

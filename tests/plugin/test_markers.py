@@ -1,0 +1,107 @@
+"""perf_target and interpreter_gap: registration, validation errors, skipping."""
+
+import pytest
+
+
+@pytest.mark.parametrize("marker, needle", [
+    ("perf_target(bandwidth_fraction=0.8)", "perf_target can't have 'bandwidth_fraction' keyword argument"),
+    ("perf_target(bandwidth_frac=0)", "bandwidth_frac=0: expected a fraction in (0, 1]"),
+    ("perf_target(bandwidth_frac=1.5)", "bandwidth_frac=1.5: expected a fraction in (0, 1]"),
+    ("perf_target(tflops_frac=-0.1)", "tflops_frac=-0.1: expected a fraction in (0, 1]"),
+    ("perf_target(gbps='fast')", "gbps='fast': expected a number"),
+    ("perf_target(speedup=True)", "speedup=True: expected a number"),
+    ("perf_target(max_ms=0)", "max_ms=0: expected a number > 0"),
+    ("perf_target(max_ms=float('inf'))", "max_ms=inf: expected a number > 0"),
+    ("perf_target()", "perf_target needs at least one target"),
+    ("perf_target('sofmax')", "'sofmax' is not in the performance checklist"),
+    ("perf_target('softmax', gbps=600)", "gbps is set both by the checklist entry 'softmax'"),
+    ("perf_target('softmax', 'matmul')", "takes at most one positional argument"),
+    ("perf_target(3)", "must be a checklist name (a string), got 3"),
+    ("perf_target(speedup=1, dtype='fp16')", "dtype='fp16': expected one of"),
+    ("perf_target(speedup=1, l2='lukewarm')", "l2='lukewarm': expected 'cold' or 'warm'"),
+    ("interpreter_gap('bf16')", "interpreter_gap('bf16'): unknown gap"),
+    ("interpreter_gap('other')", "interpreter_gap('other') needs reason="),
+])
+def test_bad_marker_is_a_collection_error_naming_test_and_argument(pytester, marker, needle):
+    pytester.makepyfile(f"""
+        import pytest
+        from pytest_triton import perf_target
+
+        def test_fine(): pass
+
+        @pytest.mark.{marker}
+        def test_kernel(triton_bench): pass
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    text = result.stdout.str()
+    assert "ERROR collecting" in text
+    assert "test_kernel" in text and needle in text, text
+
+
+def test_perf_target_on_a_test_without_triton_bench_is_a_collection_error(pytester):
+    pytester.makepyfile("""
+        from pytest_triton import perf_target
+        @perf_target(gbps=100)
+        def test_kernel(make_tensor): pass
+    """)
+    result = pytester.runpytest()
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*test_kernel: perf_target(gbps=100.0) on a test that does not use the triton_bench fixture*"])
+
+
+def test_markers_are_registered_and_strict_markers_is_clean(pytester):
+    pytester.makepyfile("""
+        import pytest
+        from pytest_triton import perf_target
+        @perf_target("vector_add")
+        def test_a(triton_bench): pass
+        @pytest.mark.perf_target(speedup=1.0)
+        @pytest.mark.parametrize("n", [1, 2])
+        def test_b(triton_bench, n): pass
+        @pytest.mark.interpreter_gap("bf16_dot")
+        def test_c(): pass
+    """)
+    result = pytester.runpytest("--strict-markers", "-rs", "-W", "error::pytest.PytestUnknownMarkWarning")
+    result.assert_outcomes(skipped=4)
+    result.stdout.fnmatch_lines([
+        "*perf test (perf_target('vector_add', bandwidth_frac=0.8)): run with --triton-perf to time it*",
+        "*interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly*",
+    ])
+    markers = pytester.runpytest("--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.perf_target(name=None, *, bandwidth_frac=None,*",
+                                  "@pytest.mark.interpreter_gap(gap, *, reason=None)*"])
+
+
+def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester):
+    pytester.makepyfile("""
+        from pytest_triton import perf_target
+        @perf_target(gbps=100)
+        def test_a(triton_bench): triton_bench(lambda: None, bytes=1)
+        @perf_target("softmax")
+        def test_b(triton_bench): triton_bench(lambda: None, bytes=1)
+        def test_plain(): pass
+    """)
+    result = pytester.runpytest("--triton-perf", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*2 perf targets UNCHECKED (needs a CUDA GPU): test_perf_without_a_gpu*",
+        "*needs a CUDA GPU: perf_target(gbps=100.0) unchecked*",
+    ])
+
+
+def test_interpreter_gap_with_reason_and_runtime_skip(pytester):
+    pytester.makepyfile("""
+        import pytest, torch
+        from pytest_triton import skip_interpreter_gap
+        @pytest.mark.interpreter_gap("other", reason="needs warp specialization")
+        def test_a(): pass
+        @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+        def test_b(dtype):
+            if dtype == torch.bfloat16:
+                skip_interpreter_gap("bf16_dot")
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*interpreter gap: needs warp specialization*",
+                                 "*interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly*"])

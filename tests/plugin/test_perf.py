@@ -1,0 +1,279 @@
+"""--triton-perf decision logic, reports and the pytest-benchmark bridge, with timings injected
+through the plugin's own hooks (pytest_triton_device_info, pytest_triton_measure)."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+FAKE_GPU = '''
+import itertools
+from pytest_triton.device import DeviceInfo
+from pytest_triton.verdict import Timings
+
+def pytest_triton_device_info(config):
+    return DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
+                      tflops={"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9},
+                      driver="580.0", fingerprint="fake")
+
+CALLS = {}
+
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    """The test module's FAKE[test name] gives (ms, baseline_ms) per round: a tuple or a list of them."""
+    spec = request.module.FAKE[request.node.name]
+    n = CALLS[request.node.nodeid] = CALLS.get(request.node.nodeid, 0) + 1
+    if isinstance(spec, list):
+        spec = spec[min(n, len(spec)) - 1]
+    ms, base = spec
+    jitter = [1 + 0.002 * ((i * 7) % 5 - 2) for i in range(40)]
+    return Timings(ms=[ms * j for j in jitter],
+                   baseline_ms=None if baseline is None else [base * j for j in reversed(jitter)],
+                   method="injected", l2=settings.l2)
+'''
+
+N = 1 << 26  # elements of a vector add: 3 * 4 * N bytes = 805 MB
+
+
+@pytest.fixture
+def perf(pytester):
+    pytester.makeconftest(FAKE_GPU)
+
+    def run(body, *args):
+        pytester.makepyfile(test_k=body)
+        return pytester.runpytest("--triton-perf", "-p", "no:cacheprovider", *args)
+
+    return run
+
+
+def test_bandwidth_pass_fail_and_message_in_user_units(perf):
+    result = perf(f"""
+        from pytest_triton import perf_target
+        FAKE = {{"test_fast": (0.28, None), "test_slow": (0.331, None)}}
+        @perf_target(bandwidth_frac=0.8)
+        def test_fast(triton_bench): triton_bench(lambda: None, bytes=3 * 4 * {N})
+        @perf_target(bandwidth_frac=0.8)
+        def test_slow(triton_bench): triton_bench(lambda: None, bytes=3 * 4 * {N})
+    """)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*PerfTargetMissed: FAIL bandwidth_frac: 2433 GB/s = 72.6% of H100 SXM datasheet peak 3352 GB/s; "
+        "target 80.0% = 2682 GB/s (bandwidth_frac=0.8); 99% CI *",
+        "*roofline: memory-bound (no flops= given): 72.6% of peak bandwidth, good (>60.0%)",
+    ])
+
+
+def test_negative_control_slow_kernel_fails_and_xfail_strict_proves_it(perf):
+    result = perf(f"""
+        import pytest
+        from pytest_triton import perf_target, PerfTargetMissed
+        FAKE = {{"test_slow_control": (1.0, None), "test_wrongly_fast_control": (0.2, None)}}
+        @pytest.mark.xfail(raises=PerfTargetMissed, strict=True, reason="negative control")
+        @perf_target(bandwidth_frac=0.8)
+        def test_slow_control(triton_bench): triton_bench(lambda: None, bytes=3 * 4 * {N})
+        @pytest.mark.xfail(raises=PerfTargetMissed, strict=True, reason="negative control")
+        @perf_target(gbps=1000)
+        def test_wrongly_fast_control(triton_bench): triton_bench(lambda: None, bytes=1e9)
+    """)
+    result.assert_outcomes(xfailed=1, failed=1)  # the control that passes its target is caught
+
+
+def test_speedup_is_judged_on_interleaved_pairs(perf):
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_faster": (0.9, 1.0), "test_slower": (1.1, 1.0), "test_tie": (1.0, 1.0)}
+        @perf_target(speedup=1.0)
+        def test_faster(triton_bench): triton_bench(lambda: None, baseline=lambda: None)
+        @perf_target(speedup=1.0)
+        def test_slower(triton_bench): triton_bench(lambda: None, baseline=lambda: None)
+        @perf_target(speedup=1.0)
+        def test_tie(triton_bench): triton_bench(lambda: None, baseline=lambda: None)
+    """)
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines([
+        "*FAIL speedup: 0.909x the baseline (1.1 ms vs baseline 1 ms, measured interleaved); target 1x (speedup=1)*",
+        "*PerfInconclusive: inconclusive after 3 rounds of measurement*",
+        "*INCONCLUSIVE speedup: 1.000x the baseline*",
+    ])
+
+
+def test_inconclusive_is_measured_again_and_can_then_pass(perf):
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_k": [(1.0, 1.0), (0.8, 1.0)]}
+        @perf_target(speedup=1.0)
+        def test_k(triton_bench):
+            m = triton_bench(lambda: None, baseline=lambda: None)
+            assert m.rounds == 2
+    """)
+    result.assert_outcomes(passed=1)
+
+
+def test_above_peak_bandwidth_is_an_invalid_measurement_never_a_pass(perf):
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_k": (0.1, None)}
+        @perf_target(gbps=100)
+        def test_k(triton_bench): triton_bench(lambda: None, bytes=1e9)
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*PerfInvalid: INVALID bytes: invalid measurement: 10000 GB/s = 298.3% of H100 SXM "
+                                 "peak 3352 GB/s, more than the DRAM can move*"])
+
+
+def test_tflops_frac_uses_the_dtype_peak_and_the_checklist_scales(perf):
+    flops = 2 * 4096**3
+    result = perf(f"""
+        import torch
+        from pytest_triton import perf_target
+        FAKE = {{"test_frac": (0.25, None), "test_checklist": (0.25, None), "test_too_slow": (2.0, None)}}
+        @perf_target(tflops_frac=0.5)
+        def test_frac(triton_bench): triton_bench(lambda: None, flops={flops}, dtype=torch.bfloat16)
+        @perf_target("matmul")
+        def test_checklist(triton_bench): triton_bench(lambda: None, flops={flops})
+        @perf_target("matmul")
+        def test_too_slow(triton_bench): triton_bench(lambda: None, flops={flops})
+    """)
+    result.assert_outcomes(passed=2, failed=1)
+    text = result.stdout.str()
+    assert ("FAIL tflops_frac: 68.7 TFLOP/s = 6.9% of H100 SXM float16 datasheet peak 989.4 TFLOP/s; "
+            "target 16.0% = 158.6 TFLOP/s (tflops_frac=0.1603)") in text
+    assert ("[checklist 'matmul': FP16 matmul > 50 TFLOPS on A100, scaled by this device's FP16 "
+            "tensor peak]") in text
+    assert "roofline: compute-bound (no bytes= given): 6.9% of float16 peak, needs work (<50.0%)" in text
+
+
+def test_max_ms_and_gbps(perf):
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_k": (2.0, None)}
+        @perf_target(max_ms=1.5, gbps=400)
+        def test_k(triton_bench): triton_bench(lambda: None, bytes=1e9)
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*FAIL max_ms: 2 ms per call; target at most 1.5 ms (max_ms=1.5)*"])
+    assert "FAIL gbps" not in result.stdout.str()  # 500 GB/s >= 400: that target held
+
+
+def test_geomean_speedup_over_a_sweep(perf):
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_good": (0.8, 1.0), "test_bad": (1.0, 0.9)}
+        @perf_target(geomean_speedup=1.1)
+        def test_good(triton_bench):
+            for n in (1, 2, 3):
+                triton_bench(lambda: None, baseline=lambda: None, name=f"n{n}")
+        @perf_target(geomean_speedup=1.1)
+        def test_bad(triton_bench):
+            for n in (1, 2):
+                triton_bench(lambda: None, baseline=lambda: None, name=f"n{n}")
+    """)
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*FAIL geomean_speedup: geometric mean speedup 0.900x over 2 shapes (n1 0.900x, n2 0.900x); target 1.1x*",
+        "*test_good ?geomean?*1.250x*geomean_speedup>=1.1*pass*",
+    ])
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("@perf_target(bandwidth_frac=0.5)\ndef test_k(triton_bench): triton_bench(lambda: None)",
+     "bandwidth_frac=0.5 needs triton_bench(..., bytes=...)"),
+    ("@perf_target(tflops=1)\ndef test_k(triton_bench): triton_bench(lambda: None)",
+     "tflops=1 needs triton_bench(..., flops=...)"),
+    ("@perf_target(tflops_frac=0.5)\ndef test_k(triton_bench): triton_bench(lambda: None, flops=1)",
+     "tflops_frac=0.5 needs the operands' dtype"),
+    ("@perf_target(speedup=1)\ndef test_k(triton_bench): triton_bench(lambda: None)",
+     "speedup=1 needs triton_bench(..., baseline=...)"),
+    ("@perf_target(speedup=1)\ndef test_k(triton_bench): triton_bench(3, baseline=min)",
+     "triton_bench(fn=3): fn must be a zero-argument callable"),
+    ("@perf_target(gbps=1)\ndef test_k(triton_bench): triton_bench(lambda: None, bytes=-5)",
+     "triton_bench(bytes=-5): expected a number > 0"),
+    ("@perf_target(tflops_frac=0.5, dtype='float16')\ndef test_k(triton_bench): "
+     "triton_bench(lambda: None, flops=1, dtype='bfloat16')", "dtype conflict"),
+    ("@perf_target(max_ms=9)\ndef test_k(triton_bench):\n    triton_bench(lambda: None)\n"
+     "    triton_bench(lambda: None)", "triton_bench called more than once: give each call a distinct name="),
+    ("@perf_target(max_ms=9)\ndef test_k(triton_bench): pass",
+     "has perf_target(max_ms=9.0) but never called triton_bench"),
+])
+def test_bad_use_is_an_error_naming_the_test_and_argument(perf, body, needle):
+    result = perf("from pytest_triton import perf_target\nFAKE = {'test_k': (1.0, 1.0)}\n" + body)
+    result.assert_outcomes(failed=1)
+    assert "test_k.py::test_k" in result.stdout.str() and needle in result.stdout.str(), result.stdout.str()
+
+
+def test_checklist_overrides_from_ini_and_toml(perf, pytester):
+    pytester.makepyprojecttoml("""
+        [tool.pytest.ini_options]
+        triton_perf_checklist = ["layernorm: gbps=1600"]
+        [tool.pytest-triton.checklist]
+        softmax = {gbps = 2000}
+    """)
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_s": (1.0, None), "test_l": (1.0, None)}
+        @perf_target("softmax")
+        def test_s(triton_bench): triton_bench(lambda: None, bytes=1.5e9)
+        @perf_target("layernorm")
+        def test_l(triton_bench): triton_bench(lambda: None, bytes=1.5e9)
+    """)
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*target 2000 GB/s (gbps=2000)*", "*target 1600 GB/s (gbps=1600)*"])
+
+
+def test_terminal_table_json_and_junit(perf, pytester):
+    result = perf(f"""
+        import torch
+        from pytest_triton import perf_target
+        FAKE = {{"test_add": (0.28, 0.29), "test_mm": (0.2, 0.21)}}
+        @perf_target(bandwidth_frac=0.8, speedup=0.98)
+        def test_add(triton_bench): triton_bench(lambda: None, bytes=3 * 4 * {N}, baseline=lambda: None)
+        @perf_target(tflops=500)
+        def test_mm(triton_bench): triton_bench(lambda: None, flops=2 * 4096**3, dtype=torch.float16)
+    """, "--triton-perf-json", "perf.json", "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*= pytest-triton perf =*",
+        "NVIDIA H100 80GB HBM3 (132 SMs), driver 580.0; torch *, triton *; clocks unknown (no NVML); L2 cold; peaks: H100 SXM datasheet",
+        "test * median ms * GB/s * TFLOP/s * of peak * speedup * target * verdict * noise * method*",
+        "test_add * 0.2800 * 2876 * 85.8% bw * 1.036x * bandwidth_frac>=0.8, speedup>=0.98 * pass*",
+        "test_mm * 0.2000 * 687.2 * 69.5% float16 * tflops>=500 * pass*",
+        "2 measurements: 2 pass",
+    ])
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    assert doc["schema"] == "pytest-triton-perf/1"
+    assert {"environment", "device", "settings", "results", "unchecked", "summary"} <= set(doc)
+    assert doc["device"]["sku"] == "H100 SXM" and doc["summary"] == {"pass": 2}
+    add = doc["results"][0]["measurements"][0]
+    assert add["nodeid"] == "test_k.py::test_add" and add["verdict"] == "pass"
+    assert len(add["samples_ms"]) == 40 and add["time_ms"]["n"] == 40
+    assert {c["target"] for c in add["checks"]} == {"bandwidth_frac", "speedup"}
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
+    assert props["triton.verdict"] == "pass" and float(props["triton.gbps"]) == pytest.approx(2876, rel=1e-3)
+
+
+def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester):
+    body = """
+        import os
+        from pytest_triton import perf_target
+        FAKE = {"test_k": (float(os.environ["FAKE_MS"]), None)}
+        @perf_target(max_ms=10)
+        def test_k(triton_bench): triton_bench(lambda: None)
+    """
+    pytester.makepyfile(test_k=body)
+    pytester.makeconftest(FAKE_GPU)
+    args = ("--triton-perf", "--benchmark-storage", str(pytester.path / "bench"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FAKE_MS", "1.0")
+        first = pytester.runpytest(*args, "--benchmark-autosave")
+        first.assert_outcomes(passed=1)
+        first.stdout.fnmatch_lines(["*benchmark 'pytest-triton': 1 tests*", "test_k *"])
+        saved = list((pytester.path / "bench").rglob("*.json"))
+        assert len(saved) == 1
+        info = json.loads(saved[0].read_text())
+        assert info["machine_info"]["gpu"]["name"] == "NVIDIA H100 80GB HBM3"
+        assert info["benchmarks"][0]["stats"]["median"] == pytest.approx(1e-3, rel=0.01)
+        mp.setenv("FAKE_MS", "1.1")
+        second = pytester.runpytest(*args, "--benchmark-compare", "--benchmark-compare-fail=median:5%")
+    assert second.ret != 0
+    text = second.stdout.str() + second.stderr.str()
+    assert "Performance has regressed" in text
+    assert "Field 'median' has failed PercentageRegressionCheck: 10.0" in text

@@ -1,0 +1,74 @@
+"""Where kernels run: the interpreter switch, the device fixture, options and their ini twins."""
+
+import pytest
+
+
+def test_kernels_imported_from_conftest_and_modules_are_interpreted(pytester):
+    pytester.makeconftest("""
+        import triton, triton.language as tl
+        @triton.jit
+        def conftest_kernel(x_ptr):
+            tl.store(x_ptr, 1.0)
+    """)
+    pytester.makepyfile("""
+        import torch, triton
+        from triton.runtime.interpreter import InterpretedFunction
+        from conftest import conftest_kernel
+        @triton.jit
+        def module_kernel(x_ptr):
+            pass
+        def test_interpreted(triton_device):
+            assert triton_device == torch.device("cpu")
+            assert isinstance(conftest_kernel, InterpretedFunction)
+            assert isinstance(module_kernel, InterpretedFunction)
+            x = torch.zeros(1)
+            conftest_kernel[(1,)](x)
+            assert x.item() == 1.0
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["pytest-triton: cpu under Triton's interpreter*"])
+
+
+def test_asking_for_a_cuda_device_without_one_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest_subprocess("--triton-device", "cuda:1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--triton-device cuda:1: *"])
+
+
+@pytest.mark.parametrize("ini, flag", [
+    ("triton_perf_l2 = tepid", None), (None, "--triton-perf-l2=tepid"),
+])
+def test_option_choices_are_checked_on_both_twins(pytester, ini, flag):
+    if ini:
+        pytester.makeini(f"[pytest]\n{ini}\n")
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest("--triton-perf", *([flag] if flag else []))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "tepid" in (result.stdout.str() + result.stderr.str())
+
+
+def test_ini_twins_set_defaults_and_the_command_line_wins(pytester):
+    pytester.makeini("[pytest]\ntriton_seed = 11\ntriton_perf = true\n")
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest()
+    result.stdout.fnmatch_lines(["pytest-triton: seed base 11 (--triton-seed); perf on"])
+    result = pytester.runpytest("--triton-seed", "12")
+    result.stdout.fnmatch_lines(["pytest-triton: seed base 12 (--triton-seed); perf on"])
+
+
+def test_loads_beside_pytest_benchmark_and_xdist(pytester):
+    pytester.makepyfile("""
+        from pytest_triton import assert_close
+        def test_a(make_tensor, benchmark):
+            x = make_tensor(8)
+            benchmark(lambda: x + 1)
+            assert_close(x + 1, x.double() + 1)
+        def test_b(make_tensor):
+            assert make_tensor(3).device.type == "cpu"
+    """)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result = pytester.runpytest("--benchmark-disable")
+    result.assert_outcomes(passed=2)

@@ -1,0 +1,111 @@
+"""make_tensor: seeds, distributions, integer dtypes, layouts, poison, and its errors."""
+
+import math
+
+import pytest
+import torch
+
+from pytest_triton import TensorFactory, poison_value
+
+
+def test_same_seed_same_tensors_other_seed_other_tensors():
+    a, b, c = TensorFactory("cpu", 7), TensorFactory("cpu", 7), TensorFactory("cpu", 8)
+    x, y, z = a((4, 5)), b((4, 5)), c((4, 5))
+    assert torch.equal(x, y) and not torch.equal(x, z)
+    assert not torch.equal(a((4, 5)), x)  # successive calls draw successive values
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16,
+                                   torch.float8_e4m3fn, torch.float8_e5m2])
+def test_every_float_dtype(dtype):
+    m = TensorFactory("cpu", 0)
+    for dist in ("normal", "uniform", "heavy"):
+        t = m((64, 33), dtype, dist=dist)
+        assert t.dtype == dtype and t.shape == (64, 33) and torch.isfinite(t.float()).all()
+
+
+def test_uniform_range_and_heavy_magnitudes():
+    m = TensorFactory("cpu", 0)
+    u = m(10_000, dist="uniform", low=-2, high=3)
+    assert u.min() >= -2 and u.max() < 3 and u.std() > 1
+    h = m(10_000, dist="heavy")
+    mags = h.abs()
+    assert mags.min() >= 1e-3 * 0.99 and mags.max() > 100 and (h < 0).any() and (h > 0).any()
+    h16 = m(10_000, torch.float16, dist="heavy", scale=1e6)  # clipped to what float16 can hold?
+    assert not torch.isfinite(h16).all() or h16.abs().max() <= 65504
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_integers(dtype):
+    m = TensorFactory("cpu", 0)
+    t = m(1000, dtype)
+    assert t.dtype == dtype and t.min() >= max(-9, torch.iinfo(dtype).min) and t.max() < 10
+    wide = m(1000, dtype, dist="heavy")
+    assert wide.abs().max() > 9 or dtype == torch.uint8
+    ranged = m(1000, dtype, low=2, high=5)
+    assert set(ranged.unique().tolist()) <= {2, 3, 4}
+    assert m(100, torch.bool).dtype == torch.bool
+
+
+def test_noncontiguous_layouts_hold_poison_in_their_gaps():
+    m = TensorFactory("cpu", 0)
+    rows = m((5, 7), noncontiguous=True)
+    assert rows.shape == (5, 7) and rows.stride() == (10, 1) and not rows.is_contiguous()
+    assert torch.isnan(rows.as_strided((5, 3), (10, 1), rows.storage_offset() + 7)).all()
+    elems = m(9, noncontiguous=True)
+    assert elems.stride() == (2,) and torch.isfinite(elems).all()
+    ints = m((3, 4), torch.int32, noncontiguous="elements")
+    assert ints.stride() == (8, 2)
+
+
+def test_poisoned_outputs():
+    m = TensorFactory("cpu", 0)
+    assert torch.isnan(m((3, 3), poison=True)).all()
+    assert (m(4, torch.int32, poison=True) == torch.iinfo(torch.int32).min).all()
+    assert (m(4, torch.uint8, poison=True) == 255).all()
+    x = m((2, 6), torch.float16)
+    p = m.poisoned_like(x)
+    assert p.shape == x.shape and p.dtype == x.dtype and torch.isnan(p).all()
+    assert math.isnan(poison_value(torch.bfloat16))
+    with pytest.raises(TypeError, match="bool buffer cannot be poisoned"):
+        m(3, torch.bool, poison=True)
+
+
+@pytest.mark.parametrize("args, kwargs, error, match", [
+    (("3",), {}, TypeError, "shape"), (((2, -1),), {}, TypeError, "ints >= 0"),
+    ((3, "float32"), {}, TypeError, "dtype must be a torch.dtype"),
+    ((3,), {"dist": "gauss"}, ValueError, "dist='gauss'"),
+    ((3,), {"dist": "uniform", "low": 1, "high": 1}, ValueError, "empty range"),
+    ((3,), {"dist": "constant"}, ValueError, "needs value="),
+    ((3,), {"noncontiguous": "rows"}, ValueError, "at least 2 dimensions"),
+    ((3,), {"noncontiguous": "diagonal"}, ValueError, "noncontiguous='diagonal'"),
+])
+def test_bad_arguments_are_named(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        TensorFactory("cpu", 0)(*args, **kwargs)
+
+
+def test_fixture_seeds_are_deterministic_and_distinct(pytester):
+    pytester.makepyfile("""
+        import json, pathlib
+        def save(name, t):
+            pathlib.Path(name + ".json").write_text(json.dumps(t.tolist()))
+        def test_a(make_tensor): save("a", make_tensor(4))
+        def test_b(make_tensor): save("b", make_tensor(4))
+    """)
+
+    def run(*args):
+        pytester.runpytest(*args).assert_outcomes(passed=2)
+        return [(pytester.path / f"{n}.json").read_text() for n in "ab"]
+
+    first, second, reseeded = run(), run(), run("--triton-seed", "5")
+    assert first == second  # stable for a given test id
+    assert first[0] != first[1]  # distinct between tests
+    assert reseeded[0] != first[0] and reseeded[1] != first[1]
+
+
+def test_random_base_seed_is_printed_in_the_header(pytester):
+    pytester.makepyfile("def test_a(make_tensor): make_tensor(1)")
+    result = pytester.runpytest("--triton-seed", "random")
+    result.stdout.fnmatch_lines(["pytest-triton: seed base * (--triton-seed)*"])
+    assert pytester.runpytest("--triton-seed", "x").ret == pytest.ExitCode.USAGE_ERROR
