@@ -50,7 +50,7 @@ def test_perf_target_on_a_test_without_triton_bench_is_a_collection_error(pytest
     result.stdout.fnmatch_lines(["*test_kernel: perf_target(gbps=100.0) on a test that does not use the triton_bench fixture*"])
 
 
-def test_markers_are_registered_and_strict_markers_is_clean(pytester):
+def test_markers_are_registered_and_strict_markers_is_clean(pytester, run_interpreted):
     pytester.makepyfile("""
         import pytest
         from pytest_triton import perf_target
@@ -62,7 +62,7 @@ def test_markers_are_registered_and_strict_markers_is_clean(pytester):
         @pytest.mark.interpreter_gap("bf16_dot")
         def test_c(): pass
     """)
-    result = pytester.runpytest("--strict-markers", "-rs", "-W", "error::pytest.PytestUnknownMarkWarning")
+    result = run_interpreted("--strict-markers", "-rs", "-W", "error::pytest.PytestUnknownMarkWarning")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
         "*perf test (perf_target('vector_add', bandwidth_frac=0.8)): run with --triton-perf to time it*",
@@ -73,7 +73,7 @@ def test_markers_are_registered_and_strict_markers_is_clean(pytester):
                                   "@pytest.mark.interpreter_gap(gap, *, reason=None)*"])
 
 
-def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester):
+def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester, run_interpreted):
     pytester.makepyfile("""
         from pytest_triton import perf_target
         @perf_target(gbps=100)
@@ -82,7 +82,7 @@ def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester):
         def test_b(triton_bench): triton_bench(lambda: None, bytes=1)
         def test_plain(): pass
     """)
-    result = pytester.runpytest("--triton-perf", "-rs")
+    result = run_interpreted("--triton-perf", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines([
         "*2 perf targets UNCHECKED (needs a CUDA GPU): test_perf_without_a_gpu*",
@@ -90,7 +90,7 @@ def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester):
     ])
 
 
-def test_interpreter_gap_with_reason_and_runtime_skip(pytester):
+def test_interpreter_gap_with_reason_and_runtime_skip(pytester, run_interpreted):
     pytester.makepyfile("""
         import pytest, torch
         from pytest_triton import skip_interpreter_gap
@@ -101,7 +101,7 @@ def test_interpreter_gap_with_reason_and_runtime_skip(pytester):
             if dtype == torch.bfloat16:
                 skip_interpreter_gap("bf16_dot")
     """)
-    result = pytester.runpytest("-rs")
+    result = run_interpreted("-rs")
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines(["*interpreter gap: needs warp specialization*",
                                  "*interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly*"])

@@ -3,7 +3,7 @@
 import pytest
 
 
-def test_kernels_imported_from_conftest_and_modules_are_interpreted(pytester):
+def test_kernels_imported_from_conftest_and_modules_are_interpreted(pytester, run_interpreted):
     pytester.makeconftest("""
         import triton, triton.language as tl
         @triton.jit
@@ -25,7 +25,7 @@ def test_kernels_imported_from_conftest_and_modules_are_interpreted(pytester):
             conftest_kernel[(1,)](x)
             assert x.item() == 1.0
     """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = run_interpreted("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["pytest-triton: cpu under Triton's interpreter*"])
 
@@ -65,8 +65,8 @@ def test_loads_beside_pytest_benchmark_and_xdist(pytester):
             x = make_tensor(8)
             benchmark(lambda: x + 1)
             assert_close(x + 1, x.double() + 1)
-        def test_b(make_tensor):
-            assert make_tensor(3).device.type == "cpu"
+        def test_b(make_tensor, triton_device):
+            assert make_tensor(3).device == triton_device
     """)
     result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)

@@ -1,0 +1,78 @@
+"""Peak lookup by SKU, the fallback estimate, and the statistics behind the verdicts."""
+
+import pytest
+
+from pytest_triton import stats
+from pytest_triton.device import DeviceInfo, estimate_peaks, match_sku
+
+
+@pytest.mark.parametrize("name, sms, label, gbps, fp16", [
+    ("NVIDIA H100 80GB HBM3", 132, "H100 SXM", 3352, 989.4),
+    ("NVIDIA H100 PCIe", 114, "H100 PCIe", 2039, 756),
+    ("NVIDIA H100 NVL", 132, "H100 NVL", 3938, 835.5),
+    ("NVIDIA H200", 132, "H200 SXM", 4800, 989.4),
+    ("NVIDIA A100-SXM4-40GB", 108, "A100 SXM4 40GB", 1555, 312),
+    ("NVIDIA A100-SXM4-80GB", 108, "A100 SXM4 80GB", 2039, 312),
+    ("NVIDIA A100 80GB PCIe", 108, "A100 PCIe 80GB", 1935, 312),
+    ("NVIDIA A100-PCIE-40GB", 108, "A100 PCIe 40GB", 1555, 312),
+    ("NVIDIA L4", 58, "L4", 300, 121),
+    ("NVIDIA L40S", 142, "L40S", 864, 362.05),
+    ("NVIDIA A10", 72, "A10", 600, 125),
+    ("NVIDIA GeForce RTX 4090", 128, "RTX 4090", 1008, 165.2),
+    ("NVIDIA GeForce RTX 3090", 82, "RTX 3090", 936, 71),
+])
+def test_sku_table(name, sms, label, gbps, fp16):
+    sku = match_sku(name, sms)
+    assert sku is not None and sku.label == label
+    assert sku.dram_gbps == gbps and sku.tflops["float16"] == fp16
+
+
+def test_name_and_sm_count_must_both_match():
+    assert match_sku("NVIDIA H100 80GB HBM3", 114) is None  # a cut-down part is not an SXM
+    assert match_sku("NVIDIA A100X", 108) is None
+    assert match_sku("NVIDIA B200", 148) is None
+
+
+def test_estimate_for_unknown_devices_matches_the_datasheet_of_known_ones():
+    # H100 SXM: 2619 MHz HBM3 x 5120 bits, 132 SMs at 1830 MHz.
+    dram, tflops = estimate_peaks((9, 0), 132, 1_830_000, 2_619_000, 5120)
+    assert dram == pytest.approx(3352, rel=0.001)
+    assert tflops["float16"] == pytest.approx(989.4, rel=0.01)
+    assert estimate_peaks((7, 0), 80, 1_530_000, 877_000, 4096)[1]["float16"] is None
+
+
+def test_peaks_measured_or_datasheet():
+    d = DeviceInfo(name="X", sms=1, dram_gbps=100.0, tflops={"float16": 10.0, "tf32": 5.0},
+                   sku="X", measured={"dram_gbps": 90.0, "tflops": {"float16": 8.0}},
+                   use_measured=True)
+    assert d.peak_gbps() == (90.0, "X measured")
+    assert d.peak_tflops("float16") == (8.0, "X float16 measured")
+    assert d.peak_tflops("float32") == (5.0, "X tf32 datasheet")  # float32 dots run as tf32
+
+
+def test_median_ci_covers_the_median_and_narrows_with_samples():
+    few = stats.summarize([1.0, 1.1, 0.9, 1.05, 0.95] * 2)
+    many = stats.summarize([1.0, 1.1, 0.9, 1.05, 0.95] * 40)
+    assert few.ci_lo <= few.median <= few.ci_hi
+    assert (many.ci_hi - many.ci_lo) < (few.ci_hi - few.ci_lo)
+    assert few.ci_lo == 0.9 and few.ci_hi == 1.1  # ten samples: the 99% CI spans them all
+
+
+def test_ci_is_never_narrower_than_the_noise_floor():
+    s = stats.summarize([2.0] * 100)
+    assert s.ci_lo == pytest.approx(2.0 * (1 - stats.MIN_HALF_WIDTH))
+    assert s.ci_hi == pytest.approx(2.0 * (1 + stats.MIN_HALF_WIDTH))
+    assert s.noise == 0 and s.rse == 0
+
+
+def test_geomean_ci():
+    a, b = stats.summarize([2.0] * 50), stats.summarize([0.5] * 50)
+    g, lo, hi = stats.geomean_ci([a, b])
+    assert g == pytest.approx(1.0) and lo < 1.0 < hi
+
+
+def test_summaries_reject_bad_samples():
+    with pytest.raises(ValueError):
+        stats.summarize([])
+    with pytest.raises(ValueError):
+        stats.summarize([1.0, float("nan")])
