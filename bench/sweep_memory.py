@@ -1,0 +1,477 @@
+"""Sweep the memory-bound kernels' launch configs and variants against torch, on the GPU.
+
+    python3 bench/sweep_memory.py                      # every phase, within --budget seconds
+    python3 bench/sweep_memory.py --phases softmax     # some phases (see PHASES)
+    python3 bench/sweep_memory.py --smoke              # tiny shapes under Triton's interpreter
+
+At the shapes of reference_kernels/tests/test_memory_perf.py (~256 MB per tensor), every
+candidate is run once into a NaN-poisoned output, checked against torch at the real size
+(max |out - ref| / max |ref|, ref computed in float32 from the same inputs), then timed with
+triton.testing.do_bench(warmup=25, rep=100, return_mode="median"), which flushes L2 before each
+launch; torch is timed the same way once per shape. GB/s counts each input read once and each
+output written once (the modules' cost models). "default" rows are the launchers as they ship:
+what `pytest --triton-perf` times.
+
+Phases, in order; once --budget seconds have passed (compiles included) the rest is skipped:
+  defaults   every perf-test shape through the shipped launchers, all dtypes
+  vector_add the autotune space one config at a time; persistent grids; the slow control
+  softmax    rows per program, warps, eviction hints, persistent grids and pipelining, looped
+             step size and programs per SM (fp32, fp16)
+  layernorm  forward and backward configs, whole-row vs split backward (fp16)
+  fused      add_mul and bias_gelu_residual tile configs
+About 3-4 minutes on an H100 with a cold Triton cache. Prints one line per measurement, then one
+table (the best Triton row of each shape starred), and writes the rows as JSON to
+$OUT/sweep_memory.json when $OUT is set. A failing variant prints its error; the rest go on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+PHASES = ("defaults", "vector_add", "softmax", "layernorm", "fused")
+
+
+def _args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--budget", type=float, default=220.0,
+                   help="seconds after which the remaining measurements are skipped (220)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
+    return p.parse_args()
+
+
+ARGS = _args()
+SMOKE = ARGS.smoke
+if SMOKE:  # before any kernel module is imported: @triton.jit reads it then
+    os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, installed or not
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from pytest_triton import TensorFactory  # noqa: E402
+from reference_kernels import fused, layernorm, softmax, vector_add  # noqa: E402
+from reference_kernels.tests import controls  # noqa: E402
+
+DEVICE = torch.device("cpu" if SMOKE else "cuda")
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SWEPT_DTYPES = (torch.float32, torch.float16)  # bf16 moves the same bytes as fp16
+TENSOR_BYTES = 64 * 1024 if SMOKE else 256 * 2**20
+COLS = (64, 256, 1024, 4096) if SMOKE else (1024, 4096, 16384, 65536)
+SINGLE_MAX = 512 if SMOKE else softmax.SINGLE_PASS_MAX_COLS  # smoke: 4096 takes the looped path
+# max |out - ref| / max |ref| above which a row is flagged WRONG: a few roundings of the dtype.
+MAX_ERR = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+def _dt(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _short(exc: BaseException) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:150]
+
+
+def _cfg_str(cfg) -> str:
+    if cfg is None:
+        return "-"
+    if isinstance(cfg, triton.Config):
+        return " ".join([f"{k}={v}" for k, v in cfg.kwargs.items()] + [f"w{cfg.num_warps}"])
+    return " ".join(f"{k}={v}" for k, v in cfg.items())
+
+
+class Sweep:
+    def __init__(self, budget: float):
+        self.t0 = time.time()
+        self.budget = budget
+        self.rows: list[dict] = []
+        self.skipped = 0
+        self.make = TensorFactory(DEVICE, 0)
+
+    def over(self) -> bool:
+        return time.time() - self.t0 > self.budget
+
+    def time(self, fn) -> float:
+        if SMOKE:  # no CUDA events under the interpreter: one wall-clock run tests the script
+            start = time.perf_counter()
+            fn()
+            return (time.perf_counter() - start) * 1e3
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    def sync(self) -> None:
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()
+
+    def _row(self, case, variant, config, ms=None, err=None, status="ok", first_s=None):
+        row = {"kernel": case.kernel, "shape": list(case.shape), "dtype": _dt(case.dtype),
+               "variant": variant, "config": config, "ms": ms,
+               "gbps": case.nbytes / ms / 1e6 if ms else None,
+               "x_torch": case.torch_ms / ms if ms and case.torch_ms and variant != "torch"
+               else None,
+               "max_err": err, "status": status, "first_call_s": first_s}
+        self.rows.append(row)
+        print(_line(row), flush=True)
+
+    def case(self, kernel, shape, dtype, nbytes, torch_fn, ref_fn):
+        """A shape of a kernel: its reference output(s) and torch's time (None if it failed)."""
+        if self.over():
+            self.skipped += 1
+            return None
+        c = Case(kernel, shape, dtype, nbytes)
+        try:
+            c.refs = [r.float() for r in _as_list(ref_fn())]
+            self.sync()
+            c.torch_ms = self.time(torch_fn)
+            self._row(c, "torch", "-", c.torch_ms)
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            self._row(c, "torch", "-", status=_short(exc))
+            if c.refs is None:
+                return None
+        return c
+
+    def run(self, case, variant, config, fn, outs):
+        """Run fn once into poisoned outs (compiling, autotuning), check, then time it."""
+        if case is None or self.over():
+            self.skipped += 1
+            return
+        config = config if isinstance(config, str) else _cfg_str(config)
+        try:
+            for o in outs:
+                o.fill_(float("nan"))
+            start = time.time()
+            fn()
+            self.sync()
+            first_s = time.time() - start
+            err = max(_rel_err(o, r) for o, r in zip(outs, case.refs))
+            status = "ok" if err <= MAX_ERR[case.dtype] else "WRONG"
+            ms = self.time(fn)
+            self._row(case, variant, config, ms, err, status, first_s)
+        except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the sweep
+            self._row(case, variant, config, status=_short(exc))
+        finally:
+            if DEVICE.type == "cuda":
+                torch.cuda.synchronize()
+
+
+class Case:
+    def __init__(self, kernel, shape, dtype, nbytes):
+        self.kernel, self.shape, self.dtype, self.nbytes = kernel, tuple(shape), dtype, nbytes
+        self.refs = None
+        self.torch_ms = None
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    diff = (out.float() - ref).abs().max().item()
+    return diff / max(ref.abs().max().item(), 1e-30)
+
+
+def _line(r: dict) -> str:
+    num = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    shape = "x".join(map(str, r["shape"]))
+    return (f"{r['kernel']:<20} {shape:>13} {r['dtype']:<8} {r['variant']:<18} "
+            f"{num(r['ms'], '.4f'):>8} {num(r['gbps'], '.0f'):>6} {num(r['x_torch'], '.3f'):>6} "
+            f"{num(r['max_err'], '.1e'):>8} {r['status']:<6} {r['config']}")
+
+
+def _rows_for(cols: int, dtype: torch.dtype) -> int:
+    return max(1, TENSOR_BYTES // (cols * dtype.itemsize))
+
+
+# --- phases ----------------------------------------------------------------------------------
+
+def _vector_add_case(sw, dtype):
+    n = TENSOR_BYTES // dtype.itemsize
+    x, y = vector_add.vector_add_inputs(sw.make, n, dtype=dtype)
+    out, tout = torch.empty_like(x), torch.empty_like(x)
+    case = sw.case("vector_add", (n,), dtype, vector_add.vector_add_bytes(x, y),
+                   lambda: torch.add(x, y, out=tout), lambda: x.float() + y.float())
+    return case, x, y, out
+
+
+def _softmax_case(sw, dtype, cols):
+    (x,) = softmax.softmax_inputs(sw.make, _rows_for(cols, dtype), cols, dtype=dtype)
+    case = sw.case("softmax", x.shape, dtype, softmax.softmax_bytes(x),
+                   lambda: torch.softmax(x, dim=-1), lambda: torch.softmax(x.float(), dim=-1))
+    return case, x, torch.empty_like(x)
+
+
+def _layernorm_case(sw, dtype, cols):
+    x, w, b = layernorm.layernorm_inputs(sw.make, _rows_for(cols, dtype), cols, dtype=dtype)
+    ref = lambda: torch.nn.functional.layer_norm(x.float(), (cols,), w.float(), b.float())  # noqa
+    case = sw.case("layernorm_fwd", x.shape, dtype, layernorm.layernorm_bytes(x),
+                   lambda: torch.nn.functional.layer_norm(x, (cols,), w, b), ref)
+    return case, x, w, b, torch.empty_like(x)
+
+
+def _layernorm_bwd_case(sw, dtype, cols):
+    x, w, b = layernorm.layernorm_inputs(sw.make, _rows_for(cols, dtype), cols, dtype=dtype)
+    dy = sw.make.like(x)
+    leaves = [t.detach().requires_grad_(True) for t in (x, w, b)]
+    y = torch.nn.functional.layer_norm(leaves[0], (cols,), leaves[1], leaves[2])
+
+    def ref():
+        # float32 reference gradients from float32 copies of the inputs
+        return layernorm.layernorm_backward_reference(dy.float(), x.float(), w.float(), b.float())
+
+    case = sw.case("layernorm_bwd", x.shape, dtype, layernorm.layernorm_backward_bytes(x),
+                   lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True), ref)
+    _, mean, rstd = layernorm.layernorm(x, w, b)
+    outs = (torch.empty_like(x), torch.empty_like(w), torch.empty_like(b))
+    return case, (dy, x, w, mean, rstd), outs
+
+
+def _add_mul_case(sw, dtype):
+    a, b, c = fused.add_mul_inputs(sw.make, TENSOR_BYTES // dtype.itemsize, dtype=dtype)
+    case = sw.case("add_mul", a.shape, dtype, fused.add_mul_bytes(a),
+                   lambda: fused.add_mul_reference(a, b, c),
+                   lambda: fused.add_mul_reference(a.float(), b.float(), c.float()))
+    return case, (a, b, c), torch.empty_like(a)
+
+
+def _bias_gelu_case(sw, dtype):
+    cols = 4096 if not SMOKE else 256
+    x, bias, res = fused.bias_gelu_residual_inputs(sw.make, _rows_for(cols, dtype), cols,
+                                                   dtype=dtype)
+    case = sw.case("bias_gelu_residual", x.shape, dtype, fused.bias_gelu_residual_bytes(x),
+                   lambda: fused.bias_gelu_residual_reference(x, bias, res),
+                   lambda: fused.bias_gelu_residual_reference(x.float(), bias.float(),
+                                                              res.float()))
+    return case, (x, bias, res), torch.empty_like(x)
+
+
+def _shipped(fn, *args, **kwargs):
+    """The config a launcher ships with, as _cfg_str shows it."""
+    return _cfg_str(fn(*args, **kwargs))
+
+
+def phase_defaults(sw):
+    for dtype in DTYPES:
+        case, x, y, out = _vector_add_case(sw, dtype)
+        sw.run(case, "default", "autotuned", lambda: vector_add.vector_add(x, y, out=out), [out])
+        if case is not None and not SMOKE:
+            case_cfg = vector_add._vector_add_kernel.best_config
+            sw.rows[-1]["config"] = f"autotuned: {_cfg_str(case_cfg)}"
+        sw.run(case, "default persistent",
+               _shipped(vector_add._persistent_config, x.numel(), dtype),
+               lambda: vector_add.vector_add_persistent(x, y, out=out), [out])
+        del x, y, out
+    for dtype in DTYPES:
+        for cols in COLS:
+            case, x, out = _softmax_case(sw, dtype, cols)
+            cfg = _shipped(softmax._softmax_config, *x.shape, dtype)
+            sw.run(case, "default", cfg, lambda: softmax.softmax(x, out=out), [out])
+            sw.run(case, "default persistent", cfg,
+                   lambda: softmax.softmax_persistent(x, out=out), [out])
+            del x, out
+    for dtype in DTYPES:
+        for cols in COLS:
+            case, x, w, b, y = _layernorm_case(sw, dtype, cols)
+            sw.run(case, "default", _shipped(layernorm._layernorm_config, *x.shape, dtype),
+                   lambda: layernorm.layernorm(x, w, b, out=y), [y])
+            del x, w, b, y
+            case, args, outs = _layernorm_bwd_case(sw, dtype, cols)
+            dx, dw, db = outs
+            sw.run(case, "default", _shipped(layernorm._layernorm_bwd_config, *args[1].shape,
+                                             dtype),
+                   lambda: layernorm.layernorm_backward(*args, dx=dx, dw=dw, db=db), outs)
+            del args, outs, dx, dw, db
+    for dtype in DTYPES:
+        case, (a, b, c), out = _add_mul_case(sw, dtype)
+        sw.run(case, "default", "autotuned", lambda: fused.add_mul(a, b, c, out=out), [out])
+        case, (x, bias, res), out = _bias_gelu_case(sw, dtype)
+        sw.run(case, "default", "autotuned",
+               lambda: fused.bias_gelu_residual(x, bias, res, out=out), [out])
+
+
+def phase_vector_add(sw):
+    for dtype in SWEPT_DTYPES:
+        case, x, y, out = _vector_add_case(sw, dtype)
+        n = x.numel()
+        kernel = vector_add._vector_add_kernel.fn  # the autotuner's JITFunction, one config
+        for cfg in vector_add.elementwise_configs():
+            block = cfg.kwargs["BLOCK_SIZE"]
+            sw.run(case, "tiled", cfg,
+                   lambda b=block, w=cfg.num_warps: kernel[(triton.cdiv(n, b),)](
+                       x, y, out, n, 1, 1, 1, BLOCK_SIZE=b, num_warps=w), [out])
+        for block, warps, per_sm in ((4096, 8, 1), (4096, 8, 2), (4096, 8, 8), (8192, 8, 2),
+                                     (8192, 8, 4), (2048, 4, 8), (1024, 4, 16)):
+            cfg = {"BLOCK_SIZE": block, "num_warps": warps, "programs_per_sm": per_sm}
+            sw.run(case, "persistent", cfg,
+                   lambda c=cfg: vector_add.vector_add_persistent(x, y, out=out, config=c), [out])
+        if dtype == torch.float32:  # the perf suite's negative control must miss 88% by 2x
+            sw.run(case, "slow control", "BLOCK_SIZE=32 w1",
+                   lambda: controls.add_slow(x, y, out=out), [out])
+        del x, y, out
+
+
+def _softmax_variants(n_rows, cols, dtype):
+    """(variant, config overrides) beyond the shipped config, for one shape."""
+    shipped = softmax._softmax_config(n_rows, cols, dtype)
+    if cols <= SINGLE_MAX:
+        block = triton.next_power_of_2(cols)
+        out = []
+        for tile, warps in ((2048, 4), (4096, 4), (4096, 8), (8192, 4), (16384, 8), (16384, 16)):
+            rows = max(1, tile // block)
+            if rows * block == tile:
+                out.append(("tiled", {"ROWS": rows, "num_warps": warps}))
+        out.append(("tiled", {"EVICT": False}))
+        warps = shipped["num_warps"]
+        for over in ({"NUM_STAGES": 1}, {"NUM_STAGES": 3},
+                     {"programs_per_sm": max(1, 16 // warps)}, {"programs_per_sm": 64 // warps}):
+            out.append(("persistent", over))
+        return out
+    out = []
+    # programs_per_sm None: sized by L2 (softmax.looped_grid)
+    for block, warps, per_sm, stages in ((4096, 16, 1, 1), (4096, 16, 2, 1), (4096, 16, None, 2),
+                                         (2048, 8, None, 1), (2048, 8, 4, 1), (8192, 16, None, 1),
+                                         (4096, 8, None, 1)):
+        out.append(("looped", {"BLOCK_N": block, "num_warps": warps, "programs_per_sm": per_sm,
+                               "NUM_STAGES": stages}))
+    out.append(("looped", {"EVICT": False}))
+    return out
+
+
+def phase_softmax(sw):
+    for dtype in SWEPT_DTYPES:
+        for cols in COLS:
+            case, x, out = _softmax_case(sw, dtype, cols)
+            for variant, over in _softmax_variants(x.shape[0], cols, dtype):
+                launcher = softmax.softmax_persistent if variant == "persistent" \
+                    else softmax.softmax
+                if SMOKE and "BLOCK_N" in over:
+                    over = {**over, "BLOCK_N": 64}
+                sw.run(case, variant, over,
+                       lambda f=launcher, c=over: f(x, out=out, config=c), [out])
+            del x, out
+
+
+def phase_layernorm(sw):
+    dtype = torch.float16
+    for cols in COLS:
+        case, x, w, b, y = _layernorm_case(sw, dtype, cols)
+        if cols <= SINGLE_MAX:
+            block = triton.next_power_of_2(cols)
+            fwd = [{"ROWS": max(1, t // block), "num_warps": wp}
+                   for t, wp in ((4096, 4), (4096, 8), (16384, 16)) if t >= block]
+            fwd.append({"EVICT": False})
+        else:
+            fwd = [{"BLOCK_N": bn, "num_warps": wp, "programs_per_sm": p}
+                   for bn, wp, p in ((4096, 16, 1), (8192, 16, 1), (2048, 8, 2), (4096, 8, 4))]
+            fwd.append({"EVICT": False})
+        for over in fwd:
+            if SMOKE and "BLOCK_N" in over:
+                over = {**over, "BLOCK_N": 64}
+            sw.run(case, "forward", over,
+                   lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
+        del x, w, b, y
+        case, args, outs = _layernorm_bwd_case(sw, dtype, cols)
+        dx, dw, db = outs
+        if cols <= layernorm.FUSED_BWD_MAX_COLS:
+            block = triton.next_power_of_2(cols)
+            bwd = [{"ROWS": max(1, t // block), "num_warps": wp, "programs_per_sm": p}
+                   for t, wp, p in ((2048, 4, 4), (4096, 8, 1), (8192, 16, 1)) if t >= block]
+            bwd.append({"BLOCK_N": 1024 if not SMOKE else 32, "ROWS": 4})  # split, for comparison
+        else:
+            bwd = [{"BLOCK_N": bn, "ROWS": r, "rows_per_chunk": rpc, "num_warps": wp}
+                   for bn, r, rpc, wp in ((512, 8, 64, 8), (2048, 2, 64, 8), (1024, 4, 128, 8),
+                                          (1024, 4, 32, 8), (1024, 8, 64, 16))]
+            bwd.append({"SUMS_BLOCK_N": 8192, "sums_num_warps": 16})
+        for over in bwd:
+            if SMOKE and "BLOCK_N" in over:
+                over = {**over, "BLOCK_N": 32}
+            sw.run(case, "backward", over,
+                   lambda c=over: layernorm.layernorm_backward(*args, dx=dx, dw=dw, db=db,
+                                                               config=c), outs)
+        del args, outs, dx, dw, db
+
+
+def phase_fused(sw):
+    for dtype in SWEPT_DTYPES:
+        case, (a, b, c), out = _add_mul_case(sw, dtype)
+        n = a.numel()
+        kernel = fused._add_mul_kernel.fn
+        for cfg in vector_add.elementwise_configs():
+            block = cfg.kwargs["BLOCK_SIZE"]
+            sw.run(case, "tiled", cfg,
+                   lambda bs=block, w=cfg.num_warps: kernel[(triton.cdiv(n, bs),)](
+                       a, b, c, out, n, 1, 1, 1, 1, BLOCK_SIZE=bs, num_warps=w), [out])
+        del a, b, c, out
+        case, (x, bias, res), out = _bias_gelu_case(sw, dtype)
+        m, n = x.shape
+        kernel = fused._bias_gelu_residual_kernel.fn
+        for cfg in fused._bias_gelu_residual_configs():
+            bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
+            sw.run(case, "tiled", cfg,
+                   lambda bm=bm, bn=bn, w=cfg.num_warps: kernel[(triton.cdiv(m, bm),
+                                                                 triton.cdiv(n, bn))](
+                       x, bias, res, out, m, n, n, n, n, BLOCK_M=bm, BLOCK_N=bn, num_warps=w),
+                   [out])
+        del x, bias, res, out
+
+
+# --- report ----------------------------------------------------------------------------------
+
+def report(sw) -> None:
+    print("\n" + "=" * 118)
+    dev = "interpreter (smoke)" if SMOKE else torch.cuda.get_device_name()
+    print(f"sweep_memory: {dev}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"{time.time() - sw.t0:.0f} s, {sw.skipped} measurement(s) skipped over budget")
+    print(f"{'kernel':<20} {'shape':>13} {'dtype':<8} {'variant':<18} {'ms':>8} {'GB/s':>6} "
+          f"{'xtorch':>6} {'max_err':>8} {'status':<6} config")
+    best = {}
+    for i, r in enumerate(sw.rows):
+        if r["variant"] != "torch" and r["status"] == "ok" and r["ms"]:
+            key = (r["kernel"], tuple(r["shape"]), r["dtype"])
+            if key not in best or r["ms"] < sw.rows[best[key]]["ms"]:
+                best[key] = i
+    starred = set(best.values())
+    for i, r in enumerate(sw.rows):
+        print(("* " if i in starred else "  ") + _line(r))
+    for r in sw.rows:
+        r["best"] = False
+    for i in starred:
+        sw.rows[i]["best"] = True
+    # The layernorm forward perf test checks the geometric mean of default speedups per dtype.
+    for dtype in DTYPES:
+        xs = [r["x_torch"] for r in sw.rows if r["kernel"] == "layernorm_fwd"
+              and r["dtype"] == _dt(dtype) and r["variant"] == "default" and r["x_torch"]]
+        if xs:
+            gm = math.exp(sum(math.log(v) for v in xs) / len(xs))
+            print(f"layernorm_fwd default geomean speedup, {_dt(dtype)}: {gm:.3f} over {len(xs)}")
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        path = Path(out_dir) / "sweep_memory.json"
+        info = {"device": dev, "torch": torch.__version__, "triton": triton.__version__,
+                "seconds": round(time.time() - sw.t0, 1), "skipped": sw.skipped}
+        path.write_text(json.dumps({"info": info, "rows": sw.rows}, indent=1))
+        print(f"wrote {path}")
+
+
+def main() -> None:
+    sw = Sweep(ARGS.budget)
+    for name in PHASES:
+        if name not in ARGS.phases:
+            continue
+        print(f"--- {name} ({time.time() - sw.t0:.0f} s)", flush=True)
+        try:
+            globals()[f"phase_{name}"](sw)
+        except Exception as exc:  # noqa: BLE001 - a broken phase must not lose the others
+            print(f"phase {name} failed: {_short(exc)}", flush=True)
+        if DEVICE.type == "cuda":
+            torch.cuda.empty_cache()
+    report(sw)
+
+
+if __name__ == "__main__":
+    main()

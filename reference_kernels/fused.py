@@ -1,0 +1,188 @@
+"""Elementwise fusion: chains that torch runs as several kernels, in one pass over memory.
+
+- `add_mul(a, b, c)` = (a + b) * c. torch: an add and a mul, 2 kernels, 6 tensor-sized
+  transfers (read a, b; write t; read t, c; write out); fused: 4 (read a, b, c; write out).
+- `bias_gelu_residual(x, bias, residual)` = gelu(x + bias) + residual, exact (erf) GELU, bias
+  broadcast over the rows: the epilogue of a transformer MLP. torch: add, gelu, add, 3 kernels,
+  7 transfers (read x, write t; read t, write g; read g, residual, write out); fused: 3.
+
+Each reference is the unfused torch sequence, which is also the perf tests' baseline. float32,
+float16 and bfloat16; computed in float32 and rounded once at the end.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from pytest_triton import autotune_configs
+
+from .softmax import row_view
+from .vector_add import DTYPES, INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
+
+
+@triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),
+                 key=["n_elements"])
+@triton.jit
+def _add_mul_kernel(
+    a_ptr,  # *in* n_elements, element stride stride_a
+    b_ptr,  # *in* n_elements, element stride stride_b
+    c_ptr,  # *in* n_elements, element stride stride_c
+    out_ptr,  # *out* n_elements, element stride stride_out
+    n_elements,  # number of elements
+    stride_a,  # 1 when contiguous: Triton then specialises the loads to 16-byte vectors
+    stride_b,
+    stride_c,
+    stride_out,
+    BLOCK_SIZE: tl.constexpr,  # elements per program
+):
+    # The tile's start in int64 on the scalar base pointers, as in vector_add.
+    start = tl.program_id(0).to(tl.int64) * BLOCK_SIZE
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_elements - start
+    a = tl.load(a_ptr + start * stride_a + offs * stride_a, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + start * stride_b + offs * stride_b, mask=mask).to(tl.float32)
+    c = tl.load(c_ptr + start * stride_c + offs * stride_c, mask=mask).to(tl.float32)
+    tl.store(out_ptr + start * stride_out + offs * stride_out,
+             ((a + b) * c).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _bias_gelu_residual_configs() -> list[triton.Config]:
+    """2-D tiles of 4096-8192 elements, as elementwise_configs (same streaming reasoning),
+    shaped so that a row segment is 512-2048 columns: whole 16-byte vectors and whole 128-byte
+    lines per row, and the bias segment loaded once per tile and reused by every row in it."""
+    return [
+        triton.Config({"BLOCK_M": 8, "BLOCK_N": 512}, num_warps=4),
+        triton.Config({"BLOCK_M": 4, "BLOCK_N": 1024}, num_warps=4),
+        triton.Config({"BLOCK_M": 8, "BLOCK_N": 1024}, num_warps=8),
+        triton.Config({"BLOCK_M": 4, "BLOCK_N": 2048}, num_warps=8),
+    ]
+
+
+# Under the interpreter: tiles small enough that the tests' odd shapes cross tile edges.
+_BIAS_GELU_INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 64}, num_warps=4)
+
+
+@triton.autotune(configs=autotune_configs(_bias_gelu_residual_configs(),
+                                          interpreter=_BIAS_GELU_INTERPRETER_CONFIG),
+                 key=["n_rows", "n_cols"])
+@triton.jit
+def _bias_gelu_residual_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    bias_ptr,  # *in* n_cols
+    res_ptr,  # *in* n_rows x n_cols, row stride stride_rm, columns contiguous
+    out_ptr,  # *out* n_rows x n_cols, row stride stride_om, columns contiguous
+    n_rows,  # number of rows
+    n_cols,  # row width
+    stride_xm,  # elements between rows of x
+    stride_rm,  # elements between rows of residual
+    stride_om,  # elements between rows of out
+    BLOCK_M: tl.constexpr,  # rows per tile
+    BLOCK_N: tl.constexpr,  # columns per tile
+):
+    # 2-D tiles rather than one flat index: the bias column is then a tile coordinate, not a
+    # per-element modulo (an integer division per element, which would cost more than the
+    # memory traffic at HBM speed).
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_in = cols < n_cols
+    mask = (rows < n_rows)[:, None] & col_in[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask).to(tl.float32)
+    bias = tl.load(bias_ptr + cols, mask=col_in).to(tl.float32)
+    res = tl.load(res_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask).to(tl.float32)
+    t = x + bias[None, :]
+    gelu = 0.5 * t * (1.0 + tl.erf(t * 0.7071067811865476))  # exact GELU: t * Phi(t)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :],
+             (gelu + res).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def add_mul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """(a + b) * c in one pass. Operands of one shape and dtype: contiguous, or 1-D strided."""
+    (af, bf, cf), of, out = elementwise_operands("add_mul", out, a=a, b=b, c=c)
+    n = af.numel()
+    if n:
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)  # noqa: E731
+        _add_mul_kernel[grid](af, bf, cf, of, n, af.stride(0), bf.stride(0), cf.stride(0),
+                              of.stride(0))
+    return out
+
+
+def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, *,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """gelu(x + bias) + residual (exact GELU) in one pass; bias has x's last dimension, rows of
+    x, residual and out may have any row stride."""
+    where = "bias_gelu_residual"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in DTYPES:
+        raise TypeError(f"{where}: dtype {x.dtype} is not supported; expected one of "
+                        f"{', '.join(str(d) for d in DTYPES)}")
+    if x.dim() == 0:
+        raise ValueError(f"{where}: x must have at least one dimension")
+    for name, t, shape in (("residual", residual, x.shape), ("bias", bias, x.shape[-1:])):
+        if not isinstance(t, torch.Tensor) or t.shape != shape or t.dtype != x.dtype \
+                or t.device != x.device:
+            raise ValueError(f"{where}: {name} must be a {tuple(shape)} {x.dtype} tensor on "
+                             f"{x.device}, got {getattr(t, 'shape', type(t).__name__)} "
+                             f"{getattr(t, 'dtype', '')}")
+    if not bias.is_contiguous():
+        raise ValueError(f"{where}: bias must be contiguous")
+    if out is None:
+        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    elif out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"{where}: out must be {tuple(x.shape)} {x.dtype} on {x.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    x2, r2, o2 = (row_view(n, t, where) for n, t in (("x", x), ("residual", residual),
+                                                     ("out", out)))
+    n_rows, n_cols = x2.shape
+    if n_rows and n_cols:
+        grid = lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]),  # noqa: E731
+                             triton.cdiv(n_cols, meta["BLOCK_N"]))
+        _bias_gelu_residual_kernel[grid](x2, bias, r2, o2, n_rows, n_cols, x2.stride(0),
+                                         r2.stride(0), o2.stride(0))
+    return out
+
+
+def add_mul_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The unfused torch sequence: an add, then a mul (in float64 if given float64)."""
+    return torch.mul(torch.add(a, b), c)
+
+
+def bias_gelu_residual_reference(x: torch.Tensor, bias: torch.Tensor,
+                                 residual: torch.Tensor) -> torch.Tensor:
+    """The unfused torch sequence: add the bias, exact GELU, add the residual."""
+    return torch.add(torch.nn.functional.gelu(torch.add(x, bias)), residual)
+
+
+# The best speedup fusion can give over the unfused torch sequence when both run at the same
+# bandwidth: the ratio of their transfers (module docstring).
+ADD_MUL_IDEAL_SPEEDUP = 6 / 4
+BIAS_GELU_RESIDUAL_IDEAL_SPEEDUP = 7 / 3
+
+
+def add_mul_bytes(a: torch.Tensor) -> int:
+    # read a, b, c once; write out once
+    return 4 * a.numel() * a.element_size()
+
+
+def bias_gelu_residual_bytes(x: torch.Tensor) -> int:
+    # read x, residual once and bias (one row); write out once
+    return (3 * x.numel() + x.shape[-1]) * x.element_size()
+
+
+def add_mul_inputs(make_tensor, n: int, *, dtype: torch.dtype = torch.float32, **kwargs):
+    """(a, b, c): three 1-D operands of n elements (keyword arguments go to make_tensor)."""
+    return tuple(make_tensor(n, dtype, **kwargs) for _ in range(3))
+
+
+def bias_gelu_residual_inputs(make_tensor, n_rows: int, n_cols: int, *,
+                              dtype: torch.dtype = torch.float32, **kwargs):
+    """(x, bias, residual): x and residual n_rows x n_cols (keyword arguments go to make_tensor
+    for both), bias (n_cols,) standard normal."""
+    x = make_tensor((n_rows, n_cols), dtype, **kwargs)
+    bias = make_tensor(n_cols, dtype)
+    residual = make_tensor((n_rows, n_cols), dtype, **kwargs)
+    return x, bias, residual
+

@@ -1,0 +1,486 @@
+"""LayerNorm over the last dimension, forward and backward, with weight, bias and eps.
+
+float32, float16 and bfloat16 in and out (weight and bias in x's dtype); statistics, sums and
+the dw/db partial sums in float32. The forward returns (y, mean, rstd), float32 mean and 1/std
+per row, which the backward reuses. `layer_norm(x, w, b, eps)` ties both into autograd.
+
+Forward: rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers (several rows per
+program when narrow); wider rows take a looped path: a first pass of per-lane Welford updates
+(stable for any mean) and a second pass that normalises, meant to find the row in L2.
+
+Backward, deterministic (no atomics): each program owns a contiguous chunk of rows and one block
+of columns, accumulates dw and db for its columns in float32 registers and writes one row of a
+[n_chunks, n_cols] partial buffer; a small kernel then sums the partials in a fixed order. Rows
+up to FUSED_BWD_MAX_COLS wide fit one block, so the row sums that dx needs are taken in place;
+wider rows get those sums from a first, looped kernel and are then cut into column blocks.
+
+RMSNorm is not here: it would need its own branches in every kernel and test.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .softmax import looped_grid, row_view
+from .vector_add import device_size, with_overrides
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+# Forward: a row in fp32 registers, 32 values per thread at 16 warps for 16K columns.
+SINGLE_PASS_MAX_COLS = 16384
+# Backward: five row-wide fp32 values per column (x, dy, w, and the dw, db accumulators); at
+# 8K columns and 16 warps that is 80 registers per thread, at 16K it would spill.
+FUSED_BWD_MAX_COLS = 8192
+
+
+@triton.jit
+def _layernorm_fwd_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    w_ptr,  # *in* n_cols
+    b_ptr,  # *in* n_cols
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    mean_ptr,  # *out* n_rows, float32
+    rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
+    n_rows,  # number of rows
+    n_cols,  # row width, <= BLOCK_N
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    eps,  # added to the variance
+    BLOCK_N: tl.constexpr,  # power of two >= n_cols: a whole row in one block
+    ROWS: tl.constexpr,  # rows per tile
+    EVICT: tl.constexpr,  # True: mark x evict_first (read once), w and b evict_last (every row)
+):
+    cols = tl.arange(0, BLOCK_N)
+    col_in = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+    n_tiles = tl.cdiv(n_rows, ROWS)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        rows = tl.cast(tile, tl.int64) * ROWS + tl.arange(0, ROWS)
+        row_in = rows < n_rows
+        mask = row_in[:, None] & col_in[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0,
+                    eviction_policy="evict_first" if EVICT else "").to(tl.float32)
+        mean = tl.sum(x, axis=1) / n_cols
+        # Two passes over registers (mean, then squared deviations): no cancellation.
+        xc = tl.where(mask, x - mean[:, None], 0.0)
+        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+        y = xc * rstd[:, None] * w[None, :] + b[None, :]
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty),
+                 mask=mask)
+        tl.store(mean_ptr + rows, mean, mask=row_in)
+        tl.store(rstd_ptr + rows, rstd, mask=row_in)
+
+
+@triton.jit
+def _layernorm_fwd_looped_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    w_ptr,  # *in* n_cols
+    b_ptr,  # *in* n_cols
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    mean_ptr,  # *out* n_rows, float32
+    rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
+    n_rows,  # number of rows
+    n_cols,  # row width, any size
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    eps,  # added to the variance
+    BLOCK_N: tl.constexpr,  # columns per step of the loops over a row
+    EVICT: tl.constexpr,  # True: first pass keeps the row in L2 (evict_last), second frees it
+):
+    cols = tl.arange(0, BLOCK_N)
+    # Lane c sees column c + i * BLOCK_N for each step i that stays inside the row.
+    count = ((n_cols - cols + BLOCK_N - 1) // BLOCK_N).to(tl.float32)
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        x_row = x_ptr + tl.cast(row, tl.int64) * stride_xm
+        y_row = y_ptr + tl.cast(row, tl.int64) * stride_ym
+        # Pass 1: Welford per lane. Every lane inside the row has seen i + 1 values at step i,
+        # so the update's 1 / count is one scalar division per step, not one per element.
+        mean_l = tl.zeros([BLOCK_N], tl.float32)
+        m2_l = tl.zeros([BLOCK_N], tl.float32)
+        for i in tl.range(0, tl.cdiv(n_cols, BLOCK_N)):
+            offs = i * BLOCK_N + cols
+            inside = offs < n_cols
+            x = tl.load(x_row + offs, mask=inside, other=0.0,
+                        eviction_policy="evict_last" if EVICT else "").to(tl.float32)
+            delta = x - mean_l
+            mean_l += tl.where(inside, delta * (1.0 / (i + 1)), 0.0)
+            m2_l += tl.where(inside, delta * (x - mean_l), 0.0)
+        # Merge the lanes (Chan et al.'s pairwise formula, all lanes at once).
+        mean = tl.sum(count * mean_l, axis=0) / n_cols
+        dev = mean_l - mean
+        var = tl.sum(m2_l + count * dev * dev, axis=0) / n_cols
+        rstd = tl.rsqrt(var + eps)
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, rstd)
+        # Pass 2: normalise, last block first (the likeliest still in L2; see softmax's looped
+        # kernel). y is written once and never read back: evict_first.
+        for i in tl.range(0, tl.cdiv(n_cols, BLOCK_N)):
+            offs = (tl.cdiv(n_cols, BLOCK_N) - 1 - i) * BLOCK_N + cols
+            inside = offs < n_cols
+            x = tl.load(x_row + offs, mask=inside, other=0.0,
+                        eviction_policy="evict_first" if EVICT else "").to(tl.float32)
+            w = tl.load(w_ptr + offs, mask=inside, other=0.0,
+                        eviction_policy="evict_last" if EVICT else "").to(tl.float32)
+            b = tl.load(b_ptr + offs, mask=inside, other=0.0,
+                        eviction_policy="evict_last" if EVICT else "").to(tl.float32)
+            y = (x - mean) * rstd * w + b
+            tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=inside,
+                     eviction_policy="evict_first" if EVICT else "")
+
+
+@triton.jit
+def _layernorm_bwd_row_sums_kernel(
+    dy_ptr,  # *in* n_rows x n_cols, row stride stride_dym, columns contiguous
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    w_ptr,  # *in* n_cols
+    mean_ptr,  # *in* n_rows, float32
+    rstd_ptr,  # *in* n_rows, float32
+    c1_ptr,  # *out* n_rows, float32: mean over the row of xhat * w * dy
+    c2_ptr,  # *out* n_rows, float32: mean over the row of w * dy
+    n_rows,  # number of rows
+    n_cols,  # row width, any size
+    stride_dym,  # elements between rows of dy
+    stride_xm,  # elements between rows of x
+    BLOCK_N: tl.constexpr,  # columns per step of the loop over a row
+):
+    cols = tl.arange(0, BLOCK_N)
+    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
+        mean = tl.load(mean_ptr + row)
+        rstd = tl.load(rstd_ptr + row)
+        acc1 = tl.zeros([BLOCK_N], tl.float32)
+        acc2 = tl.zeros([BLOCK_N], tl.float32)
+        for start in tl.range(0, n_cols, BLOCK_N):
+            offs = start + cols
+            inside = offs < n_cols
+            x = tl.load(x_ptr + tl.cast(row, tl.int64) * stride_xm + offs, mask=inside,
+                        other=0.0).to(tl.float32)
+            dy = tl.load(dy_ptr + tl.cast(row, tl.int64) * stride_dym + offs, mask=inside,
+                         other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + offs, mask=inside, other=0.0).to(tl.float32)
+            wdy = w * dy
+            acc1 += tl.where(inside, (x - mean) * rstd, 0.0) * wdy
+            acc2 += wdy
+        tl.store(c1_ptr + row, tl.sum(acc1, axis=0) / n_cols)
+        tl.store(c2_ptr + row, tl.sum(acc2, axis=0) / n_cols)
+
+
+@triton.jit
+def _layernorm_bwd_kernel(
+    dy_ptr,  # *in* n_rows x n_cols, row stride stride_dym, columns contiguous
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    w_ptr,  # *in* n_cols
+    mean_ptr,  # *in* n_rows, float32
+    rstd_ptr,  # *in* n_rows, float32
+    c1_ptr,  # *in* n_rows, float32, from the row-sums kernel (read only if ROW_SUMS_GIVEN)
+    c2_ptr,  # *in* n_rows, float32, likewise
+    dx_ptr,  # *out* n_rows x n_cols, row stride stride_dxm, columns contiguous
+    dw_part_ptr,  # *out* n_chunks x n_cols, float32: this chunk's sum of dy * xhat
+    db_part_ptr,  # *out* n_chunks x n_cols, float32: this chunk's sum of dy
+    n_rows,  # number of rows
+    n_cols,  # row width
+    stride_dym,  # elements between rows of dy
+    stride_xm,  # elements between rows of x
+    stride_dxm,  # elements between rows of dx
+    rows_per_chunk,  # rows each program owns (a multiple of ROWS)
+    BLOCK_N: tl.constexpr,  # columns per program; >= n_cols unless ROW_SUMS_GIVEN
+    ROWS: tl.constexpr,  # rows per step of the loop over the chunk
+    ROW_SUMS_GIVEN: tl.constexpr,  # False: the block holds whole rows; take the sums here
+):
+    chunk = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_in = cols < n_cols
+    w = tl.load(w_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+    # Accumulated per (row lane, column) and summed over the row lanes once, at the end.
+    dw_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
+    db_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
+    first = chunk * rows_per_chunk
+    for r0 in tl.range(first, tl.minimum(first + rows_per_chunk, n_rows), ROWS):
+        rows = tl.cast(r0, tl.int64) + tl.arange(0, ROWS)
+        row_in = rows < n_rows
+        mask = row_in[:, None] & col_in[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask,
+                    other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask,
+                     other=0.0).to(tl.float32)
+        mean = tl.load(mean_ptr + rows, mask=row_in, other=0.0)
+        rstd = tl.load(rstd_ptr + rows, mask=row_in, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        wdy = w[None, :] * dy
+        if ROW_SUMS_GIVEN:
+            c1 = tl.load(c1_ptr + rows, mask=row_in, other=0.0)
+            c2 = tl.load(c2_ptr + rows, mask=row_in, other=0.0)
+        else:
+            c1 = tl.sum(xhat * wdy, axis=1) / n_cols
+            c2 = tl.sum(wdy, axis=1) / n_cols
+        dx = (wdy - (xhat * c1[:, None] + c2[:, None])) * rstd[:, None]
+        tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :],
+                 dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw_acc += dy * xhat
+        db_acc += dy
+    part = tl.cast(chunk, tl.int64) * n_cols + cols
+    tl.store(dw_part_ptr + part, tl.sum(dw_acc, axis=0), mask=col_in)
+    tl.store(db_part_ptr + part, tl.sum(db_acc, axis=0), mask=col_in)
+
+
+@triton.jit
+def _layernorm_bwd_dwdb_kernel(
+    dw_part_ptr,  # *in* n_chunks x n_cols, float32
+    db_part_ptr,  # *in* n_chunks x n_cols, float32
+    dw_ptr,  # *out* n_cols
+    db_ptr,  # *out* n_cols
+    n_chunks,  # rows of the partial buffers
+    n_cols,  # row width
+    BLOCK_M: tl.constexpr,  # partial rows per step
+    BLOCK_N: tl.constexpr,  # columns per program
+):
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_in = cols < n_cols
+    dw = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    db = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for r0 in tl.range(0, n_chunks, BLOCK_M):
+        rows = r0 + tl.arange(0, BLOCK_M)
+        mask = (rows < n_chunks)[:, None] & col_in[None, :]
+        offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        dw += tl.load(dw_part_ptr + offs, mask=mask, other=0.0)
+        db += tl.load(db_part_ptr + offs, mask=mask, other=0.0)
+    tl.store(dw_ptr + cols, tl.sum(dw, axis=0).to(dw_ptr.dtype.element_ty), mask=col_in)
+    tl.store(db_ptr + cols, tl.sum(db, axis=0).to(db_ptr.dtype.element_ty), mask=col_in)
+
+
+def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+    """Forward launch parameters; `BLOCK_N < n_cols` selects the looped path.
+
+    The same shapes as softmax's (reference_kernels.softmax._softmax_config), whose reasons
+    carry over: a row-wise read-once, write-once kernel with one extra row-wide operand pair
+    (w, b) loaded once per program. Tiles of ~8192 elements, 8 warps (16 at 16K columns);
+    looped rows in 4096-column steps over 16 warps (Welford keeps 5 values per column live:
+    8 columns per thread), on a grid whose rows in flight fit in half of L2
+    (softmax.looped_grid), for the second pass.
+    """
+    block = triton.next_power_of_2(max(n_cols, 1))
+    if block <= SINGLE_PASS_MAX_COLS:
+        rows = max(1, min(8192 // block, triton.next_power_of_2(max(n_rows, 1))))
+        tile = rows * block
+        num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
+        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "EVICT": True,
+                "programs_per_sm": None}
+    return {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True, "programs_per_sm": None}
+
+
+def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+    """Backward launch parameters; `BLOCK_N < n_cols` selects the split path (row sums first).
+
+    Whole rows (up to FUSED_BWD_MAX_COLS): tiles of ~4096 elements (five fp32 values per
+    element live at once), one chunk of rows per program on 2 programs per SM, so the partial
+    buffer has 2 x SMs rows: ~1 MB at 1K columns, next to 256 MB of x.
+    Wider rows: 1024-column blocks over chunks of rows_per_chunk=64 rows, which keeps the
+    partial buffer at 1/64 of the rows (its write and read cost ~3% of the traffic) while
+    giving every SM many programs; the row sums loop in 4096-column steps.
+    """
+    block = triton.next_power_of_2(max(n_cols, 1))
+    if block <= FUSED_BWD_MAX_COLS:
+        rows = max(1, min(4096 // block, triton.next_power_of_2(max(n_rows, 1))))
+        tile = rows * block
+        num_warps = 4 if tile <= 1024 else 8 if tile <= 4096 else 16
+        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "programs_per_sm": 2,
+                "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8}
+    return {"BLOCK_N": 1024, "ROWS": 4, "num_warps": 8, "programs_per_sm": 2,
+            "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8}
+
+
+def _check(where: str, x: torch.Tensor, **vectors: torch.Tensor) -> None:
+    """x: (..., n) in a supported dtype; each of `vectors`: contiguous (n,), like x."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in DTYPES:
+        raise TypeError(f"{where}: dtype {x.dtype} is not supported; expected one of "
+                        f"{', '.join(str(d) for d in DTYPES)}")
+    if x.dim() == 0:
+        raise ValueError(f"{where}: x must have at least one dimension")
+    n = x.shape[-1]
+    if n == 0:
+        raise ValueError(f"{where}: x's last dimension is empty: no mean or variance to take")
+    for name, v in vectors.items():
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(v).__name__}")
+        if v.shape != (n,) or not v.is_contiguous():
+            raise ValueError(f"{where}: {name} must be a contiguous ({n},) tensor (x's last "
+                             f"dimension), got shape {tuple(v.shape)}, strides {v.stride()}")
+        if v.dtype != x.dtype or v.device != x.device:
+            raise TypeError(f"{where}: {name} must be {x.dtype} on {x.device} like x, got "
+                            f"{v.dtype} on {v.device}")
+
+
+def _out(name: str, given: torch.Tensor | None, shape, dtype, device, where: str) -> torch.Tensor:
+    if given is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
+        raise ValueError(f"{where}: {name} must be {tuple(shape)} {dtype} on {device}, got "
+                         f"{tuple(given.shape)} {given.dtype} on {given.device}")
+    return given
+
+
+def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5, *,
+              out: torch.Tensor | None = None, config: dict | None = None):
+    """LayerNorm of x over its last dimension: returns (y, mean, rstd).
+
+    mean and rstd = 1 / sqrt(var + eps) are float32, one per row (shape x.shape[:-1]), as
+    layernorm_backward takes them. config: overrides of _layernorm_config's launch parameters
+    (BLOCK_N, ROWS, num_warps, EVICT, programs_per_sm), for tuning sweeps; BLOCK_N below the
+    row width forces the looped path.
+    """
+    where = "layernorm"
+    _check(where, x, weight=weight, bias=bias)
+    if not eps >= 0:
+        raise ValueError(f"{where}: eps={eps!r} must be >= 0")
+    y = _out("out", out, x.shape, x.dtype, x.device, where)
+    x2, y2 = row_view("x", x, where), row_view("out", y, where)
+    n_rows, n_cols = x2.shape
+    mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    if n_rows == 0:
+        return y, mean, rstd
+    cfg = with_overrides(_layernorm_config(n_rows, n_cols, x.dtype), config, where,
+                         powers_of_two=("BLOCK_N", "ROWS"))
+    args = (x2, weight, bias, y2, mean, rstd, n_rows, n_cols, x2.stride(0), y2.stride(0), eps)
+    if cfg["BLOCK_N"] >= n_cols:
+        grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
+        _layernorm_fwd_kernel[grid](*args, BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"],
+                                    EVICT=cfg["EVICT"], num_warps=cfg["num_warps"])
+    else:
+        grid = (looped_grid(n_rows, n_cols * x.element_size(), x.device,
+                            cfg["programs_per_sm"]),)
+        _layernorm_fwd_looped_kernel[grid](*args, BLOCK_N=cfg["BLOCK_N"], EVICT=cfg["EVICT"],
+                                           num_warps=cfg["num_warps"])
+    return y, mean, rstd
+
+
+def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                       mean: torch.Tensor, rstd: torch.Tensor, *, dx: torch.Tensor | None = None,
+                       dw: torch.Tensor | None = None, db: torch.Tensor | None = None,
+                       config: dict | None = None):
+    """Gradients (dx, dw, db) of LayerNorm, given dy and the forward's x, weight, mean, rstd.
+
+    config: overrides of _layernorm_bwd_config's launch parameters, for tuning sweeps.
+    """
+    where = "layernorm_backward"
+    _check(where, x, weight=weight)
+    if not isinstance(dy, torch.Tensor) or dy.shape != x.shape or dy.dtype != x.dtype \
+            or dy.device != x.device:
+        raise ValueError(f"{where}: dy must be like x ({tuple(x.shape)} {x.dtype} on {x.device})")
+    for name, s in (("mean", mean), ("rstd", rstd)):
+        if not isinstance(s, torch.Tensor) or s.shape != x.shape[:-1] \
+                or s.dtype != torch.float32 or s.device != x.device or not s.is_contiguous():
+            raise ValueError(f"{where}: {name} must be a contiguous float32 tensor of shape "
+                             f"{tuple(x.shape[:-1])} on {x.device}, as layernorm returns it")
+    dx = _out("dx", dx, x.shape, x.dtype, x.device, where)
+    dw = _out("dw", dw, weight.shape, weight.dtype, x.device, where)
+    db = _out("db", db, weight.shape, weight.dtype, x.device, where)
+    x2, dy2, dx2 = row_view("x", x, where), row_view("dy", dy, where), row_view("dx", dx, where)
+    n_rows, n_cols = x2.shape
+    if n_rows == 0:
+        dw.zero_()
+        db.zero_()
+        return dx, dw, db
+    cfg = with_overrides(_layernorm_bwd_config(n_rows, n_cols, x.dtype), config, where,
+                         powers_of_two=("BLOCK_N", "ROWS", "SUMS_BLOCK_N"))
+    rows = cfg["ROWS"]
+    whole_rows = cfg["BLOCK_N"] >= n_cols
+    if whole_rows:
+        # One chunk per program of a grid of programs_per_sm x SMs.
+        n_chunks = min(triton.cdiv(n_rows, rows),
+                       cfg["programs_per_sm"] * device_size(x.device)[0])
+        rows_per_chunk = triton.cdiv(triton.cdiv(n_rows, n_chunks), rows) * rows
+    else:
+        rows_per_chunk = triton.cdiv(cfg["rows_per_chunk"], rows) * rows
+    n_chunks = triton.cdiv(n_rows, rows_per_chunk)
+    mean1, rstd1 = mean.reshape(-1), rstd.reshape(-1)
+    if whole_rows:
+        c1 = c2 = mean1  # not read
+    else:
+        c1 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        c2 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+        _layernorm_bwd_row_sums_kernel[(n_rows,)](
+            dy2, x2, weight, mean1, rstd1, c1, c2, n_rows, n_cols, dy2.stride(0), x2.stride(0),
+            BLOCK_N=cfg["SUMS_BLOCK_N"], num_warps=cfg["sums_num_warps"])
+    dw_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
+    db_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
+    grid = (n_chunks, triton.cdiv(n_cols, cfg["BLOCK_N"]))
+    _layernorm_bwd_kernel[grid](
+        dy2, x2, weight, mean1, rstd1, c1, c2, dx2, dw_part, db_part, n_rows, n_cols,
+        dy2.stride(0), x2.stride(0), dx2.stride(0), rows_per_chunk, BLOCK_N=cfg["BLOCK_N"],
+        ROWS=rows, ROW_SUMS_GIVEN=not whole_rows, num_warps=cfg["num_warps"])
+    # 64-column strips (256-byte rows of the partials) give even 1K-wide rows 16 programs;
+    # 32 x 64 values over 2 warps are 32 per thread and accumulator, no spills. Its traffic is
+    # 2 x n_chunks x n_cols x 4 bytes: ~1% of the main kernel's.
+    _layernorm_bwd_dwdb_kernel[(triton.cdiv(n_cols, 64),)](
+        dw_part, db_part, dw, db, n_chunks, n_cols, BLOCK_M=32, BLOCK_N=64, num_warps=2)
+    return dx, dw, db
+
+
+class LayerNormFunction(torch.autograd.Function):
+    """LayerNorm with this module's forward and backward kernels."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        y, mean, rstd = layernorm(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layernorm_backward(dy.contiguous(), x, weight, mean, rstd)
+        return dx, dw, db, None
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float = 1e-5) -> torch.Tensor:
+    """torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps) on these kernels,
+    differentiable in x, weight and bias."""
+    return LayerNormFunction.apply(x, weight, bias, eps)
+
+
+def layernorm_reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                        eps: float = 1e-5):
+    """(y, mean, rstd) from torch: y in x's dtype (float64 if given float64); mean and rstd in
+    float64 if given float64, else float32, like layernorm's."""
+    y = torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    xs = x if x.dtype == torch.float64 else x.float()
+    var, mean = torch.var_mean(xs, dim=-1, unbiased=False)
+    return y, mean, torch.rsqrt(var + eps)
+
+
+def layernorm_backward_reference(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                                 bias: torch.Tensor, eps: float = 1e-5):
+    """(dx, dw, db) from torch autograd, in the inputs' dtype (float64 if given float64)."""
+    x, weight, bias = (t.detach().requires_grad_(True) for t in (x, weight, bias))
+    y = torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps)
+    return torch.autograd.grad(y, (x, weight, bias), dy)
+
+
+def layernorm_bytes(x: torch.Tensor) -> int:
+    # read x, weight, bias once; write y, and mean and rstd (float32, one each per row)
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // max(n_cols, 1)
+    return (2 * x.numel() + 2 * n_cols) * x.element_size() + 2 * n_rows * 4
+
+
+def layernorm_backward_bytes(x: torch.Tensor) -> int:
+    # read x, dy, weight, mean, rstd once; write dx, dw, db once
+    n_cols = x.shape[-1]
+    n_rows = x.numel() // max(n_cols, 1)
+    return (3 * x.numel() + 3 * n_cols) * x.element_size() + 2 * n_rows * 4
+
+
+def layernorm_inputs(make_tensor, n_rows: int, n_cols: int, *, dtype: torch.dtype = torch.float32,
+                     **kwargs):
+    """(x, weight, bias): x n_rows x n_cols (keyword arguments go to make_tensor for x), weight
+    in [0.5, 1.5) so that no column is scaled to ~0, bias standard normal."""
+    x = make_tensor((n_rows, n_cols), dtype, **kwargs)
+    weight = make_tensor(n_cols, dtype, dist="uniform", low=0.5, high=1.5)
+    bias = make_tensor(n_cols, dtype)
+    return x, weight, bias

@@ -1,0 +1,424 @@
+"""Matrix multiply, C = activation(A @ B + bias), fp16 and bf16 in, fp32 accumulation, out in the
+operands' dtype.
+
+One tile per program or persistent, with pointer loads or (on Hopper) TMA tensor descriptors:
+
+- `_matmul_kernel` loads through pointers with masks, so any M, N, K and any strides work (B
+  row-major, or the .T view of an (N, K) tensor).
+- `_matmul_tma_kernel` loads and stores through host-side tensor descriptors
+  (`triton.tools.tensor_descriptor.TensorDescriptor`, Triton >= 3.4): the TMA engine copies whole
+  tiles into shared memory and fills what lies past an edge with zeros, so the kernel has no masks.
+  It needs 16-byte aligned base pointers and row strides and a unit inner stride.
+
+Both walk their tiles in a loop `for tile in range(program_id, n_tiles, n_programs)`: launched with
+one program per tile that is the classic kernel; launched on one program per SM it is persistent.
+Tiles are visited in grouped order (GROUP_M rows of tiles at a time) so that programs running at
+the same time share A and B tiles through L2.
+
+`matmul(a, b)` picks the variant (DEFAULT_VARIANT where the operands allow it) and the tile
+configuration (autotuned per (M, N, K)); `variant=` and `config=` override both, for sweeps.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from pytest_triton import autotune_configs, interpreting
+
+try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # pragma: no cover - older Triton
+    TensorDescriptor = None
+
+DTYPES = (torch.float16, torch.bfloat16)
+ACTIVATIONS = (None, "relu", "gelu")
+VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent")
+
+# The variant `matmul` uses when the operands allow TMA (Hopper or newer, aligned) and when they
+# do not. A best guess until bench/sweep_compute.py has been run on the H100: Triton's persistent
+# TMA matmul is its fastest non-warp-specialised Hopper GEMM (tutorial 09), and persistence pays
+# most where tiles do not divide evenly over 132 SMs (the LLM shapes).
+DEFAULT_VARIANT = "tma_persistent"
+FALLBACK_VARIANT = "pointer"
+
+
+def _matmul_configs() -> list[triton.Config]:
+    """Tile shapes in two groups; `_prune_configs` keeps one group per shape.
+
+    Large M (> 256): 128 x 256 x 64, 3 stages, 8 warps is the wgmma-friendly Hopper tile (two
+    warpgroups of 64 x 256 each; 3 stages x 48 KB of A and B tiles plus a 64 KB epilogue tile fit
+    in the 227 KB of shared memory). 128 x 128 x 64 with 4 stages has half the registers per
+    tile, and 256 x 128 the transposed aspect ratio, for shapes where N is the short side.
+    Small M (<= 256, decode-like): a 128-row tile leaves most of 132 SMs idle (M=128, N=4096 gives
+    32 tiles of 128 x 128), so 64-row tiles with one warpgroup double or quadruple the tile count.
+    """
+    big = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8)]
+    small = [(64, 64, 64, 4, 4), (64, 128, 64, 4, 4)]
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                      num_stages=stages, num_warps=warps, pre_hook=_set_tma_block_shapes)
+        for bm, bn, bk, stages, warps in big + small
+    ]
+
+
+# M at or below which the 64-row tiles are tried instead of the big ones (see _matmul_configs).
+SMALL_M = 256
+
+
+def _prune_configs(configs, named_args, **kwargs):
+    """Keep the big-tile group for M > SMALL_M, the 64-row group otherwise (never empty)."""
+    small = named_args["M"] <= SMALL_M
+    kept = [c for c in configs if (c.kwargs["BLOCK_M"] <= 64) == small]
+    return kept or configs[:1]
+
+
+def _set_tma_block_shapes(nargs: dict) -> None:
+    """Autotuner pre-hook: a host-side descriptor's block shape is the tile of the config run."""
+    if "a_desc" not in nargs:  # the pointer kernel
+        return
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk] if nargs["B_TRANS"] else [bk, bn]
+    nargs["c_desc"].block_shape = [bm, bn]
+
+
+# Under the interpreter: small tiles, so that the tests' odd sizes cross tile edges in M, N and K,
+# and a GROUP_M of 2 so that the grouped order differs from row-major order.
+INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2},
+                                   num_stages=1, num_warps=4, pre_hook=_set_tma_block_shapes)
+
+
+@triton.jit
+def _grouped_tile(
+    tile_id,  # index of the tile in launch order
+    num_pid_m,  # tiles along M
+    num_pid_n,  # tiles along N
+    GROUP_M: tl.constexpr,  # rows of tiles walked together
+):
+    # Column by column through a band of GROUP_M tile rows: the band's A rows and a few B
+    # columns stay in L2 while its tiles run, instead of streaming all of B once per tile row.
+    tiles_per_group = GROUP_M * num_pid_n
+    first_m = (tile_id // tiles_per_group) * GROUP_M
+    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
+    in_group = tile_id % tiles_per_group
+    return first_m + in_group % rows, in_group // rows
+
+
+@triton.jit
+def _epilogue(
+    acc,  # BLOCK_M x BLOCK_N float32 accumulator
+    bias_ptr,  # *in* N, read when HAS_BIAS
+    offs_n,  # BLOCK_N column indices of the tile
+    N,  # columns of C
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
+):
+    # Applied to the fp32 accumulator before the one rounding to the output dtype: fusing here
+    # saves a full read and write of C per elementwise op (vertical fusion).
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    if ACTIVATION == "relu":
+        acc = tl.maximum(acc, 0.0)
+    elif ACTIVATION == "gelu":
+        # The exact (erf) GELU, torch's default, not the tanh approximation.
+        acc = 0.5 * acc * (1.0 + tl.erf(acc * 0.7071067811865476))
+    return acc
+
+
+@triton.jit
+def _matmul_kernel(
+    a_ptr,  # *in* M x K, strides (stride_am, stride_ak)
+    b_ptr,  # *in* K x N, strides (stride_bk, stride_bn): row-major, or an (N, K) tensor's .T
+    c_ptr,  # *out* M x N, strides (stride_cm, stride_cn)
+    bias_ptr,  # *in* N (any dtype), or any pointer when HAS_BIAS is False
+    M,  # rows of A and C
+    N,  # columns of B and C
+    K,  # the reduction length
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    offs_k = tl.arange(0, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_ok = offs_m < M
+        n_ok = offs_n < N
+        # Row and column offsets in int64: operands of 2**31 elements or more stay correct.
+        a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak
+        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :].to(tl.int64) * stride_bn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            # Masks, not index wrapping, on the edges: they keep the loads' contiguity visible
+            # to the compiler, which then issues 16-byte vector loads.
+            k_ok = offs_k < K - k0
+            a = tl.load(a_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            acc = tl.dot(a, b, acc)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+        c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _matmul_tma_kernel(
+    a_desc,  # descriptor of A, M x K row-major, block [BLOCK_M, BLOCK_K]
+    b_desc,  # descriptor of B, K x N row-major, block [BLOCK_K, BLOCK_N]; when B_TRANS, of the
+             # (N, K) row-major tensor whose .T is B, block [BLOCK_N, BLOCK_K]
+    c_desc,  # descriptor of C, M x N row-major, block [BLOCK_M, BLOCK_N]
+    bias_ptr,  # *in* N (any dtype), or any pointer when HAS_BIAS is False
+    M,  # rows of A and C
+    N,  # columns of B and C
+    K,  # the reduction length
+    OPERAND_DTYPE: tl.constexpr,  # the operands' dtype name: descriptors carry no dtype the
+                                  # autotuner can key on, so fp16 and bf16 would share a config
+    B_TRANS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = a_desc.load([off_m, k0])
+            if B_TRANS:
+                b = tl.trans(b_desc.load([off_n, k0]))
+            else:
+                b = b_desc.load([k0, off_n])
+            acc = tl.dot(a, b, acc)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+        # The TMA store clips the rows and columns past M and N.
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+def _autotuned(kernel, key):
+    configs = autotune_configs(_matmul_configs(), interpreter=INTERPRETER_CONFIG)
+    return triton.autotune(configs=configs, key=key,
+                           prune_configs_by={"early_config_prune": _prune_configs})(kernel)
+
+
+# One autotuner per variant, each with its own cache of chosen configs (the best tile of a
+# persistent launch is not that of a one-tile-per-program launch); the persistent and the
+# one-tile-per-program launches of a kernel share its compiled binaries.
+_AUTOTUNED = {
+    "pointer": _autotuned(_matmul_kernel, ["M", "N", "K"]),
+    "pointer_persistent": _autotuned(_matmul_kernel, ["M", "N", "K"]),
+    "tma": _autotuned(_matmul_tma_kernel, ["M", "N", "K", "OPERAND_DTYPE", "B_TRANS"]),
+    "tma_persistent": _autotuned(_matmul_tma_kernel, ["M", "N", "K", "OPERAND_DTYPE", "B_TRANS"]),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    if device.type != "cuda":
+        # The interpreter runs programs one by one; 3 programs (fewer than the tests' tiles, and
+        # not dividing them) make each persistent program loop over an uneven share.
+        return 3
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def tma_available(device: torch.device) -> bool:
+    """Whether this Triton offers host-side tensor descriptors on `device` (Hopper+, or the
+    interpreter)."""
+    if TensorDescriptor is None:
+        return False
+    if device.type != "cuda":
+        return interpreting()
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _tma_layout(t: torch.Tensor) -> str | None:
+    """'rows' if t is row-major as TMA needs it, 'cols' if t.T is, else None."""
+    item = t.element_size()
+    if t.data_ptr() % 16 or min(t.shape) == 0:
+        return None
+    if t.stride(1) == 1 and (t.stride(0) * item) % 16 == 0:
+        return "rows"
+    if t.stride(0) == 1 and (t.stride(1) * item) % 16 == 0:
+        return "cols"
+    return None
+
+
+def _tma_problem(a, b, out) -> str | None:
+    """Why the TMA kernel cannot take these operands, or None when it can (out None: a new
+    row-major output)."""
+    if not tma_available(a.device):
+        return ("this Triton has no host-side tensor descriptors" if TensorDescriptor is None
+                else "TMA needs a Hopper (sm_90) or newer GPU")
+    if _tma_layout(a) != "rows":
+        return "A must be row-major with 16-byte aligned rows and base"
+    if _tma_layout(b) is None:
+        return "B (or B.T) must be row-major with 16-byte aligned rows and base"
+    if out is None:
+        if (b.shape[1] * a.element_size()) % 16:
+            return "the output's rows (N elements) must be a multiple of 16 bytes"
+    elif _tma_layout(out) != "rows":
+        return "out must be row-major with 16-byte aligned rows and base"
+    return None
+
+
+def _check_operands(a, b, bias, activation, out, where: str):
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(f"{where}: {name} must be 2-D, got shape {tuple(t.shape)}")
+    if a.dtype not in DTYPES:
+        raise TypeError(f"{where}: dtype {a.dtype} is not supported; expected one of "
+                        f"{', '.join(str(d) for d in DTYPES)}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"{where}: a and b must have one dtype, got {a.dtype} and {b.dtype}")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"{where}: inner dimensions differ: a is {tuple(a.shape)}, b is "
+                         f"{tuple(b.shape)}")
+    if b.device != a.device:
+        raise ValueError(f"{where}: a and b are on different devices ({a.device}, {b.device})")
+    M, N = a.shape[0], b.shape[1]
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != (N,)
+                             or bias.device != a.device or not bias.dtype.is_floating_point):
+        raise ValueError(f"{where}: bias must be a floating-point tensor of shape ({N},) on "
+                         f"{a.device}, got {bias!r:.80}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{where}: activation={activation!r}; expected one of {ACTIVATIONS}")
+    if out is None:
+        return torch.empty((M, N), dtype=a.dtype, device=a.device)
+    if out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device:
+        raise ValueError(f"{where}: out must be {(M, N)} {a.dtype} on {a.device}, got "
+                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    return out
+
+
+def _choose_variant(a, b, out, variant: str | None) -> str:
+    if variant is None:
+        return DEFAULT_VARIANT if _tma_problem(a, b, out) is None else FALLBACK_VARIANT
+    if variant not in VARIANTS:
+        raise ValueError(f"matmul: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
+    if variant.startswith("tma"):
+        problem = _tma_problem(a, b, out)
+        if problem is not None:
+            raise ValueError(f"matmul: variant={variant!r} cannot take these operands: {problem}")
+    return variant
+
+
+def _check_config(config, where: str) -> dict:
+    if not isinstance(config, triton.Config):
+        raise TypeError(f"{where}: config must be a triton.Config, got {type(config).__name__}")
+    missing = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"} - set(config.kwargs)
+    if missing:
+        raise ValueError(f"{where}: config lacks {sorted(missing)}")
+    return config.all_kwargs()
+
+
+def matmul_kernel_for(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None,
+                      out: torch.Tensor | None = None):
+    """The autotuned kernel `matmul(a, b, variant=variant, out=out)` launches (for its chosen
+    config)."""
+    return _AUTOTUNED[_choose_variant(a, b, out, variant)]
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+           activation: str | None = None, out: torch.Tensor | None = None,
+           variant: str | None = None, config: triton.Config | None = None) -> torch.Tensor:
+    """activation(a @ b + bias): a (M, K), b (K, N) of one dtype (fp16 or bf16), any strides.
+
+    Accumulates in fp32; bias (N,) and the activation (None, "relu", "gelu") are applied to the
+    fp32 accumulator, then rounded once to the output dtype (a's). variant: one of VARIANTS
+    (default: DEFAULT_VARIANT where TMA can take the operands, else FALLBACK_VARIANT). config: a
+    triton.Config with BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M to launch instead of autotuning.
+    """
+    out = _check_operands(a, b, bias, activation, out, "matmul")
+    M, K = a.shape
+    N = b.shape[1]
+    if M == 0 or N == 0:
+        return out
+    chosen = _choose_variant(a, b, out, variant)
+    persistent = chosen.endswith("persistent")
+    n_sms = _sm_count(a.device)
+
+    def grid(meta):
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        return (min(tiles, n_sms) if persistent else tiles,)
+
+    common = dict(HAS_BIAS=bias is not None, ACTIVATION=activation or "")
+    bias_arg = bias if bias is not None else out
+    if chosen.startswith("tma"):
+        b_trans = _tma_layout(b) == "cols"
+        # Block shapes are placeholders until the config's pre-hook sets them.
+        a_desc = TensorDescriptor.from_tensor(a, [16, 16])
+        b_desc = TensorDescriptor.from_tensor(b.T if b_trans else b, [16, 16])
+        c_desc = TensorDescriptor.from_tensor(out, [16, 16])
+        args = (a_desc, b_desc, c_desc, bias_arg, M, N, K)
+        common.update(OPERAND_DTYPE=str(a.dtype).removeprefix("torch."), B_TRANS=b_trans)
+        kernel = _matmul_tma_kernel
+    else:
+        args = (a, b, out, bias_arg, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                out.stride(0), out.stride(1))
+        kernel = _matmul_kernel
+    if config is None:
+        _AUTOTUNED[chosen][grid](*args, **common)
+    else:
+        meta = {**common, **_check_config(config, "matmul")}
+        if chosen.startswith("tma"):
+            _set_tma_block_shapes({"a_desc": args[0], "b_desc": args[1], "c_desc": args[2], **meta})
+        kernel[grid(meta)](*args, **meta)
+    return out
+
+
+def matmul_reference(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
+                     activation: str | None = None) -> torch.Tensor:
+    """torch's activation(a @ b + bias), in the operands' dtype (float64 when given float64)."""
+    c = a @ b
+    if bias is not None:
+        c = c + bias.to(c.dtype)
+    if activation == "relu":
+        c = torch.relu(c)
+    elif activation == "gelu":
+        c = torch.nn.functional.gelu(c)
+    return c
+
+
+def matmul_flops(a: torch.Tensor, b: torch.Tensor) -> int:
+    # one multiply and one add per (m, n, k)
+    return 2 * a.shape[0] * b.shape[1] * a.shape[1]
+
+
+def matmul_bytes(a: torch.Tensor, b: torch.Tensor) -> int:
+    # read A and B once; write C once
+    return (a.numel() + b.numel() + a.shape[0] * b.shape[1]) * a.element_size()
+
+
+def matmul_inputs(make_tensor, m: int, n: int, k: int, *, dtype: torch.dtype = torch.float16,
+                  b_transposed: bool = False, bias: bool = False, **kwargs):
+    """(a, b, bias): a (m, k), b (k, n) (the .T of an (n, k) tensor when b_transposed), bias (n,)
+    or None. Keyword arguments go to make_tensor."""
+    a = make_tensor((m, k), dtype, **kwargs)
+    b = (make_tensor((n, k), dtype, **kwargs).T if b_transposed
+         else make_tensor((k, n), dtype, **kwargs))
+    return a, b, (make_tensor(n, dtype) if bias else None)

@@ -1,0 +1,223 @@
+"""layernorm (forward), layernorm_backward and layer_norm (autograd) against torch in float64,
+on every path (single pass / looped forward; whole-row / split backward), and the control they
+reject."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_triton import assert_close
+from reference_kernels.layernorm import (
+    DTYPES,
+    layer_norm,
+    layernorm,
+    layernorm_backward,
+    layernorm_backward_reference,
+    layernorm_inputs,
+    layernorm_reference,
+)
+
+from . import controls
+
+DTYPE_PARAMS = [pytest.param(d, id=str(d).removeprefix("torch.")) for d in DTYPES]
+# Widths of 1 (y must be the bias) only in the forward: there dx and dw are exactly 0. Width 2
+# is left out: its rows' variance is often ~eps, where rstd ~ 1/sqrt(eps) magnifies the float32
+# rounding of x - mean past the table's tolerance, in torch's float32 layer_norm as in ours.
+SHAPES = [(3, 127), (127, 129), (129, 127), (5, 1025), (2, 4097), (65536, 5)]
+FWD_SHAPES = [(1, 1), (65536, 1), *SHAPES]
+# Small steps so that small rows exercise the looped forward and the split backward: 129
+# columns end in a 1-column block, and 37 rows make 5 chunks of 8, the last one short.
+LOOPED_FWD = {"BLOCK_N": 32}
+SPLIT_BWD = {"BLOCK_N": 32, "SUMS_BLOCK_N": 32, "rows_per_chunk": 8}
+FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LOOPED_FWD, id="looped")]
+BWD_PATHS = [pytest.param(None, id="whole-rows"), pytest.param(SPLIT_BWD, id="split")]
+
+
+def _cfg(config):
+    return {} if config is None else {"config": config}
+
+
+def check_forward(make_tensor, shape, dtype, *, eps=1e-5, config=None, out_layout=False,
+                  **input_kwargs):
+    """layernorm into a poisoned output against float64 torch: y, and the statistics."""
+    x, w, b = layernorm_inputs(make_tensor, *shape, dtype=dtype, **input_kwargs)
+    out = make_tensor.poisoned_like(x, noncontiguous=out_layout)
+    y, mean, rstd = layernorm(x, w, b, eps, out=out, **_cfg(config))
+    assert y is out and mean.dtype == rstd.dtype == torch.float32
+    y_ref, mean_ref, rstd_ref = layernorm_reference(x.double(), w.double(), b.double(), eps)
+    assert_close(y, y_ref)
+    n_cols = shape[-1]
+    # mean and rstd are sums over the row. The mean of a zero-centred row is ~1/sqrt(n_cols),
+    # which at 65536 columns sits inside the sqrt(n_cols)-widened atol: the check of y above is
+    # what proves the mean was written and right.
+    assert_close(mean, mean_ref, reduction_size=n_cols, allow_trivial=True)
+    assert_close(rstd, rstd_ref, reduction_size=n_cols)
+    return x, w, b, mean, rstd
+
+
+def check_backward(make_tensor, shape, dtype, *, config=None, dx_kernel=None, layout=False,
+                   **input_kwargs):
+    """layernorm_backward (or dx_kernel) into poisoned outputs against float64 torch autograd."""
+    x, w, b = layernorm_inputs(make_tensor, *shape, dtype=dtype, noncontiguous=layout,
+                               **input_kwargs)
+    _, mean, rstd = layernorm(x, w, b)
+    dy = make_tensor.like(x, noncontiguous=layout)
+    dx = make_tensor.poisoned_like(x, noncontiguous=layout)
+    dx_ref, dw_ref, db_ref = layernorm_backward_reference(dy.double(), x.double(), w.double(),
+                                                          b.double())
+    n_rows, n_cols = x.numel() // shape[-1], shape[-1]
+    if dx_kernel is not None:
+        dx_kernel(dy, x, w, mean, rstd, dx=dx)
+        assert_close(dx, dx_ref, reduction_size=n_cols)
+        return
+    dw, db = make_tensor.poisoned_like(w), make_tensor.poisoned_like(b)
+    result = layernorm_backward(dy, x, w, mean, rstd, dx=dx, dw=dw, db=db, **_cfg(config))
+    assert result[0] is dx and result[1] is dw and result[2] is db
+    # dx holds row sums (mean of w * dy, and of xhat * w * dy); dw and db are column sums.
+    assert_close(dx, dx_ref, reduction_size=n_cols)
+    assert_close(dw, dw_ref, reduction_size=n_rows)
+    assert_close(db, db_ref, reduction_size=n_rows)
+
+
+@pytest.mark.parametrize("shape", FWD_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_forward_matches_torch(dtype, shape, make_tensor):
+    check_forward(make_tensor, shape, dtype)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_backward_matches_torch(dtype, shape, make_tensor):
+    check_backward(make_tensor, shape, dtype)
+
+
+@pytest.mark.parametrize("shape", [(1, 33), (9, 129), (4, 1000)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_looped_forward_matches_torch(dtype, shape, make_tensor):
+    check_forward(make_tensor, shape, dtype, config=LOOPED_FWD)
+
+
+@pytest.mark.parametrize("shape", [(1, 33), (37, 100), (9, 129)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_split_backward_matches_torch(dtype, shape, make_tensor):
+    check_backward(make_tensor, shape, dtype, config=SPLIT_BWD)
+
+
+def test_wide_row_paths_by_default(make_tensor):
+    # 65536 columns: the looped forward and the split backward, with the default configs.
+    check_forward(make_tensor, (1, 65536), torch.float32)
+    check_backward(make_tensor, (1, 65536), torch.float32)
+
+
+@pytest.mark.parametrize("config", FWD_PATHS)
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_forward_row_stride_differs_from_width(dtype, config, make_tensor):
+    check_forward(make_tensor, (7, 129), dtype, config=config, out_layout="rows",
+                  noncontiguous="rows")
+
+
+@pytest.mark.parametrize("config", BWD_PATHS)
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_backward_row_stride_differs_from_width(dtype, config, make_tensor):
+    check_backward(make_tensor, (7, 129), dtype, config=config, layout="rows")
+
+
+@pytest.mark.parametrize("config", FWD_PATHS)
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_forward_heavy_magnitudes(dtype, config, make_tensor):
+    check_forward(make_tensor, (6, 129), dtype, config=config, dist="heavy")
+
+
+@pytest.mark.parametrize("config", BWD_PATHS)
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_backward_heavy_magnitudes(dtype, config, make_tensor):
+    check_backward(make_tensor, (6, 129), dtype, config=config, dist="heavy")
+
+
+@pytest.mark.parametrize("config", FWD_PATHS)
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_constant_rows_give_bias(dtype, config, make_tensor):
+    # Zero variance: rstd = 1/sqrt(eps), and y must be exactly the bias. 0.75 and its multiples
+    # by small integers are exact in every dtype, so the mean is exact too.
+    x, w, b, mean, rstd = check_forward(make_tensor, (3, 129), dtype, config=config,
+                                        dist="constant", value=0.75)
+    assert_close(rstd, torch.full_like(rstd, 1e-5 ** -0.5))
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.5])
+def test_eps_is_used(eps, make_tensor):
+    check_forward(make_tensor, (5, 65), torch.float32, eps=eps, scale=0.5)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_autograd_function(dtype, make_tensor):
+    # 3-D x: the leading dimensions are rows (15 of them).
+    x = make_tensor((3, 5, 67), dtype)
+    _, w, b = layernorm_inputs(make_tensor, 1, 67, dtype=dtype)
+    dy = make_tensor.like(x)
+    leaves = [t.detach().clone().requires_grad_(True) for t in (x, w, b)]
+    y = layer_norm(*leaves, 1e-5)
+    y.backward(dy)
+    refs = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
+    y_ref = torch.nn.functional.layer_norm(refs[0], (67,), refs[1], refs[2], 1e-5)
+    y_ref.backward(dy.double())
+    assert_close(y, y_ref)
+    assert_close(leaves[0].grad, refs[0].grad, reduction_size=67)
+    for leaf, ref in zip(leaves[1:], refs[1:]):
+        assert_close(leaf.grad, ref.grad, reduction_size=15)
+
+
+def test_empty_rows(make_tensor):
+    x, w, b = layernorm_inputs(make_tensor, 0, 8)
+    y, mean, rstd = layernorm(x, w, b)
+    assert y.shape == (0, 8) and mean.shape == rstd.shape == (0,)
+    dx, dw, db = layernorm_backward(x, x, w, mean, rstd)
+    assert dx.shape == (0, 8)
+    assert torch.equal(dw, torch.zeros_like(w)) and torch.equal(db, torch.zeros_like(b))
+
+
+def test_rejects_bad_input(make_tensor):
+    x, w, b = layernorm_inputs(make_tensor, 4, 9)
+    with pytest.raises(ValueError, match="contiguous columns"):
+        layernorm(make_tensor((4, 9), noncontiguous="elements"), w, b)
+    with pytest.raises(ValueError, match=r"weight must be a contiguous \(9,\)"):
+        layernorm(x, make_tensor(8), b)
+    with pytest.raises(TypeError, match="bias must be torch.float32"):
+        layernorm(x, w, b.half())
+    with pytest.raises(TypeError, match="not supported"):
+        layernorm(x.double(), w.double(), b.double())
+    with pytest.raises(ValueError, match="last dimension is empty"):
+        layernorm(make_tensor((4, 0)), make_tensor(0), make_tensor(0))
+    with pytest.raises(ValueError, match="eps"):
+        layernorm(x, w, b, -1.0)
+    with pytest.raises(ValueError, match="unknown config key"):
+        layernorm(x, w, b, config={"ROW": 2})
+    _, mean, rstd = layernorm(x, w, b)
+    with pytest.raises(ValueError, match="mean must be a contiguous float32"):
+        layernorm_backward(x, x, w, mean.half(), rstd)
+    with pytest.raises(ValueError, match="dy must be like x"):
+        layernorm_backward(x[:, :8], x, w, mean, rstd)
+    with pytest.raises(ValueError, match="dw must be"):
+        layernorm_backward(x, x, w, mean, rstd, dw=make_tensor(8))
+
+
+# --- negative control: the backward check must reject a dx that drops a term -------------------
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_rejects_dx_without_mean_term(dtype, make_tensor):
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        check_backward(make_tensor, (7, 129), dtype, dx_kernel=controls.layernorm_bwd_drops_term)
+
+
+def test_drops_term_control_needs_the_term(make_tensor):
+    # The same control is right when the dropped term is 0 (w * dy of zero mean per row): the
+    # check above fails on the term itself, not on something else the control gets wrong.
+    x, w, b = layernorm_inputs(make_tensor, 7, 129)
+    _, mean, rstd = layernorm(x, w, b)
+    dy = make_tensor.like(x)
+    dy = (dy * w - (dy * w).mean(dim=-1, keepdim=True)) / w  # now mean(w * dy) == 0 per row
+    dx = make_tensor.poisoned_like(x)
+    controls.layernorm_bwd_drops_term(dy, x, w, mean, rstd, dx=dx)
+    dx_ref, _, _ = layernorm_backward_reference(dy.double(), x.double(), w.double(), b.double())
+    assert_close(dx, dx_ref, reduction_size=129)

@@ -1,0 +1,191 @@
+"""matmul against a float64 reference: odd shapes, both B layouts, every variant, the fused
+epilogue, strided and poisoned operands, bad arguments, and the negative controls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+
+from pytest_triton import assert_close, interpreting, skip_interpreter_gap
+from reference_kernels import matmul as mm
+from reference_kernels.matmul import matmul, matmul_inputs, matmul_reference
+
+from .controls_gemm import MATMUL_BUGS, control_matmul
+
+DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
+
+# (M, N, K): 1s, primes, 2**k +- 1 around the interpreter's 32-wide tiles, and a K of 4097 only
+# with a tiny M x N so that the interpreter stays fast. On a GPU, sizes around the real tiles.
+SHAPES = [(1, 1, 1), (1, 17, 4097), (17, 1, 31), (127, 129, 65), (64, 64, 64), (33, 95, 7)]
+if not interpreting():
+    SHAPES += [(4097, 1031, 257), (1, 4096, 4097), (2048, 2048, 2048), (129, 14336, 4096)]
+
+# Shapes TMA can take (K and N multiples of 8: 16-byte rows in fp16/bf16), still not multiples
+# of the tiles, so that the descriptors' zero padding and clipped stores are exercised.
+TMA_SHAPES = [(8, 8, 8), (100, 72, 136), (64, 96, 40)]
+if not interpreting():
+    TMA_SHAPES += [(1000, 1000, 1000), (4096, 4096, 4096), (200, 14336, 4096)]
+
+
+def _dot_dtype(dtype: torch.dtype) -> None:
+    if dtype == torch.bfloat16:
+        skip_interpreter_gap("bf16_dot")
+
+
+def _need_variant(variant: str, device: torch.device) -> None:
+    if variant.startswith("tma") and not mm.tma_available(device):
+        if interpreting():
+            skip_interpreter_gap("tensor_descriptor")
+        pytest.skip("TMA needs Triton >= 3.4 and a Hopper (sm_90) or newer GPU")
+
+
+def _check(c, a, b, bias=None, activation=None):
+    ref = matmul_reference(a.double(), b.double(), bias=None if bias is None else bias.double(),
+                           activation=activation)
+    assert_close(c, ref, reduction_size=a.shape[1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["b_rows", "b_transposed"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul_matches_reference(make_tensor, shape, b_transposed, dtype):
+    _dot_dtype(dtype)
+    a, b, _ = matmul_inputs(make_tensor, *shape, dtype=dtype, b_transposed=b_transposed)
+    _check(matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("variant", mm.VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["b_rows", "b_transposed"])
+@pytest.mark.parametrize("shape", TMA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matmul_variants(make_tensor, triton_device, shape, b_transposed, dtype, variant):
+    _dot_dtype(dtype)
+    _need_variant(variant, triton_device)
+    a, b, _ = matmul_inputs(make_tensor, *shape, dtype=dtype, b_transposed=b_transposed)
+    out = make_tensor((shape[0], shape[1]), dtype, poison=True)
+    _check(matmul(a, b, out=out, variant=variant), a, b)
+
+
+@pytest.mark.parametrize("variant", mm.VARIANTS)
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+def test_matmul_epilogue(make_tensor, triton_device, variant, activation, with_bias):
+    _need_variant(variant, triton_device)
+    a, b, bias = matmul_inputs(make_tensor, 72, 40, 56, dtype=torch.float16, bias=with_bias)
+    _check(matmul(a, b, bias=bias, activation=activation, variant=variant), a, b, bias,
+           activation)
+
+
+def test_matmul_bias_alone(make_tensor):
+    a, b, bias = matmul_inputs(make_tensor, 33, 65, 17, dtype=torch.float16, bias=True)
+    _check(matmul(a, b, bias=bias), a, b, bias)
+
+
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+def test_matmul_strided_operands(make_tensor, which):
+    # Rows whose stride is no multiple of 16 bytes (width + 3): TMA cannot take them, so the
+    # default variant must fall back to pointer loads, and those must honour the strides.
+    a, b, _ = matmul_inputs(make_tensor, 45, 70, 38, dtype=torch.float16)
+    if which in ("a", "both"):
+        a = make_tensor((45, 38), torch.float16, noncontiguous="rows")
+    if which in ("b", "both"):
+        b = make_tensor((38, 70), torch.float16, noncontiguous="elements")
+    _check(matmul(a, b), a, b)
+
+
+def test_matmul_poisoned_strided_output(make_tensor):
+    a, b, _ = matmul_inputs(make_tensor, 40, 50, 60, dtype=torch.float16)
+    out = make_tensor((40, 50), torch.float16, poison=True, noncontiguous="rows")
+    result = matmul(a, b, out=out)
+    assert result is out
+    _check(out, a, b)
+
+
+def test_matmul_heavy_tailed_inputs(make_tensor):
+    # Magnitudes spread over six decades, so a dropped or doubled term shows. Scaled by 1e-2 to
+    # keep K=64 sums of products under fp16's 65504; relative to the output's size, the
+    # rounding (fp32 accumulation, one fp16 rounding) stays that of order-one operands.
+    a, b, _ = matmul_inputs(make_tensor, 40, 48, 64, dtype=torch.float16, dist="heavy", scale=1e-2)
+    _check(matmul(a, b), a, b)
+
+
+def test_matmul_empty_reduction(make_tensor):
+    # K = 0: the product is all zeros (plus the bias), as torch defines it.
+    a = make_tensor((5, 0), torch.float16)
+    b = make_tensor((0, 7), torch.float16)
+    _, _, bias = matmul_inputs(make_tensor, 5, 7, 1, dtype=torch.float16, bias=True)
+    assert_close(matmul(a, b, bias=bias), matmul_reference(a.double(), b.double(),
+                                                           bias=bias.double()))
+
+
+def test_matmul_explicit_config(make_tensor):
+    # The sweep script's path: a given config, no autotuning.
+    a, b, _ = matmul_inputs(make_tensor, 50, 40, 70, dtype=torch.float16)
+    cfg = triton.Config({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 1},
+                        num_warps=4, num_stages=1)
+    _check(matmul(a, b, variant="pointer_persistent", config=cfg), a, b)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda a, b: matmul(a, b[:-1]), ValueError, "inner dimensions"),
+    (lambda a, b: matmul(a.float(), b.float()), TypeError, "not supported"),
+    (lambda a, b: matmul(a, b.to(torch.bfloat16)), TypeError, "one dtype"),
+    (lambda a, b: matmul(a[None], b), ValueError, "2-D"),
+    (lambda a, b: matmul(a, b, activation="tanh"), ValueError, "activation"),
+    (lambda a, b: matmul(a, b, variant="fast"), ValueError, "variant"),
+    (lambda a, b: matmul(a, b, bias=torch.zeros(3, dtype=a.dtype, device=a.device)),
+     ValueError, "bias"),
+    (lambda a, b: matmul(a, b, out=torch.empty(2, 2, dtype=a.dtype, device=a.device)),
+     ValueError, "out must be"),
+    (lambda a, b: matmul(a, b, config={"BLOCK_M": 16}), TypeError, "triton.Config"),
+], ids=["shape", "float32", "mixed_dtype", "3d", "activation", "variant", "bias", "out",
+        "config"])
+def test_matmul_rejects_bad_arguments(make_tensor, call, error, match):
+    a, b, _ = matmul_inputs(make_tensor, 4, 6, 5, dtype=torch.float16)
+    with pytest.raises(error, match=match):
+        call(a, b)
+
+
+def test_matmul_tma_rejects_unaligned_operands(make_tensor):
+    # K = 5: 10-byte rows, which no TMA descriptor can describe; asked for explicitly, the TMA
+    # variant says why instead of falling back.
+    a, b, _ = matmul_inputs(make_tensor, 4, 8, 5, dtype=torch.float16)
+    with pytest.raises(ValueError, match="cannot take these operands"):
+        matmul(a, b, variant="tma")
+
+
+def test_matmul_configs_fit_hopper_shared_memory():
+    # A config that overflows shared memory fails only on the GPU; catch it here. Per stage an
+    # A and a B tile (2 bytes per element), plus the output tile the TMA epilogue stages.
+    smem_limit = 227 * 1024
+    for cfg in mm._matmul_configs():
+        bm, bn, bk = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"]
+        for size in (bm, bn, bk):
+            assert size >= 16 and size & (size - 1) == 0, cfg
+        smem = cfg.num_stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
+        assert smem <= smem_limit, f"{cfg}: {smem} bytes of shared memory > {smem_limit}"
+
+
+@pytest.mark.parametrize("m", [1, 128, 256, 257, 8192])
+def test_matmul_pruning_keeps_one_group(m):
+    kept = mm._prune_configs(mm._matmul_configs(), {"M": m})
+    assert kept
+    assert all((c.kwargs["BLOCK_M"] <= 64) == (m <= mm.SMALL_M) for c in kept)
+
+
+# --- negative controls: assert_close must reject these kernels ----------------------------
+
+
+def test_control_matmul_without_bug_passes(make_tensor):
+    a, b, _ = matmul_inputs(make_tensor, 65, 33, 100, dtype=torch.float16)
+    _check(control_matmul(a, b, bug=None), a, b)
+
+
+@pytest.mark.parametrize("bug", [b for b in MATMUL_BUGS if b])
+def test_control_matmul_bug_is_rejected(make_tensor, bug):
+    # K = 100 over 32-wide K tiles: the last tile holds 4 of the 100 terms.
+    a, b, _ = matmul_inputs(make_tensor, 65, 33, 100, dtype=torch.float16)
+    out = make_tensor((65, 33), torch.float16, poison=True)
+    with pytest.raises(AssertionError):
+        _check(control_matmul(a, b, bug=bug, out=out), a, b)

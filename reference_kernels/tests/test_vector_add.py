@@ -1,0 +1,123 @@
+"""vector_add and vector_add_persistent against torch in float64, and the controls they reject."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_triton import assert_close
+from reference_kernels.vector_add import (
+    DTYPES,
+    vector_add,
+    vector_add_persistent,
+    vector_add_reference,
+    vector_add_inputs,
+)
+
+from . import controls
+
+LAUNCHERS = [pytest.param(vector_add, id="tiled"),
+             pytest.param(vector_add_persistent, id="persistent")]
+DTYPE_PARAMS = [pytest.param(d, id=str(d).removeprefix("torch.")) for d in DTYPES]
+# Odd sizes around the tile edges (the interpreter's tiles are 256 elements: see
+# vector_add.INTERPRETER_CONFIG), a prime, and one size where every persistent program loops
+# over many tiles.
+SIZES = [1, 127, 129, 255, 257, 4099, 65537]
+
+
+def check_add(launcher, make_tensor, n, dtype, **input_kwargs):
+    """Run launcher on fresh inputs into a poisoned output and compare with float64 torch."""
+    x, y = vector_add_inputs(make_tensor, n, dtype=dtype, **input_kwargs)
+    out = make_tensor.poisoned_like(x)
+    assert launcher(x, y, out=out) is out
+    assert_close(out, vector_add_reference(x.double(), y.double()))
+
+
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_matches_torch(launcher, dtype, n, make_tensor):
+    check_add(launcher, make_tensor, n, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_heavy_magnitudes(launcher, dtype, make_tensor):
+    # Magnitudes 1e-3..1e3 with random signs: sums that cancel, and no result near zero by luck.
+    check_add(launcher, make_tensor, 1031, dtype, dist="heavy")
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_strided_1d(launcher, make_tensor):
+    # Every other element: the gaps hold NaN, so reading them shows up in the result.
+    x = make_tensor(515, noncontiguous="elements")
+    y = make_tensor(515)
+    out = make_tensor(515, poison=True, noncontiguous="elements")
+    launcher(x, y, out=out)
+    assert_close(out, vector_add_reference(x.double(), y.double()))
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_any_contiguous_shape(launcher, make_tensor, triton_device):
+    x, y = make_tensor((3, 5, 67)), make_tensor((3, 5, 67))
+    out = launcher(x, y)
+    assert out.shape == x.shape and out.device.type == triton_device.type
+    assert_close(out, vector_add_reference(x.double(), y.double()))
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_empty(launcher, make_tensor):
+    x = make_tensor(0)
+    assert launcher(x, make_tensor(0)).shape == (0,)
+
+
+def test_persistent_grid_config(make_tensor):
+    # One program per SM (the interpreter's stand-in counts 4): each loops over ~65 tiles.
+    x, y = vector_add_inputs(make_tensor, 65537)
+    out = vector_add_persistent(x, y, config={"programs_per_sm": 1})
+    assert_close(out, vector_add_reference(x.double(), y.double()))
+    with pytest.raises(ValueError, match="unknown config key"):
+        vector_add_persistent(x, y, config={"BLOCK": 128})
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_rejects_bad_operands(launcher, make_tensor):
+    x = make_tensor(64)
+    with pytest.raises(ValueError, match="one shape"):
+        launcher(x, make_tensor(65))
+    with pytest.raises(TypeError, match="one dtype"):
+        launcher(x, make_tensor(64, torch.float16))
+    with pytest.raises(TypeError, match="not supported"):
+        launcher(make_tensor(64, torch.float64), make_tensor(64, torch.float64))
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        launcher(x, [1.0] * 64)
+    with pytest.raises(ValueError, match="non-contiguous 2-D"):
+        launcher(make_tensor((4, 16), noncontiguous="rows"), make_tensor((4, 16)))
+    with pytest.raises(ValueError, match="out must be"):
+        launcher(x, x, out=make_tensor(64, torch.float16))
+
+
+# --- negative controls: the same check must reject these ---------------------------------------
+
+def test_rejects_off_by_one_mask(make_tensor):
+    with pytest.raises(AssertionError, match="Mismatched elements: 1 /"):
+        check_add(controls.add_off_by_one, make_tensor, 1000, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_rejects_kernel_that_writes_nothing(dtype, make_tensor):
+    with pytest.raises(AssertionError, match="NaN"):
+        check_add(controls.add_writes_nothing, make_tensor, 1000, dtype)
+
+
+def test_rejects_kernel_that_writes_nothing_into_zeros(make_tensor):
+    # Without poison, an untouched zero-filled output must still fail: the reference is not ~0.
+    x, y = vector_add_inputs(make_tensor, 1000)
+    out = controls.add_writes_nothing(x, y, out=torch.zeros_like(x))
+    with pytest.raises(AssertionError, match="Mismatched elements"):
+        assert_close(out, vector_add_reference(x.double(), y.double()))
+
+
+def test_slow_control_is_correct(make_tensor):
+    # The perf suite's slow control must be slow, not wrong: its perf test fails on speed alone.
+    check_add(controls.add_slow, make_tensor, 1000, torch.float32)

@@ -1,0 +1,214 @@
+"""Vector add, out = x + y, elementwise, in float32, float16 and bfloat16.
+
+Two launchers over the same arithmetic: `vector_add` (one tile per program, autotuned on
+n_elements) and `vector_add_persistent` (a grid-stride loop over the tiles on a grid of a few
+programs per SM). Both take tensors of one shape: contiguous of any shape, or 1-D with any stride.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from pytest_triton import autotune_configs, interpreting
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def elementwise_configs() -> list[triton.Config]:
+    """Tile sizes for a streaming elementwise kernel (each element read and written once).
+
+    A tile of 1024-8192 elements over 4-8 warps gives every thread 8-32 elements: two to eight
+    16-byte accesses per operand in flight, which is what it takes to keep HBM busy. An fp32 add
+    with BLOCK_SIZE 1024 / 4 warps reached 3040 GB/s on an H100 (= torch.add; 4096 / 8 warps:
+    3000 GB/s), so the small tiles come first; the larger ones are for 2-byte dtypes, whose tiles
+    carry half the bytes.
+    """
+    return [
+        triton.Config({"BLOCK_SIZE": 1024}, num_warps=4),
+        triton.Config({"BLOCK_SIZE": 2048}, num_warps=4),
+        triton.Config({"BLOCK_SIZE": 4096}, num_warps=8),
+        triton.Config({"BLOCK_SIZE": 8192}, num_warps=8),
+    ]
+
+
+# Under the interpreter: small tiles, so that the tests' odd sizes (127, 129, ...) cross tile edges.
+INTERPRETER_CONFIG = triton.Config({"BLOCK_SIZE": 256}, num_warps=4)
+
+
+@triton.jit
+def _add_rounded_once(x, y):
+    # In float32, rounded once to the operands' dtype, as torch computes half and bfloat16
+    # arithmetic (and Triton's interpreter adds bfloat16 tensors wrongly).
+    return (x.to(tl.float32) + y.to(tl.float32)).to(x.dtype)
+
+
+@triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),
+                 key=["n_elements"])
+@triton.jit
+def _vector_add_kernel(
+    x_ptr,  # *in* n_elements, element stride stride_x
+    y_ptr,  # *in* n_elements, element stride stride_y
+    out_ptr,  # *out* n_elements, element stride stride_out
+    n_elements,  # number of elements
+    stride_x,  # 1 when contiguous: Triton then specialises the loads to 16-byte vectors
+    stride_y,
+    stride_out,
+    BLOCK_SIZE: tl.constexpr,  # elements per program
+):
+    # The tile's start in int64, applied to the scalar base pointers: tensors of 2**31 elements
+    # or more stay correct, and the per-element offsets stay int32.
+    start = tl.program_id(0).to(tl.int64) * BLOCK_SIZE
+    offs = tl.arange(0, BLOCK_SIZE)
+    mask = offs < n_elements - start
+    x = tl.load(x_ptr + start * stride_x + offs * stride_x, mask=mask)
+    y = tl.load(y_ptr + start * stride_y + offs * stride_y, mask=mask)
+    tl.store(out_ptr + start * stride_out + offs * stride_out, _add_rounded_once(x, y), mask=mask)
+
+
+@triton.jit
+def _vector_add_persistent_kernel(
+    x_ptr,  # *in* n_elements, element stride stride_x
+    y_ptr,  # *in* n_elements, element stride stride_y
+    out_ptr,  # *out* n_elements, element stride stride_out
+    n_elements,  # number of elements
+    stride_x,
+    stride_y,
+    stride_out,
+    BLOCK_SIZE: tl.constexpr,  # elements per tile
+):
+    n_tiles = tl.cdiv(n_elements, BLOCK_SIZE)
+    offs = tl.arange(0, BLOCK_SIZE)
+    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        # tl.cast, not .to(): under the interpreter the loop index is a Python int.
+        start = tl.cast(tile, tl.int64) * BLOCK_SIZE
+        mask = offs < n_elements - start
+        x = tl.load(x_ptr + start * stride_x + offs * stride_x, mask=mask)
+        y = tl.load(y_ptr + start * stride_y + offs * stride_y, mask=mask)
+        tl.store(out_ptr + start * stride_out + offs * stride_out, _add_rounded_once(x, y),
+                 mask=mask)
+
+
+def _persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
+    """Launch parameters of the persistent variant.
+
+    4 programs of 8 warps per SM is half the SM's 64 resident warps: with 4096-element tiles,
+    every SM has 4 x 2 x 16 KB (fp32) of loads outstanding, well above the ~20 KB per SM that
+    HBM's latency times its bandwidth asks for (3 TB/s x ~1 us / 132 SMs). Under the
+    interpreter: small tiles, so that each program loops over several.
+    """
+    if interpreting():
+        return {"BLOCK_SIZE": 256, "num_warps": 4, "programs_per_sm": 2}
+    return {"BLOCK_SIZE": 4096, "num_warps": 8, "programs_per_sm": 4}
+
+
+@functools.lru_cache(maxsize=None)
+def device_size(device: torch.device) -> tuple[int, int]:
+    """(SM count, L2 bytes) of `device`, for sizing persistent grids."""
+    if device.type != "cuda":
+        return 4, 50 * 2**20  # the interpreter runs programs one by one: stand-ins for a grid
+    props = torch.cuda.get_device_properties(device)
+    return props.multi_processor_count, getattr(props, "L2_cache_size", 50 * 2**20)
+
+
+def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
+                   powers_of_two: tuple[str, ...] = ()) -> dict:
+    """A launcher's heuristic launch parameters, with a caller's overrides (tuning sweeps)."""
+    if not overrides:
+        return defaults
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"{where}: unknown config key(s) {unknown}; expected some of "
+                         f"{sorted(defaults)}")
+    cfg = {**defaults, **overrides}
+    for key in powers_of_two:
+        value = cfg[key]
+        if not isinstance(value, int) or value < 1 or value & (value - 1):
+            raise ValueError(f"{where}: config {key}={value!r} must be a power of two")
+    return cfg
+
+
+def elementwise_operands(where: str, out: torch.Tensor | None, **inputs: torch.Tensor):
+    """Check the operands of an elementwise kernel (one dtype of DTYPES, one shape, one device;
+    contiguous, or 1-D with any stride); return ([inputs as 1-D views], out as a 1-D view, out),
+    out allocated when None."""
+    first_name, first = next(iter(inputs.items()))
+    for name, t in inputs.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in DTYPES:
+            raise TypeError(f"{where}: {name} has dtype {t.dtype}, which is not supported; "
+                            f"expected one of {', '.join(str(d) for d in DTYPES)}")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{where}: {first_name} and {name} must have one dtype, got "
+                            f"{first.dtype} and {t.dtype}")
+        if t.shape != first.shape:
+            raise ValueError(f"{where}: {first_name} and {name} must have one shape, got "
+                             f"{tuple(first.shape)} and {tuple(t.shape)} (no broadcasting)")
+        if t.device != first.device:
+            raise ValueError(f"{where}: {first_name} and {name} are on different devices "
+                             f"({first.device}, {t.device})")
+    if out is None:
+        out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
+    elif out.shape != first.shape or out.dtype != first.dtype or out.device != first.device:
+        raise ValueError(f"{where}: out must be {tuple(first.shape)} {first.dtype} on "
+                         f"{first.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    flat = []
+    for name, t in (*inputs.items(), ("out", out)):
+        if t.is_contiguous():
+            flat.append(t.view(-1))
+        elif t.dim() == 1:
+            flat.append(t)
+        else:
+            raise ValueError(f"{where}: {name} is a non-contiguous {t.dim()}-D tensor; only 1-D "
+                             "tensors may be strided (call .contiguous() first)")
+    return flat[:-1], flat[-1], out
+
+
+def vector_add(x: torch.Tensor, y: torch.Tensor, *,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+    """x + y, one tile per program; the tile size is autotuned per n_elements and dtype."""
+    (xf, yf), of, out = elementwise_operands("vector_add", out, x=x, y=y)
+    n = xf.numel()
+    if n:
+        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)  # noqa: E731
+        _vector_add_kernel[grid](xf, yf, of, n, xf.stride(0), yf.stride(0), of.stride(0))
+    return out
+
+
+def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None,
+                          config: dict | None = None) -> torch.Tensor:
+    """x + y on a persistent grid (programs_per_sm x the SM count) looping over the tiles.
+
+    config: overrides of the launch parameters (BLOCK_SIZE, num_warps, programs_per_sm), for
+    tuning sweeps.
+    """
+    (xf, yf), of, out = elementwise_operands("vector_add_persistent", out, x=x, y=y)
+    n = xf.numel()
+    cfg = with_overrides(_persistent_config(n, x.dtype), config, "vector_add_persistent",
+                         powers_of_two=("BLOCK_SIZE",))
+    if n:
+        n_tiles = triton.cdiv(n, cfg["BLOCK_SIZE"])
+        grid = (min(n_tiles, cfg["programs_per_sm"] * device_size(x.device)[0]),)
+        _vector_add_persistent_kernel[grid](xf, yf, of, n, xf.stride(0), yf.stride(0),
+                                            of.stride(0), BLOCK_SIZE=cfg["BLOCK_SIZE"],
+                                            num_warps=cfg["num_warps"])
+    return out
+
+
+def vector_add_reference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """torch's x + y (in float64 when given float64)."""
+    return x + y
+
+
+def vector_add_bytes(x: torch.Tensor, y: torch.Tensor) -> int:
+    # read x and y once; write out once
+    return 3 * x.numel() * x.element_size()
+
+
+def vector_add_inputs(make_tensor, n: int, *, dtype: torch.dtype = torch.float32, **kwargs):
+    """(x, y): two 1-D operands of n elements (keyword arguments go to make_tensor)."""
+    return make_tensor(n, dtype, **kwargs), make_tensor(n, dtype, **kwargs)
