@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import pytest
 
@@ -281,9 +281,7 @@ def report_payload(item: pytest.Item) -> dict | None:
     return {
         "measurements": [m.to_dict() for m in measurements],
         "target": target.describe() if target else None,
-        "geomean": None if geo is None else {"asked": geo.asked, "achieved": geo.achieved,
-                                             "ci": list(geo.ci), "verdict": geo.verdict,
-                                             "message": geo.message},
+        "geomean": None if geo is None else asdict(geo),
     }
 
 

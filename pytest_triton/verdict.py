@@ -50,6 +50,7 @@ class Check:
     ci: tuple[float, float]
     verdict: str
     message: str
+    short: str = ""  # the target as the summary table shows it, in this device's numbers
 
 
 @dataclass
@@ -73,6 +74,22 @@ class Measurement:
     @property
     def label(self) -> str:
         return f"{self.nodeid}[{self.name}]" if self.name else self.nodeid
+
+    @property
+    def median_ms(self) -> float:
+        return self.time.median
+
+    @property
+    def bandwidth_frac(self) -> float | None:
+        """Achieved fraction of the peak DRAM bandwidth fractions are taken against."""
+        peak = self.peaks.get("dram_gbps")
+        return self.gbps / peak if self.gbps is not None and peak else None
+
+    @property
+    def tflops_frac(self) -> float | None:
+        """Achieved fraction of the dense tensor-core peak of the operands' dtype."""
+        peak = self.peaks.get("tflops")
+        return self.tflops / peak if self.tflops is not None and peak else None
 
     @property
     def gbps(self) -> float | None:
@@ -182,44 +199,48 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
         return
 
     def add(key: str, asked: float, achieved: float, lo: float, hi: float, text: str,
-            higher: bool = True) -> None:
+            short: str, higher: bool = True) -> None:
         verdict = _judge(asked, lo, hi, higher)
-        m.checks.append(Check(key, asked, achieved, (lo, hi), verdict, text + note))
+        m.checks.append(Check(key, asked, achieved, (lo, hi), verdict, text + note, short))
 
     if target.bandwidth_frac is not None:
         f, flo, fhi = m.gbps / peak_bw, m.bytes / t.ci_hi / 1e6 / peak_bw, m.bytes / t.ci_lo / 1e6 / peak_bw
         add("bandwidth_frac", target.bandwidth_frac, f, flo, fhi,
             f"{m.gbps:.0f} GB/s = {_pct(f)} of {bw_src} peak {peak_bw:.0f} GB/s; target "
             f"{_pct(target.bandwidth_frac)} = {target.bandwidth_frac * peak_bw:.0f} GB/s "
-            f"(bandwidth_frac={target.bandwidth_frac:g}); 99% CI {_pct(flo)}-{_pct(fhi)}")
+            f"(bandwidth_frac={target.bandwidth_frac:g}); 99% CI {_pct(flo)}-{_pct(fhi)}",
+            f"bw>={_pct(target.bandwidth_frac)} ({target.bandwidth_frac * peak_bw:.0f} GB/s)")
     if target.gbps is not None:
         lo, hi = m.bytes / t.ci_hi / 1e6, m.bytes / t.ci_lo / 1e6
         add("gbps", target.gbps, m.gbps, lo, hi,
             f"{m.gbps:.0f} GB/s = {_pct(m.gbps / peak_bw)} of {bw_src} peak {peak_bw:.0f} GB/s; "
-            f"target {target.gbps:g} GB/s (gbps={target.gbps:g}); 99% CI {lo:.0f}-{hi:.0f} GB/s")
+            f"target {target.gbps:g} GB/s (gbps={target.gbps:g}); 99% CI {lo:.0f}-{hi:.0f} GB/s",
+            f">={target.gbps:g} GB/s")
     if target.tflops_frac is not None:
         tf = m.tflops
         f, flo, fhi = tf / peak_tf, m.flops / t.ci_hi / 1e9 / peak_tf, m.flops / t.ci_lo / 1e9 / peak_tf
         add("tflops_frac", target.tflops_frac, f, flo, fhi,
             f"{tf:.1f} TFLOP/s = {_pct(f)} of {tf_src} peak {peak_tf:.1f} TFLOP/s; target "
             f"{_pct(target.tflops_frac)} = {target.tflops_frac * peak_tf:.1f} TFLOP/s "
-            f"(tflops_frac={target.tflops_frac:.4g}); 99% CI {_pct(flo)}-{_pct(fhi)}")
+            f"(tflops_frac={target.tflops_frac:.4g}); 99% CI {_pct(flo)}-{_pct(fhi)}",
+            f"{m.dtype}>={_pct(target.tflops_frac)} ({target.tflops_frac * peak_tf:.1f} TFLOP/s)")
     if target.tflops is not None:
         lo, hi = m.flops / t.ci_hi / 1e9, m.flops / t.ci_lo / 1e9
         of_peak = f" = {_pct(m.tflops / peak_tf)} of {tf_src} peak {peak_tf:.1f}" if peak_tf else ""
         add("tflops", target.tflops, m.tflops, lo, hi,
             f"{m.tflops:.1f} TFLOP/s{of_peak}; target {target.tflops:g} TFLOP/s "
-            f"(tflops={target.tflops:g}); 99% CI {lo:.1f}-{hi:.1f}")
+            f"(tflops={target.tflops:g}); 99% CI {lo:.1f}-{hi:.1f}", f">={target.tflops:g} TFLOP/s")
     if target.max_ms is not None:
         add("max_ms", target.max_ms, t.median, t.ci_lo, t.ci_hi,
             f"{t.median:.4g} ms per call; target at most {target.max_ms:g} ms (max_ms="
-            f"{target.max_ms:g}); 99% CI {t.ci_lo:.4g}-{t.ci_hi:.4g} ms", higher=False)
+            f"{target.max_ms:g}); 99% CI {t.ci_lo:.4g}-{t.ci_hi:.4g} ms", f"<={target.max_ms:g} ms",
+            higher=False)
     if target.speedup is not None:
         s = m.speedup
         add("speedup", target.speedup, s.median, s.ci_lo, s.ci_hi,
             f"{s.median:.3f}x the baseline ({t.median:.4g} ms vs baseline {m.baseline.median:.4g} "
             f"ms, measured interleaved); target {target.speedup:g}x (speedup={target.speedup:g}); "
-            f"99% CI {s.ci_lo:.3f}-{s.ci_hi:.3f}x")
+            f"99% CI {s.ci_lo:.3f}-{s.ci_hi:.3f}x", f">={target.speedup:g}x baseline")
 
 
 def evaluate_geomean(measurements: list[Measurement], target: PerfTarget) -> Check | None:
@@ -234,7 +255,7 @@ def evaluate_geomean(measurements: list[Measurement], target: PerfTarget) -> Che
                  _judge(target.geomean_speedup, lo, hi),
                  f"geometric mean speedup {g:.3f}x over {len(measurements)} shapes ({parts}); "
                  f"target {target.geomean_speedup:g}x (geomean_speedup={target.geomean_speedup:g}); "
-                 f"99% CI {lo:.3f}-{hi:.3f}x")
+                 f"99% CI {lo:.3f}-{hi:.3f}x", f"geomean>={target.geomean_speedup:g}x baseline")
 
 
 def build(nodeid: str, name: str | None, timings: Timings, *, bytes=None, flops=None, dtype=None,

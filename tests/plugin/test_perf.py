@@ -170,7 +170,7 @@ def test_geomean_speedup_over_a_sweep(perf):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*FAIL geomean_speedup: geometric mean speedup 0.900x over 2 shapes (n1 0.900x, n2 0.900x); target 1.1x*",
-        "*test_good ?geomean?*1.250x*geomean_speedup>=1.1*pass*",
+        "*test_good ?geomean?*1.250x*geomean>=1.1x baseline*pass*",
     ])
 
 
@@ -234,8 +234,8 @@ def test_terminal_table_json_and_junit(perf, pytester):
         "*= pytest-triton perf =*",
         "NVIDIA H100 80GB HBM3 (132 SMs), driver 580.0; torch *, triton *; clocks unknown (no NVML); L2 cold; peaks: H100 SXM datasheet",
         "test * median ms * GB/s * TFLOP/s * of peak * speedup * target * verdict * noise * method*",
-        "test_add * 0.2800 * 2876 * 85.8% bw * 1.036x * bandwidth_frac>=0.8, speedup>=0.98 * pass*",
-        "test_mm * 0.2000 * 687.2 * 69.5% float16 * tflops>=500 * pass*",
+        "test_add * 0.2800 * 2876 * 85.8% bw * 1.036x * bw>=80.0% (2682 GB/s), >=0.98x baseline * pass*",
+        "test_mm * 0.2000 * 687.2 * 69.5% float16 * >=500 TFLOP/s * pass*",
         "2 measurements: 2 pass",
     ])
     doc = json.loads((pytester.path / "perf.json").read_text())
@@ -248,6 +248,43 @@ def test_terminal_table_json_and_junit(perf, pytester):
     assert {c["target"] for c in add["checks"]} == {"bandwidth_frac", "speedup"}
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert props["triton.verdict"] == "pass" and float(props["triton.gbps"]) == pytest.approx(2876, rel=1e-3)
+
+
+def test_measurement_returned_to_the_test(perf):
+    result = perf("""
+        import pytest, torch
+        from pytest_triton import perf_target
+        FAKE = {"test_k": (0.25, 0.5)}
+        @perf_target(speedup=1.5)
+        def test_k(triton_bench):
+            m = triton_bench(lambda: None, bytes=5e8, flops=4e11, dtype=torch.float16, baseline=lambda: None)
+            assert m.median_ms == pytest.approx(0.25, rel=0.01)
+            assert m.gbps == pytest.approx(2000, rel=0.01)
+            assert m.bandwidth_frac == pytest.approx(2000 / 3352, rel=0.01)
+            assert m.tflops == pytest.approx(1600, rel=0.01)
+            assert m.tflops_frac == pytest.approx(1600 / 989.4, rel=0.01)
+            assert m.speedup.median == pytest.approx(2.0, rel=0.01)
+            assert m.verdict == "pass"
+    """)
+    result.assert_outcomes(passed=1)
+
+
+def test_results_are_gathered_from_xdist_workers(pytester):
+    pytester.makeconftest(FAKE_GPU)
+    pytester.makepyfile(test_k="""
+        import pytest
+        from pytest_triton import perf_target
+        FAKE = {f"test_k[{i}]": (0.3, None) for i in range(4)}
+        @pytest.mark.parametrize("i", range(4))
+        @perf_target(gbps=1000)
+        def test_k(triton_bench, i): triton_bench(lambda: None, bytes=1e9)
+    """)
+    result = pytester.runpytest_subprocess("-n", "2", "--triton-perf", "-p", "no:cacheprovider",
+                                           "--triton-perf-json", "perf.json")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["*4 measurements: 4 pass*"])
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    assert sorted(r["nodeid"] for r in doc["results"]) == [f"test_k.py::test_k[{i}]" for i in range(4)]
 
 
 def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester):
