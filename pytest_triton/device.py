@@ -162,14 +162,19 @@ _THROTTLE_BITS = {  # nvmlClocksEventReason* values
 THROTTLING = {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 
 
-def _nvml():
-    try:
-        import pynvml
+_NVML: dict = {}  # the pynvml module (or None) and a handle per device, found once per process
 
-        pynvml.nvmlInit()
-        return pynvml
-    except Exception:
-        return None
+
+def _nvml():
+    if "module" not in _NVML:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            _NVML["module"] = pynvml
+        except Exception:
+            _NVML["module"] = None
+    return _NVML["module"]
 
 
 def nvml_driver_version() -> str | None:
@@ -183,7 +188,7 @@ def nvml_driver_version() -> str | None:
         return None
 
 
-def _handle(nv, device):
+def _find_handle(nv, device):
     import torch
 
     props = torch.cuda.get_device_properties(device)
@@ -200,59 +205,63 @@ def _handle(nv, device):
         return None
 
 
-def gpu_state(device) -> dict:
-    """SM/memory clocks, temperature, power and active throttle reasons; {} without NVML."""
+def _read(device, readings) -> dict:
+    """{key: value} for each (key, call(nv, handle)) that NVML answers; {} without NVML."""
     nv = _nvml()
     if nv is None:
         return {}
-    h = _handle(nv, device)
+    key = str(device)
+    if key not in _NVML:
+        _NVML[key] = _find_handle(nv, device)
+    h = _NVML[key]
     if h is None:
         return {}
     out: dict = {}
-    for key, call in (
-        ("sm_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-        ("mem_clock_mhz", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-        ("max_sm_clock_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
-        ("temperature_c", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
-        ("power_w", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
-    ):
+    for name, call in readings:
         try:
-            out[key] = call()
+            out[name] = call(nv, h)
         except Exception:
             pass
-    try:
-        fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        bits = fn(h)
-        out["clock_reasons"] = sorted(n for b, n in _THROTTLE_BITS.items() if bits & b)
+    return out
+
+
+def _clock_reasons(nv, h) -> list[str]:
+    fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+        nv.nvmlDeviceGetCurrentClocksThrottleReasons
+    bits = fn(h)
+    return sorted(n for b, n in _THROTTLE_BITS.items() if bits & b)
+
+
+_STATE = (
+    ("sm_clock_mhz", lambda nv, h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+    ("mem_clock_mhz", lambda nv, h: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+    ("max_sm_clock_mhz", lambda nv, h: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM)),
+    ("temperature_c", lambda nv, h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+    ("power_w", lambda nv, h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0),
+    ("clock_reasons", _clock_reasons),
+)
+
+_SETTINGS = (
+    ("applications_sm_clock_mhz", lambda nv, h: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
+    ("applications_mem_clock_mhz", lambda nv, h: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
+    ("power_limit_w", lambda nv, h: nv.nvmlDeviceGetPowerManagementLimit(h) / 1000.0),
+    ("persistence_mode", lambda nv, h: nv.nvmlDeviceGetPersistenceMode(h)),
+    ("compute_mode", lambda nv, h: nv.nvmlDeviceGetComputeMode(h)),
+    ("ecc_mode", lambda nv, h: nv.nvmlDeviceGetEccMode(h)[0]),
+)
+
+
+def gpu_state(device) -> dict:
+    """SM/memory clocks, temperature, power and active throttle reasons; {} without NVML."""
+    out = _read(device, _STATE)
+    if "clock_reasons" in out:
         out["throttled"] = bool(THROTTLING & set(out["clock_reasons"]))
-    except Exception:
-        pass
     return out
 
 
 def gpu_settings(device) -> dict:
     """The settings a benchmark must never change: application clocks, power limit, modes."""
-    nv = _nvml()
-    if nv is None:
-        return {}
-    h = _handle(nv, device)
-    if h is None:
-        return {}
-    out: dict = {}
-    for key, call in (
-        ("applications_sm_clock_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_SM)),
-        ("applications_mem_clock_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
-        ("power_limit_w", lambda: nv.nvmlDeviceGetPowerManagementLimit(h) / 1000.0),
-        ("persistence_mode", lambda: nv.nvmlDeviceGetPersistenceMode(h)),
-        ("compute_mode", lambda: nv.nvmlDeviceGetComputeMode(h)),
-        ("ecc_mode", lambda: nv.nvmlDeviceGetEccMode(h)[0]),
-    ):
-        try:
-            out[key] = call()
-        except Exception:
-            pass
-    return out
+    return _read(device, _SETTINGS)
 
 
 def with_calibration(info: DeviceInfo, measured: dict | None, use_measured: bool) -> DeviceInfo:

@@ -76,3 +76,36 @@ def test_summaries_reject_bad_samples():
         stats.summarize([])
     with pytest.raises(ValueError):
         stats.summarize([1.0, float("nan")])
+
+
+def test_nvml_readings_and_throttle_reasons(monkeypatch):
+    """The NVML reader against a stand-in pynvml (the real one needs a GPU)."""
+    import sys
+    import types
+
+    from pytest_triton import device
+
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
+        nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByUUID=lambda uuid: "h",
+        nvmlDeviceGetClockInfo=lambda h, which: (1980, 2619)[which],
+        nvmlDeviceGetMaxClockInfo=lambda h, which: 1980,
+        nvmlDeviceGetTemperature=lambda h, which: 61,
+        nvmlDeviceGetPowerUsage=lambda h: 650_000,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x4 | 0x40,  # power cap + HW thermal
+        nvmlDeviceGetApplicationsClock=lambda h, which: (1980, 2619)[which],
+        nvmlDeviceGetPowerManagementLimit=lambda h: 700_000,
+        nvmlDeviceGetPersistenceMode=lambda h: 1,
+        nvmlDeviceGetComputeMode=lambda h: 0,
+    )  # no nvmlDeviceGetEccMode: a reading NVML cannot give is left out, not an error
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(device, "_NVML", {})
+    monkeypatch.setattr(device, "_find_handle", lambda nv, dev: "h")
+    state = device.gpu_state("cuda:0")
+    assert state == {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
+                     "temperature_c": 61, "power_w": 650.0,
+                     "clock_reasons": ["hw_thermal_slowdown", "sw_power_cap"], "throttled": True}
+    assert device.gpu_settings("cuda:0") == {
+        "applications_sm_clock_mhz": 1980, "applications_mem_clock_mhz": 2619,
+        "power_limit_w": 700.0, "persistence_mode": 1, "compute_mode": 0}
