@@ -13,15 +13,21 @@ import torch
 
 OUT = os.environ.get("OUT") or tempfile.mkdtemp()
 ngpu = torch.cuda.device_count()
+uuids = [str(torch.cuda.get_device_properties(i).uuid) for i in range(ngpu)]
 rows = []
-for workers in (ngpu, 2 * ngpu):
-    log = os.path.join(OUT, f"xdist_{workers}.jsonl")
+# (workers, outer CUDA_VISIBLE_DEVICES): as many workers as GPUs, twice as many, and an outer
+# CUDA_VISIBLE_DEVICES naming only the last GPU (every worker must then stay on it).
+for workers, outer in ((ngpu, None), (2 * ngpu, None), (2, str(ngpu - 1))):
+    log = os.path.join(OUT, f"xdist_{workers}_{outer}.jsonl")
     if os.path.exists(log):
         os.remove(log)
+    env = {**os.environ, "XDIST_LOG": log}
+    if outer is not None:
+        env["CUDA_VISIBLE_DEVICES"] = outer
     p = subprocess.run([sys.executable, "-m", "pytest", "bench/gate/test_xdist.py", "-n", str(workers),
                         "--triton-perf", "-p", "no:cacheprovider", "-q"],
-                       capture_output=True, text=True, env={**os.environ, "XDIST_LOG": log})
-    with open(os.path.join(OUT, f"xdist_{workers}.log"), "w") as f:
+                       capture_output=True, text=True, env=env)
+    with open(os.path.join(OUT, f"xdist_{workers}_{outer}.log"), "w") as f:
         f.write(p.stdout + p.stderr)
     recs = [json.loads(line) for line in open(log)]
     gpus = {}
@@ -36,8 +42,11 @@ for workers in (ngpu, 2 * ngpu):
             if b is not a and b["gpu"] == a["gpu"] and b["worker"] != a["worker"] and b["start"] < a["end"] and a["start"] < b["end"]:
                 overlaps += 1
     one_gpu_each = all(len(s) == 1 for s in gpus.values())
-    ok = p.returncode == 0 and one_gpu_each and overlaps == 0 and (workers > ngpu or distinct == ngpu)
-    rows.append((f"-n {workers} on {ngpu} GPUs", f"rc {p.returncode}; workers->GPU {{{', '.join(f'{w}: {sorted(s)[0][-8:]}' for w, s in sorted(gpus.items()))}}}; {distinct} distinct GPUs; perf tests overlapping another worker on their GPU: {overlaps}", ok))
+    if outer is None:
+        ok = p.returncode == 0 and one_gpu_each and overlaps == 0 and (workers > ngpu or distinct == ngpu)
+    else:
+        ok = p.returncode == 0 and {g for s in gpus.values() for g in s} == {uuids[-1]} and overlaps == 0
+    rows.append((f"-n {workers} on {ngpu} GPUs" + (f", outer CUDA_VISIBLE_DEVICES={outer}" if outer else ""), f"rc {p.returncode}; workers->GPU {{{', '.join(f'{w}: {sorted(s)[0][-8:]}' for w, s in sorted(gpus.items()))}}}; {distinct} distinct GPUs; perf tests overlapping another worker on their GPU: {overlaps}", ok))
 
 with open(os.path.join(OUT, "xdist_check.json"), "w") as f:
     json.dump(rows, f, indent=1)
