@@ -3,8 +3,9 @@
 A program owns BLOCK_M query rows of one (batch, head) and streams the keys and values past them
 in BLOCK_N blocks, never writing the S x S score matrix: per row it keeps a running maximum m, a
 running sum l of exp(score - m), and an accumulator rescaled by exp(m_old - m_new) whenever the
-maximum grows (the online softmax). Scores are scaled by sm_scale * log2(e) so that exp2, one
-instruction (MUFU.EX2), replaces exp.
+maximum grows (the online softmax), and accumulates P V in the tensor-core product itself. Scores
+are scaled by sm_scale * log2(e) so that exp2, one instruction (MUFU.EX2), replaces exp; the scale
+is folded into the subtraction of the maximum (one FMA per score).
 
 Causal: a query block needs only the key blocks at or before its diagonal. The blocks wholly
 below the diagonal need no mask and run in a first loop; only the few blocks on the diagonal
@@ -29,7 +30,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
-from .matmul import TensorDescriptor, tma_available
+from .matmul import TensorDescriptor, _autotune_kwargs, tma_available
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -37,8 +38,8 @@ LOG2E = 1.4426950408889634
 VARIANTS = ("pointer", "tma")
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
-# they do not. A best guess until bench/sweep_compute.py has been run on the H100: TMA loads of
-# K and V free the warps of address arithmetic and are what Triton's own Hopper attention uses.
+# they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
+# faster than pointer loads at the same tiles on every perf-test shape (bench/sweep_compute.py).
 DEFAULT_VARIANT = "tma"
 FALLBACK_VARIANT = "pointer"
 
@@ -54,34 +55,44 @@ def _set_tma_block_shapes(nargs: dict) -> None:
     nargs["v_desc"].block_shape = [nargs["BLOCK_N"], d]
 
 
-def _attention_configs() -> dict[int, triton.Config]:
-    """The tile shape for each tuned head dim; `_prune_configs` picks the call's.
+def _attention_configs() -> dict[int, list[triton.Config]]:
+    """The candidate tiles for each tuned head dim, autotuned per (S, head dim, causal) between
+    two: `_prune_configs` picks the call's head dim.
 
-    BLOCK_M 128 query rows keep a wgmma M of 64 per warpgroup busy. The key block is sized so that
-    the score tile (BLOCK_M x BLOCK_N fp32) and the accumulator (BLOCK_M x D fp32) fit in
-    registers together: D 64 leaves room for a 128 x 128 score tile over 8 warps (64 + 32 fp32
-    registers per thread); D 128 doubles the accumulator, so keys come 64 at a time. 3 stages of
-    K and V blocks hide the load latency. A best guess from the FlashAttention-2 tile choices,
-    to be confirmed by bench/sweep_compute.py; one config per head dim, since every extra one
-    costs a compile per head dim and causal flag in the 3-minute perf run.
+    From bench/sweep_compute.py on the H100 (the perf tests' timer, every perf-test shape,
+    speedup over SDPA): D 64 is best at 128 x 64 with 4 stages over 8 warps (0.92-0.95
+    non-causal; 128 x 128 tiles spill the score tile's registers: 0.72-0.85 in the first sweep);
+    D 128 at 128 x 128, 3 stages (0.84-0.90 from S = 4096; 3 x 2 x 32 KB of K and V blocks and
+    the 32 KB Q tile just fit in 227 KB). 64 x 64 tiles over 4 warps win where the 128-row tiles
+    leave work idle: causal at D 64 (0.92-0.98, whose diagonal blocks, half masked, are a large
+    share of the work) and D 128 at S = 1024 (0.79-0.84 against 0.72-0.76): the second
+    candidate. Two candidates per head dim cost two compiles per head dim and causal flag in the
+    3-minute perf run.
     """
-    return {
-        64: triton.Config({"BLOCK_M": 128, "BLOCK_N": 128}, num_stages=3, num_warps=8,
-                          pre_hook=_set_tma_block_shapes),
-        128: triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_stages=3, num_warps=8,
-                           pre_hook=_set_tma_block_shapes),
-    }
+    def cfg(bm, bn, stages, warps):
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages,
+                             num_warps=warps, pre_hook=_set_tma_block_shapes)
+
+    return {64: [cfg(128, 64, 4, 8), cfg(64, 64, 3, 4)],
+            128: [cfg(128, 128, 3, 8), cfg(64, 64, 3, 4)]}
 
 
 _TUNED = _attention_configs()
 
 
+# Sequences shorter than this take their head dim's first candidate untimed: they run for
+# microseconds, and compiling the second candidate per head dim, causal flag and dtype would cost
+# more than it could save them (the perf tests' sequences have 1024 keys or more).
+TUNE_MIN_S = 512
+
+
 def _prune_configs(configs, named_args, **kwargs):
-    """The config tuned for this head dim; for an untuned one, the next larger tuned head dim's
-    (the largest one's if there is none)."""
+    """The candidates tuned for this head dim (only the first below TUNE_MIN_S); for an untuned
+    head dim, the next larger tuned head dim's (the largest one's if there is none)."""
     d = kwargs["HEAD_DIM"]
     tuned = min((t for t in _TUNED if t >= d), default=max(_TUNED))
-    return [c for c in configs if c is _TUNED[tuned]] or configs[:1]
+    kept = [c for c in configs if any(c is t for t in _TUNED[tuned])] or configs[:1]
+    return kept[:1] if named_args["S"] < TUNE_MIN_S else kept
 
 
 # Under the interpreter: small blocks, so that the tests' short sequences span several of them,
@@ -155,19 +166,24 @@ def _attention_block(
         else:
             k = tl.load(k_src + start_n * stride_kn)
             v = tl.load(v_src + start_n * stride_vn)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
+        s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded in below
         if MASKED:
             visible = k_ok[None, :]
             if CAUSAL:
                 visible = visible & (keys[None, :] <= offs_m[:, None])
             s = tl.where(visible, s, float("-inf"))
-        # Every row sees a finite score in its first block (key 0 is visible to all queries), so
-        # m_new is finite from then on and a fully masked block gives p = 0, alpha = 1.
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
+        # qk_scale > 0, so the row maximum of the scaled scores is the scaled row maximum: one
+        # multiply per row here and one FMA per score below (s * qk_scale - m), where scaling
+        # first would cost a multiply per score more. Every row sees a finite score in its first
+        # block (key 0 is visible to all queries), so m_new is finite from then on and a fully
+        # masked block gives p = 0, alpha = 1.
+        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
         alpha = tl.math.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        # Rescale, then accumulate in the tensor-core product itself (no separate add of a
+        # BLOCK_M x HEAD_DIM product tile).
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
         m_i = m_new
     return acc, m_i, l_i
 
@@ -266,10 +282,11 @@ def _attention_tma_kernel(
 
 
 def _autotuned(kernel):
-    return triton.autotune(configs=autotune_configs(list(_TUNED.values()),
+    return triton.autotune(configs=autotune_configs([c for cs in _TUNED.values() for c in cs],
                                                     interpreter=INTERPRETER_CONFIG),
                            key=["S", "HEAD_DIM", "CAUSAL"],
-                           prune_configs_by={"early_config_prune": _prune_configs})(kernel)
+                           prune_configs_by={"early_config_prune": _prune_configs},
+                           **_autotune_kwargs())(kernel)
 
 
 # One autotuner per variant, each with its own cache of chosen configs.
@@ -339,16 +356,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               variant: str | None = None, config: triton.Config | None = None) -> torch.Tensor:
     """softmax(q @ k^T * sm_scale, masked when causal) @ v over (B, H, S, D) tensors.
 
-    sm_scale defaults to 1/sqrt(D). variant: "pointer" or "tma" (default: DEFAULT_VARIANT where
-    TMA can take the operands, else FALLBACK_VARIANT). config: a triton.Config (BLOCK_M,
+    sm_scale (> 0) defaults to 1/sqrt(D). variant: "pointer" or "tma" (default: DEFAULT_VARIANT
+    where TMA can take the operands, else FALLBACK_VARIANT). config: a triton.Config (BLOCK_M,
     BLOCK_N; BLOCK_M a multiple of BLOCK_N) to launch instead of the tuned one.
     """
     out = _check_operands(q, k, v, out, "attention")
     chosen = _choose_variant(q, k, v, variant)
     B, H, S, D = q.shape
+    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        # The kernel takes the row maximum before scaling: right only for a positive scale.
+        raise ValueError(f"attention: sm_scale={sm_scale!r} must be a positive finite number")
     if out.numel() == 0:
         return out
-    scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
     if chosen == "tma":
         # Block shapes are placeholders until the config's pre-hook sets them.
         descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v)]

@@ -8,10 +8,28 @@ output pixels x output channels, gathering each A tile straight from the input:
     reduction over R*S*C         (tap (r, s) of the filter, input channel c; c fastest)
 
 so that in channels_last (NHWC) memory, the layout torch's channels_last convention and cuDNN's
-fast path use, every A row is BLOCK_K contiguous channels of one input pixel. Padding is the
-masked-out taps that fall outside the image. One loop runs over all R*S*ceil(C/BLOCK_K) reduction
-steps, rather than three nested ones, so that the compiler pipelines it even when C fits in one
-BLOCK_K (a 3x3 conv over 64 channels would otherwise have an inner loop of one iteration).
+fast path use, every A row is BLOCK_K contiguous channels of one input pixel. One loop runs over
+all R*S*(C/BLOCK_K) reduction steps, rather than three nested ones, so that the compiler pipelines
+it even when C fits in one BLOCK_K.
+
+Two kernels:
+
+- `_conv2d_tma_kernel` (Hopper, Triton >= 3.4; the default where it applies): stride 1 and a
+  same-size output (P = H, Q = W: ResNet's 3x3 pad 1 and 1x1 pad 0 layers), channels_last x, weight
+  and out, C a multiple of 16. Then the input pixel of output row m under tap (r, s) is row
+  m + (r*dil_h - pad_h)*W + (s*dil_w - pad_w) of the (N*H*W, C) matrix x is in memory: each A tile
+  is one contiguous block of rows, and the weight, in channels_last memory, a (K, R*S*C) matrix
+  that a TMA descriptor reads. Rows whose tap falls in the padding (or wraps into the next image
+  row) must contribute zeros: A is gathered by masked asynchronous copies that zero-fill shared
+  memory (or, A_TMA=True, TMA-loaded and masked in registers: slower on the H100); a 1x1
+  unpadded conv needs no mask and is a plain TMA GEMM. For late layers, whose few output tiles
+  would leave SMs idle, the reduction can be split over several programs (split-K, summed by
+  `_splitk_reduce_kernel`). Tiles and split are chosen per shape by timing a few candidates
+  once, the way the perf tests time (`_tma_config`): these layers run for 10-40 us, where
+  Triton's autotuner timing is dominated by host launch overhead, and a cost model ranked the
+  candidates wrongly.
+- `_conv2d_kernel`: pointer loads with masks, any stride, padding, dilation and layout (masked-out
+  taps are the padding); autotuned.
 
 Inputs: x an NCHW-shaped tensor (any strides; channels_last is the fast layout), weight
 (K, C, R, S) (any strides; channels_last, C fastest, is the fast layout), optional bias (K,).
@@ -23,23 +41,30 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
-from pytest_triton import autotune_configs
+from pytest_triton import autotune_configs, interpreting
 
-from .matmul import _grouped_tile, matmul, matmul_kernel_for
+from .matmul import (TensorDescriptor, _autotune_kwargs, _cold_graph_bench, _grouped_tile,
+                     _sm_count, matmul, matmul_kernel_for, tma_available)
 
 DTYPES = (torch.float16, torch.bfloat16)
-VARIANTS = ("implicit_gemm", "matmul")
+VARIANTS = ("tma", "implicit_gemm", "matmul")
 
-# A 1x1, stride-1, unpadded conv over a channels_last input is a plain GEMM, (N*H*W, C) @ (C, K),
-# which the matmul module can run (its TMA path included). Whether that beats the implicit GEMM
-# on the ResNet-50 1x1 layers (N = K of 64-256 columns) is for bench/sweep_compute.py to say; the
-# implicit GEMM is the default until it has.
-ONE_BY_ONE_VARIANT = "implicit_gemm"
+# Convs of fewer flops than this are not tuned: they take the default TMA plan, or the pointer
+# kernel's first config, untimed. Timing candidates costs their compiles (0.5-2 s each) and about
+# 50 ms each, which a conv of a few microseconds does not repay (ResNet-50's layers at batch 32
+# have 3-7 GFLOP).
+TUNE_MIN_FLOPS = 2**30
+
+# A 1x1, stride-1, unpadded conv over a channels_last input is also a plain GEMM, (N*H*W, C) @
+# (C, K), which the matmul module can run: variant="matmul". It is not the default: its autotuned
+# tiles are sized for LLM GEMMs (N in the thousands), not for N = K of 64-256 output channels.
 
 
 def _conv2d_configs() -> list[triton.Config]:
-    """Tile shapes for M = N*P*Q in the tens of thousands and N = K output channels of 64-512.
+    """Tile shapes of the pointer kernel, for M = N*P*Q in the tens of thousands and N = K output
+    channels of 64-512.
 
     BLOCK_K 64 is one 128-byte fp16 line of channels per input pixel (every ResNet layer past
     the stem has C a multiple of 64). BLOCK_M of 128 or 256 rows feeds wgmma 64 rows per
@@ -57,10 +82,13 @@ def _conv2d_configs() -> list[triton.Config]:
 
 
 def _prune_configs(configs, named_args, **kwargs):
-    """Drop the tiles wider than the output channels (there is always the 64-wide one)."""
-    k_out = named_args["K"]
-    kept = [c for c in configs if c.kwargs["BLOCK_N"] <= max(64, k_out)]
-    return kept or configs[:1]
+    """Drop the tiles wider than the output channels (there is always the 64-wide one); keep
+    only the first under TUNE_MIN_FLOPS (see there)."""
+    a = named_args
+    k_out = a["K"]
+    kept = [c for c in configs if c.kwargs["BLOCK_N"] <= max(64, k_out)] or configs[:1]
+    flops = 2 * a["N"] * a["P"] * a["Q"] * k_out * a["C"] * a["R"] * a["S"]
+    return kept[:1] if flops < TUNE_MIN_FLOPS else kept
 
 
 # Under the interpreter: tiles small enough that the tests' few pixels and channels span several.
@@ -70,7 +98,7 @@ INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16,
 
 @triton.autotune(configs=autotune_configs(_conv2d_configs(), interpreter=INTERPRETER_CONFIG),
                  key=["N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w"],
-                 prune_configs_by={"early_config_prune": _prune_configs})
+                 prune_configs_by={"early_config_prune": _prune_configs}, **_autotune_kwargs())
 @triton.jit
 def _conv2d_kernel(
     x_ptr,  # *in* N x C x H x W, strides (sxn, sxc, sxh, sxw); channels_last: sxc == 1
@@ -133,6 +161,215 @@ def _conv2d_kernel(
     y_rows = img.to(tl.int64) * syn + (pq // Q) * syp + (pq % Q) * syq
     y_ptrs = y_ptr + y_rows[:, None] + offs_n[None, :] * syk
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def _conv2d_tma_kernel(
+    x_desc,  # descriptor of x as an (N*H*W) x C row-major matrix, block [BLOCK_M, BLOCK_K]
+    x_ptr,  # *in* the same (N*H*W) x C matrix, read through pointers when A_TMA is False
+    w_desc,  # descriptor of the weight as a K x (R*S*C) row-major matrix (tap-major, channel
+             # fastest: channels_last memory), block [BLOCK_N, BLOCK_K]
+    y_desc,  # descriptor of y as an (N*H*W) x K row-major matrix, block [BLOCK_M, BLOCK_N]
+    ws_ptr,  # *out* split_k x M x K float32 partial sums when SPLIT, else unused
+    bias_ptr,  # *in* K, read when HAS_BIAS and not SPLIT
+    M,  # output pixels N*H*W (stride 1, same-size output: also the input pixels)
+    C, H, W,  # input channels (a multiple of BLOCK_K), height, width
+    K,  # output channels
+    R, S,  # filter height, width
+    pad_h, pad_w,
+    dil_h, dil_w,
+    split_k,  # programs sharing one output tile's reduction (program_id(1))
+    HAS_BIAS: tl.constexpr,
+    MASK_TAPS: tl.constexpr,  # False when no tap can fall outside the image (1x1, no padding)
+    A_TMA: tl.constexpr,  # load A tiles through x_desc (else through x_ptr, masked)
+    SPLIT: tl.constexpr,  # split_k > 1: write float32 partial sums to ws_ptr
+    BLOCK_M: tl.constexpr,  # output pixels per tile
+    BLOCK_N: tl.constexpr,  # output channels per tile
+    BLOCK_K: tl.constexpr,  # input channels per reduction step
+    GROUP_M: tl.constexpr,
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(K, BLOCK_N)
+    pid_m, pid_n = _grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    pq = offs_m % (H * W)
+    h0 = pq // W - pad_h  # input row of tap r = 0
+    w0 = pq % W - pad_w  # input column of tap s = 0
+    offs_k = tl.arange(0, BLOCK_K)
+
+    c_steps = C // BLOCK_K
+    steps = R * S * c_steps
+    per_split = tl.cdiv(steps, split_k)
+    first = tl.program_id(1) * per_split
+    last = tl.minimum(first + per_split, steps)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(first, last):
+        tap = step // c_steps
+        c0 = (step - tap * c_steps) * BLOCK_K
+        r = tap // S
+        dh = r * dil_h
+        dw = (tap - r * S) * dil_w
+        shift = (dh - pad_h) * W + (dw - pad_w)  # input row of output row m: m + shift
+        if A_TMA:
+            # One block of rows for the whole tile. Past either end of x the descriptor reads
+            # zeros (rows before 0 for the first tiles' upper taps); rows past M are never stored.
+            a = x_desc.load([off_m + shift, c0])
+            if MASK_TAPS:
+                # A row whose tap lands in the padding read a neighbouring pixel (the previous
+                # or next image row, or image): it must contribute zeros. tl.where, not a
+                # product, so that an inf or NaN in that pixel cannot leak in as 0 * inf. (The
+                # tile then reaches the tensor cores from registers.)
+                h = h0 + dh
+                w = w0 + dw
+                inside = (h >= 0) & (h < H) & (w >= 0) & (w < W)
+                a = tl.where(inside[:, None], a, 0.0)
+        else:
+            # The same rows gathered by masked asynchronous copies: padding rows are zero-filled
+            # in shared memory, so the tile reaches the tensor cores from there.
+            rows_ok = offs_m < M
+            if MASK_TAPS:
+                h = h0 + dh
+                w = w0 + dw
+                rows_ok = rows_ok & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+            a_ptrs = x_ptr + (offs_m + shift)[:, None].to(tl.int64) * C + (c0 + offs_k)[None, :]
+            a = tl.load(a_ptrs, mask=rows_ok[:, None], other=0.0)
+        b = w_desc.load([off_n, tap * C + c0])
+        acc = tl.dot(a, tl.trans(b), acc)
+
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    if not SPLIT:
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + offs_n, mask=offs_n < K, other=0.0).to(tl.float32)[None, :]
+        # The TMA store clips the rows and columns past M and K.
+        y_desc.store([off_m, off_n], acc.to(y_desc.dtype))
+    else:
+        # Partial sums stay float32 (they mostly stay in L2 too) until the reduce kernel.
+        ws = (ws_ptr + tl.program_id(1).to(tl.int64) * M * K
+              + offs_m[:, None].to(tl.int64) * K + offs_n[None, :])
+        tl.store(ws, acc, mask=(offs_m < M)[:, None] & (offs_n < K)[None, :])
+
+
+@triton.jit
+def _splitk_reduce_kernel(
+    ws_ptr,  # *in* split_k x M x K float32 partial sums, contiguous
+    bias_ptr,  # *in* K, or any pointer when HAS_BIAS is False
+    y_ptr,  # *out* M x K row-major (the channels_last output's (N*P*Q, K) view)
+    MK,  # M * K, the elements of one partial
+    K,  # output channels
+    split_k,  # partials to sum
+    HAS_BIAS: tl.constexpr,
+    BLOCK: tl.constexpr,  # elements per program
+):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < MK
+    acc = tl.load(ws_ptr + offs, mask=ok, other=0.0)
+    for split in range(1, split_k):
+        acc += tl.load(ws_ptr + split * MK + offs, mask=ok, other=0.0)
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + offs % K, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+# Tiles of the TMA kernel: (BLOCK_M, BLOCK_N, num_warps, num_stages). wgmma takes 64 rows per
+# warpgroup: 128- and 256-row tiles over 8 warps, 64-row tiles over 4. Stages: as many as fit in
+# shared memory with the epilogue tile at BLOCK_K 64 (3 x 48 KB + 64 KB for the 256-wide and
+# 256-row tiles; 4 x 32 KB + 32 KB for 128 x 128; 4 x 24 KB + 16 KB for 128 x 64 and 64 x 128,
+# which then fit twice per SM). On the H100 (bench/sweep_compute.py, ResNet-50 at batch 32) the
+# timed plans were 64 x 128 (3x3 over 128 and 256 channels, 1x1 1024 -> 256), 128 x 64 (the
+# 64-channel layers), 128 x 256 split 4 (3x3 over 512 channels at 7 x 7), 256 x 128 and 128 x 256
+# (the memory-bound 1x1 layers); 256 x 64 was never best and is left out.
+_TMA_TILES = ((64, 128, 4, 4), (128, 64, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3),
+              (256, 128, 8, 3))
+
+# Under the interpreter: small tiles, so that the tests' few pixels and channels span several.
+INTERPRETER_TMA_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16,
+                                        "GROUP_M": 2}, num_stages=1, num_warps=4)
+
+
+def _block_k(C: int) -> int:
+    return next(b for b in (64, 32, 16) if C % b == 0)
+
+
+def _tma_cfg(bm, bn, bk, split, a_tma, warps, stages) -> triton.Config:
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                          "SPLIT_K": split, "A_TMA": a_tma}, num_stages=stages, num_warps=warps)
+
+
+def _tma_candidates(M: int, K: int, C: int, taps: int, masked: bool,
+                    n_sms: int) -> list[triton.Config]:
+    """The plans timed for a conv: every tile no wider than the layer's output channels; split-K
+    by 2 or 4 only where the unsplit tiles leave SMs idle and each split keeps 8 or more
+    reduction steps (late layers: 1568 x 512 outputs are 52 tiles of 128 x 128 over reductions of
+    72 steps). Masked convs load A by masked copies: on the H100 that beat TMA loads masked in
+    registers on every tile of every 3x3 ResNet-50 layer (by 5-35%: with A in registers each
+    step's tensor-core work waits on the mask), which stay available through config=."""
+    bk = _block_k(C)
+    steps = taps * C // bk
+    out = []
+    for bm, bn, warps, stages in _TMA_TILES:
+        if bn > max(64, K):  # wider than the layer: computes padding
+            continue
+        tiles = triton.cdiv(M, bm) * triton.cdiv(K, bn)
+        for split in [1] + [s for s in (2, 4) if tiles * s <= n_sms and steps >= 8 * s]:
+            out.append(_tma_cfg(bm, bn, bk, split, not masked, warps, stages))
+    return out
+
+
+def _default_tma_config(C: int, K: int, masked: bool) -> triton.Config:
+    """The plan of convs too small to time: 64 x 128 (128 x 64 for 64 output channels or
+    fewer), the tiles that were best or near it on most ResNet-50 layers, unsplit; A through
+    masked copies when taps can fall in the padding (tensor cores read it from shared memory)."""
+    bm, bn = (128, 64) if K <= 64 else (64, 128)
+    return _tma_cfg(bm, bn, _block_k(C), 1, not masked, 4, 4)
+
+
+_PLANS: dict = {}  # (device, shapes, padding, dilation, dtype) -> the fastest candidate
+
+
+def _plan_key(x, weight, padding, dilation):
+    return (str(x.device), tuple(x.shape), tuple(weight.shape), _pair(padding, "padding"),
+            _pair(dilation, "dilation"), x.dtype)
+
+
+def _tma_config(x, weight, bias, out, padding, dilation) -> triton.Config:
+    """The TMA kernel's config for this conv: the interpreter's small tiles; the fastest of
+    `_tma_candidates`, timed once per shape as the perf tests time (matmul._cold_graph_bench:
+    CUDA-graph replays, cold L2), for convs of TUNE_MIN_FLOPS or more; else the default plan."""
+    if interpreting():
+        return INTERPRETER_TMA_CONFIG
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
+    key = _plan_key(x, weight, padding, dilation)
+    if key in _PLANS:
+        return _PLANS[key]
+    default = _default_tma_config(C, K, masked)
+    if 2 * N * H * W * K * C * R * S < TUNE_MIN_FLOPS or torch.cuda.is_current_stream_capturing():
+        return default  # (inside a graph capture nothing may be timed)
+    timings = []
+    for cfg in _tma_candidates(N * H * W, K, C, R * S, masked, _sm_count(x.device)):
+        try:
+            ms = _cold_graph_bench(
+                lambda cfg=cfg: _conv2d_tma(x, weight, bias, out, padding, dilation, cfg))
+        except OutOfResources:  # more shared memory than this GPU has: not a plan here
+            continue
+        timings.append((ms, cfg))
+    _PLANS[key] = min(timings, key=lambda t: t[0])[1] if timings else default
+    return _PLANS[key]
+
+
+class _PlanReport:
+    """What conv2d_kernel_for returns for the TMA variant: best_config is the plan in use (for
+    reports; read after the first call, which times the candidates)."""
+
+    def __init__(self, x, weight, padding, dilation):
+        self._args = (x, weight, padding, dilation)
+
+    @property
+    def best_config(self):
+        return _PLANS.get(_plan_key(*self._args))
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -209,14 +446,108 @@ def _gemm_operands(x, weight):
     return x.permute(0, 2, 3, 1).reshape(N * H * W, C), weight.reshape(weight.shape[0], C).T
 
 
-def conv2d_kernel_for(x: torch.Tensor, weight: torch.Tensor, *, stride=1, padding=0,
-                      variant: str | None = None):
-    """The autotuned kernel `conv2d(x, weight, ...)` launches (for its chosen config)."""
+def _channels_last(t: torch.Tensor) -> bool:
+    """Whether t is dense channels_last memory with a 16-byte aligned base (what TMA needs)."""
+    return t.is_contiguous(memory_format=torch.channels_last) and t.data_ptr() % 16 == 0
+
+
+def _tma_problem(x, weight, stride, padding, dilation, out) -> str | None:
+    """Why the TMA kernel cannot take this conv, or None when it can."""
+    if not tma_available(x.device):
+        return ("this Triton has no host-side tensor descriptors" if TensorDescriptor is None
+                else "TMA needs a Hopper (sm_90) or newer GPU")
+    if _pair(stride, "stride") != (1, 1):
+        return "it needs stride 1"
+    if tuple(out.shape[2:]) != tuple(x.shape[2:]):
+        return "it needs an output of the input's height and width (e.g. 3x3 with padding 1)"
+    if not all(_channels_last(t) for t in (x, weight, out)):
+        return "it needs channels_last x, weight and out with 16-byte aligned bases"
+    if x.shape[1] % 16 or weight.shape[0] % 8:
+        return "it needs C a multiple of 16 and K a multiple of 8 (16-byte rows)"
+    return None
+
+
+def _tma_meta(config: triton.Config, C: int, masked: bool) -> tuple[dict, int]:
+    """(the TMA kernel's meta-parameters, split_k) from a config, checked. SPLIT_K defaults to 1;
+    A_TMA to True for unmasked convs (a plain TMA GEMM), False for masked ones."""
+    meta = _check_config(config)
+    split = meta.pop("SPLIT_K", 1)
+    meta.setdefault("A_TMA", not masked)
+    if C % meta["BLOCK_K"]:
+        raise ValueError(f"conv2d: variant='tma' needs BLOCK_K ({meta['BLOCK_K']}) to divide "
+                         f"C ({C})")
+    if not isinstance(split, int) or split < 1:
+        raise ValueError(f"conv2d: SPLIT_K={split!r} must be an int >= 1")
+    return {**meta, "SPLIT": split > 1}, split
+
+
+def _check_config(config) -> dict:
+    if not isinstance(config, triton.Config):
+        raise TypeError(f"conv2d: config must be a triton.Config, got {type(config).__name__}")
+    missing = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"} - set(config.kwargs)
+    if missing:
+        raise ValueError(f"conv2d: config lacks {sorted(missing)}")
+    return dict(config.all_kwargs())
+
+
+def _choose_variant(x, weight, stride, padding, dilation, out, variant: str | None) -> str:
+    if variant not in (None, *VARIANTS):
+        raise ValueError(f"conv2d: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
+    if variant == "matmul" and not (_is_gemm(x, weight, stride, padding)
+                                    and out.is_contiguous(memory_format=torch.channels_last)):
+        raise ValueError("conv2d: variant='matmul' needs a 1x1 filter, stride 1, no padding and "
+                         "channels_last x and out")
+    problem = _tma_problem(x, weight, stride, padding, dilation, out)
+    if variant == "tma" and problem is not None:
+        raise ValueError(f"conv2d: variant='tma' cannot take this conv: {problem}")
     if variant is None:
-        variant = ONE_BY_ONE_VARIANT if _is_gemm(x, weight, stride, padding) else "implicit_gemm"
-    if variant == "matmul":
+        return "tma" if problem is None else "implicit_gemm"
+    return variant
+
+
+def conv2d_kernel_for(x: torch.Tensor, weight: torch.Tensor, *, stride=1, padding=0,
+                      dilation=1, variant: str | None = None):
+    """What `conv2d(x, weight, ...)` launches, for reports: the autotuned kernel, or for the TMA
+    variant an object whose best_config is the planned config."""
+    P, Q = conv2d_output_size(x.shape, weight.shape, stride, padding, dilation)
+    out = torch.empty((x.shape[0], weight.shape[0], P, Q), dtype=x.dtype, device=x.device,
+                      memory_format=torch.channels_last)
+    chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
+    if chosen == "matmul":
         return matmul_kernel_for(*_gemm_operands(x, weight))
+    if chosen == "tma":
+        return _PlanReport(x, weight, padding, dilation)
     return _conv2d_kernel
+
+
+def _conv2d_tma(x, weight, bias, out, padding, dilation, config):
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    (ph, pw), (dh, dw) = _pair(padding, "padding"), _pair(dilation, "dilation")
+    masked = (R, S, ph, pw) != (1, 1, 0, 0)
+    if config is None:
+        config = _tma_config(x, weight, bias, out, padding, dilation)
+    meta, split = _tma_meta(config, C, masked)
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    M = N * H * W
+    # Views, no copies: channels_last memory is (N, H, W, C) and (K, R, S, C) row-major.
+    x2d = x.permute(0, 2, 3, 1).view(M, C)
+    x_desc = TensorDescriptor.from_tensor(x2d, [bm, bk])
+    w_desc = TensorDescriptor.from_tensor(weight.permute(0, 2, 3, 1).view(K, R * S * C), [bn, bk])
+    y2d = out.permute(0, 2, 3, 1).view(M, K)
+    y_desc = TensorDescriptor.from_tensor(y2d, [bm, bn])
+    ws = torch.empty((split, M, K), dtype=torch.float32, device=x.device) if split > 1 else out
+    bias_arg = bias if bias is not None else out
+    grid = (triton.cdiv(M, bm) * triton.cdiv(K, bn), split)
+    _conv2d_tma_kernel[grid](x_desc, x2d, w_desc, y_desc, ws, bias_arg, M, C, H, W, K, R, S,
+                             ph, pw, dh, dw, split, HAS_BIAS=bias is not None,
+                             MASK_TAPS=masked, **meta)
+    if split > 1:
+        block = 1024
+        _splitk_reduce_kernel[(triton.cdiv(M * K, block),)](
+            ws, bias_arg, y2d, M * K, K, split, HAS_BIAS=bias is not None, BLOCK=block,
+            num_warps=4)
+    return out
 
 
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
@@ -226,26 +557,21 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
     x (N, C, H, W) and weight (K, C, R, S) of one dtype (fp16 or bf16), any strides (channels_last
     is the fast layout); stride, padding, dilation an int or a pair. Returns (N, K, P, Q) in
-    channels_last memory. variant: "implicit_gemm", or "matmul" (1x1, stride 1, no padding,
-    channels_last x and out only); default ONE_BY_ONE_VARIANT for such convs, else
-    "implicit_gemm". config: a triton.Config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M) to launch
-    instead of autotuning.
+    channels_last memory. variant: "tma" (stride 1, same-size output, channels_last operands, C
+    a multiple of 16, K of 8; Hopper), "implicit_gemm" (any conv), or "matmul" (1x1, stride 1, no
+    padding, channels_last x and out); default "tma" where it applies, else "implicit_gemm".
+    config: a triton.Config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M; for "tma" optionally SPLIT_K and
+    A_TMA) to launch instead of the planned or autotuned one.
     """
     out = _check_operands(x, weight, bias, stride, padding, dilation, out)
-    if variant not in (None, *VARIANTS):
-        raise ValueError(f"conv2d: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
-    gemm_ok = (_is_gemm(x, weight, stride, padding)
-               and out.is_contiguous(memory_format=torch.channels_last))
-    if variant == "matmul" and not gemm_ok:
-        raise ValueError("conv2d: variant='matmul' needs a 1x1 filter, stride 1, no padding and "
-                         "channels_last x and out")
-    if variant is None:
-        variant = ONE_BY_ONE_VARIANT if gemm_ok else "implicit_gemm"
+    chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
     if out.numel() == 0:
         return out
     N, C, H, W = x.shape
     K, _, R, S = weight.shape
-    if variant == "matmul":
+    if chosen == "tma":
+        return _conv2d_tma(x, weight, bias, out, padding, dilation, config)
+    if chosen == "matmul":
         a, b = _gemm_operands(x, weight)
         c = out.permute(0, 2, 3, 1).view(N * H * W, K)  # a view: the GEMM writes into out
         matmul(a, b, bias=bias, out=c, config=config)
@@ -262,9 +588,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if config is None:
         _conv2d_kernel[grid](*args, HAS_BIAS=bias is not None)
     else:
-        if not isinstance(config, triton.Config):
-            raise TypeError(f"conv2d: config must be a triton.Config, got {type(config).__name__}")
-        meta = {"HAS_BIAS": bias is not None, **config.all_kwargs()}
+        meta = {"HAS_BIAS": bias is not None, **_check_config(config)}
         _conv2d_kernel.fn[grid(meta)](*args, **meta)
     return out
 

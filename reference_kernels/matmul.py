@@ -15,13 +15,14 @@ one program per tile that is the classic kernel; launched on one program per SM 
 Tiles are visited in grouped order (GROUP_M rows of tiles at a time) so that programs running at
 the same time share A and B tiles through L2.
 
-`matmul(a, b)` picks the variant (DEFAULT_VARIANT where the operands allow it) and the tile
-configuration (autotuned per (M, N, K)); `variant=` and `config=` override both, for sweeps.
+`matmul(a, b)` picks the variant (TMA where the operands allow it, persistent or not by M) and
+the tile configuration (autotuned per (M, N, K)); `variant=` and `config=` override both.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 import triton
@@ -38,11 +39,14 @@ DTYPES = (torch.float16, torch.bfloat16)
 ACTIVATIONS = (None, "relu", "gelu")
 VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent")
 
-# The variant `matmul` uses when the operands allow TMA (Hopper or newer, aligned) and when they
-# do not. A best guess until bench/sweep_compute.py has been run on the H100: Triton's persistent
-# TMA matmul is its fastest non-warp-specialised Hopper GEMM (tutorial 09), and persistence pays
-# most where tiles do not divide evenly over 132 SMs (the LLM shapes).
+# The variants `matmul` uses when the operands allow TMA (Hopper or newer, aligned): persistent
+# TMA for M > SMALL_M (on the H100, 1.00-1.07x cuBLAS at 4096^3-8192^3 against 0.95-0.97x one
+# tile per program); one 64-row tile per program for M <= SMALL_M, whose GEMMs stream B from
+# DRAM: two 112 KB programs then share each SM and keep twice the bytes in flight that one
+# persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS against 0.82x persistent). And
+# when TMA cannot take the operands, pointer loads.
 DEFAULT_VARIANT = "tma_persistent"
+SMALL_M_VARIANT = "tma"
 FALLBACK_VARIANT = "pointer"
 
 
@@ -55,9 +59,14 @@ def _matmul_configs() -> list[triton.Config]:
     tile, and 256 x 128 the transposed aspect ratio, for shapes where N is the short side.
     Small M (<= 256, decode-like): a 128-row tile leaves most of 132 SMs idle (M=128, N=4096 gives
     32 tiles of 128 x 128), so 64-row tiles with one warpgroup double or quadruple the tile count.
+    These shapes stream B from DRAM and their speed is the bytes each SM keeps in flight: 3 stages
+    ahead of 16 KB (64 x 64 x 64) are not enough to cover DRAM latency at 3 TB/s over 128 tiles,
+    64 x 64 x 128 tiles double them (on the H100, bench/sweep_compute.py: 0.85x and 1.00x cuBLAS
+    at M=128, N=4096, K=4096 and 14336, against 0.69x and 0.77x for 64 x 64 x 64), and
+    64 x 128 x 64 suits N=14336, whose 224 tiles already fill the SMs (1.03x against 0.75x).
     """
     big = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8)]
-    small = [(64, 64, 64, 4, 4), (64, 128, 64, 4, 4)]
+    small = [(64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)]
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
                       num_stages=stages, num_warps=warps, pre_hook=_set_tma_block_shapes)
@@ -69,11 +78,19 @@ def _matmul_configs() -> list[triton.Config]:
 SMALL_M = 256
 
 
+# GEMMs of fewer flops take their group's first config untimed: they run for microseconds, and
+# compiling and timing the others (0.5-2 s of compiles per config and dtype) would cost more than
+# any config could save them (the perf tests' GEMMs have 4 GFLOP or more).
+TUNE_MIN_FLOPS = 2**30
+
+
 def _prune_configs(configs, named_args, **kwargs):
-    """Keep the big-tile group for M > SMALL_M, the 64-row group otherwise (never empty)."""
-    small = named_args["M"] <= SMALL_M
-    kept = [c for c in configs if (c.kwargs["BLOCK_M"] <= 64) == small]
-    return kept or configs[:1]
+    """Keep the big-tile group for M > SMALL_M, the 64-row group otherwise (never empty); only
+    its first config under TUNE_MIN_FLOPS."""
+    M, N, K = named_args["M"], named_args["N"], named_args["K"]
+    small = M <= SMALL_M
+    kept = [c for c in configs if (c.kwargs["BLOCK_M"] <= 64) == small] or configs[:1]
+    return kept[:1] if 2 * M * N * K < TUNE_MIN_FLOPS else kept
 
 
 def _set_tma_block_shapes(nargs: dict) -> None:
@@ -218,10 +235,78 @@ def _matmul_tma_kernel(
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
+_FLUSH_BUFFERS: dict = {}
+
+
+def _cold_graph_bench(fn, quantiles=None):
+    """The autotuners' timing, as the perf tests time: CUDA-graph replays of a cold-L2 launch
+    (a buffer twice the L2 is zeroed before each), less the replays of the flushes alone.
+
+    Triton's default do_bench times each launch with events behind an L2 flush, so a kernel of
+    20-50 us (M=128 GEMMs, 2048^3, ResNet layers) is timed together with the host's launch
+    overhead, the same for every config: the choice among configs is then noise. Returns the
+    per-call ms at each of `quantiles` (the autotuner passes the median first and compares
+    that), or the median."""
+    import torch
+
+    device = torch.cuda.current_device()
+    flush = _FLUSH_BUFFERS.get(device)
+    if flush is None:
+        l2 = torch.cuda.get_device_properties(device).L2_cache_size
+        flush = _FLUSH_BUFFERS[device] = torch.empty(max(2 * l2, 64 << 20) // 4,
+                                                     dtype=torch.int32, device="cuda")
+    fn()  # compiles; an OutOfResources from here reaches the autotuner, which skips the config
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        flush.zero_()
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    calls = int(min(100, max(5, 3 * 2.0 / max(start.elapsed_time(end), 1e-3))))  # ~2 ms/replay
+
+    graphs = []
+    try:
+        for launch in (True, False):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for _ in range(calls):
+                    flush.zero_()
+                    if launch:
+                        fn()
+            graphs.append(graph)
+    except RuntimeError:  # pragma: no cover - a launch that cannot be captured: Triton's timing
+        torch.cuda.synchronize()
+        return triton.testing.do_bench(fn, quantiles=quantiles)
+    per_call = []
+    for _ in range(5):
+        pair = []
+        for graph in graphs:
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            pair.append(start.elapsed_time(end))
+        per_call.append(max(pair[0] - pair[1], 0.0) / calls)
+    times = torch.tensor(per_call)
+    if quantiles is None:
+        return times.median().item()
+    return [torch.quantile(times, q).item() for q in quantiles]
+
+
+def _autotune_kwargs() -> dict:
+    """do_bench=_cold_graph_bench where this Triton's autotune takes it (Triton >= 3.3)."""
+    if "do_bench" in inspect.signature(triton.autotune).parameters:
+        return {"do_bench": _cold_graph_bench}
+    return {}  # pragma: no cover - older Triton: its default timing
+
+
 def _autotuned(kernel, key):
     configs = autotune_configs(_matmul_configs(), interpreter=INTERPRETER_CONFIG)
     return triton.autotune(configs=configs, key=key,
-                           prune_configs_by={"early_config_prune": _prune_configs})(kernel)
+                           prune_configs_by={"early_config_prune": _prune_configs},
+                           **_autotune_kwargs())(kernel)
 
 
 # One autotuner per variant, each with its own cache of chosen configs (the best tile of a
@@ -317,7 +402,9 @@ def _check_operands(a, b, bias, activation, out, where: str):
 
 def _choose_variant(a, b, out, variant: str | None) -> str:
     if variant is None:
-        return DEFAULT_VARIANT if _tma_problem(a, b, out) is None else FALLBACK_VARIANT
+        if _tma_problem(a, b, out) is not None:
+            return FALLBACK_VARIANT
+        return SMALL_M_VARIANT if a.shape[0] <= SMALL_M else DEFAULT_VARIANT
     if variant not in VARIANTS:
         raise ValueError(f"matmul: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
     if variant.startswith("tma"):
@@ -350,7 +437,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
 
     Accumulates in fp32; bias (N,) and the activation (None, "relu", "gelu") are applied to the
     fp32 accumulator, then rounded once to the output dtype (a's). variant: one of VARIANTS
-    (default: DEFAULT_VARIANT where TMA can take the operands, else FALLBACK_VARIANT). config: a
+    (default: DEFAULT_VARIANT, or SMALL_M_VARIANT for M <= SMALL_M, where TMA can take the
+    operands, else FALLBACK_VARIANT). config: a
     triton.Config with BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M to launch instead of autotuning.
     """
     out = _check_operands(a, b, bias, activation, out, "matmul")

@@ -118,7 +118,10 @@ def test_attention_explicit_config(make_tensor):
     (lambda q, k, v: attention(q, k, v, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})),
      ValueError, "multiple of BLOCK_N"),
     (lambda q, k, v: attention(q, k, v, variant="flash3"), ValueError, "variant"),
-], ids=["shape", "float32", "mixed_dtype", "head_dim", "3d", "out", "config", "variant"])
+    (lambda q, k, v: attention(q, k, v, sm_scale=0.0), ValueError, "sm_scale"),
+    (lambda q, k, v: attention(q, k, v, sm_scale=-0.125), ValueError, "sm_scale"),
+], ids=["shape", "float32", "mixed_dtype", "head_dim", "3d", "out", "config", "variant",
+        "zero_scale", "negative_scale"])
 def test_attention_rejects_bad_arguments(make_tensor, call, error, match):
     q, k, v = attention_inputs(make_tensor, 1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(error, match=match):

@@ -1,5 +1,6 @@
 """conv2d against a float64 reference: filter sizes, stride, padding, dilation, bias, odd sizes,
-input and weight layouts, the 1x1-as-GEMM path, poisoned outputs and bad arguments."""
+input and weight layouts, the TMA kernel (row masks, split-K, its plan), the 1x1-as-GEMM path,
+poisoned outputs and bad arguments."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import torch
 import triton
 
 from pytest_triton import assert_close, interpreting, skip_interpreter_gap
+from reference_kernels import conv2d as cv
 from reference_kernels.conv2d import conv2d, conv2d_inputs, conv2d_reference
+from reference_kernels.matmul import tma_available
 
 DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
 CL = torch.channels_last
@@ -37,9 +40,36 @@ if not interpreting():
     })
 
 
+# Convs the TMA kernel takes (stride 1, same-size output, C a multiple of 16, K of 8):
+# (n, c, h, w, k, r, s, padding, dilation, bias). Images narrower than the filter (every tap but
+# the centre in the padding), a 5x3 filter, dilation 2, one pixel, and enough pixels (2 x 9 x 7
+# = 126 under 32-row tiles) that tiles straddle image rows and images.
+TMA_CASES = {
+    "3x3_p1": (2, 16, 9, 7, 24, 3, 3, 1, 1, True),
+    "3x3_dil2_p2": (1, 32, 7, 6, 8, 3, 3, 2, 2, False),
+    "5x3_p2x1": (1, 16, 6, 5, 16, 5, 3, (2, 1), 1, True),
+    "3x3_tiny_image": (2, 16, 1, 2, 8, 3, 3, 1, 1, True),
+    "1x1": (2, 32, 5, 7, 40, 1, 1, 0, 1, True),
+    "1x1_one_pixel": (3, 16, 1, 1, 8, 1, 1, 0, 1, False),
+}
+if not interpreting():
+    TMA_CASES.update({
+        "resnet_3x3_128": (3, 128, 28, 28, 128, 3, 3, 1, 1, True),
+        "resnet_3x3_512": (2, 512, 7, 7, 512, 3, 3, 1, 1, False),
+        "odd_3x3_48": (3, 48, 13, 11, 72, 3, 3, 1, 1, True),
+    })
+
+
 def _dot_dtype(dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16:
         skip_interpreter_gap("bf16_dot")
+
+
+def _need_tma(device: torch.device) -> None:
+    if not tma_available(device):
+        if interpreting():
+            skip_interpreter_gap("tensor_descriptor")
+        pytest.skip("TMA needs Triton >= 3.4 and a Hopper (sm_90) or newer GPU")
 
 
 def _check(y, x, weight, bias, **conv):
@@ -78,12 +108,96 @@ def test_conv2d_any_strides(make_tensor, layout):
     _check(conv2d(x, weight, bias, **conv), x, weight, bias, **conv)
 
 
-@pytest.mark.parametrize("variant", ["implicit_gemm", "matmul"])
+def _tma_case(make_tensor, name, dtype):
+    n, c, h, w, k, r, s, padding, dilation, bias = TMA_CASES[name]
+    x, weight, b = conv2d_inputs(make_tensor, n, c, h, w, k, r, s, dtype=dtype, bias=bias)
+    return x, weight, b, dict(padding=padding, dilation=dilation)
+
+
+def _a_load_config(a_load: str):
+    """None for the plan; else small tiles with A loaded by TMA (masked in registers) or by
+    masked copies."""
+    if a_load == "plan":
+        return None
+    return triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2,
+                          "A_TMA": a_load == "tma"}, num_warps=4, num_stages=1)
+
+
+@pytest.mark.parametrize("a_load", ["plan", "tma", "copies"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(TMA_CASES))
+def test_conv2d_tma_matches_reference(make_tensor, triton_device, name, dtype, a_load):
+    _dot_dtype(dtype)
+    _need_tma(triton_device)
+    x, weight, bias, conv = _tma_case(make_tensor, name, dtype)
+    out = make_tensor.poisoned_like(conv2d_reference(x, weight, **conv)).contiguous(
+        memory_format=CL)
+    y = conv2d(x, weight, bias, out=out, variant="tma", config=_a_load_config(a_load), **conv)
+    _check(y, x, weight, bias, **conv)
+
+
+@pytest.mark.parametrize("split_k", [2, 3, 5, 40])
+def test_conv2d_tma_split_k(make_tensor, triton_device, split_k):
+    # 3 x 3 taps x 3 channel steps of 16 = 27 reduction steps: 3 divides them, 2 and 5 do not,
+    # and of 40 splits 13 have no step at all (their partial sums must be zeros, not garbage).
+    _need_tma(triton_device)
+    x, weight, bias = conv2d_inputs(make_tensor, 2, 48, 5, 6, 24, 3, 3, dtype=torch.float16,
+                                    bias=True)
+    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2,
+                         "SPLIT_K": split_k}, num_warps=4, num_stages=1)
+    _check(conv2d(x, weight, bias, padding=1, variant="tma", config=cfg), x, weight, bias,
+           padding=1)
+
+
+# The interpreter's numpy warns about the inf - inf of the outputs that do read the inf pixel.
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("a_load", ["tma", "copies"])
+def test_conv2d_tma_padding_taps_read_nothing(make_tensor, triton_device, a_load):
+    # The TMA kernel reads a whole block of rows per tap; for output pixels at an image's left
+    # edge, tap s = 0 reads the previous image row's last pixel, which the row mask must zero.
+    # With that pixel inf, a mask applied as a product (0 * inf = NaN) would poison outputs two
+    # rows down, whose true taps never touch it.
+    _need_tma(triton_device)
+    x, weight, _ = conv2d_inputs(make_tensor, 1, 16, 6, 5, 8, 3, 3, dtype=torch.float16)
+    x[0, 3, 0, -1] = float("inf")  # row 0, last column
+    y = conv2d(x, weight, padding=1, variant="tma", config=_a_load_config(a_load))
+    ref = conv2d_reference(x.double(), weight.double(), padding=1)
+    # Rows 0-1 use input row 0 and so hold inf or NaN; rows 2-5 do not.
+    assert_close(y[:, :, 2:], ref[:, :, 2:], reduction_size=16 * 9)
+
+
+def test_conv2d_tma_candidates():
+    # The plans timed for each ResNet-50 layer (batch 32) on 132 SMs keep to the kernel's
+    # constraints: BLOCK_K divides C, no tile wider than the layer's output channels, 8 or more
+    # reduction steps per split, no more split programs than SMs; A by masked copies where
+    # taps can fall in the padding, by TMA where none can.
+    # The late layers, with fewer 128 x 128 tiles than SMs and the longest reductions, try
+    # splitting them.
+    for c, k, hw, rs in [(64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3),
+                         (512, 512, 7, 3), (256, 64, 56, 1), (64, 256, 56, 1),
+                         (512, 128, 28, 1), (1024, 256, 14, 1)]:
+        m = 32 * hw * hw
+        cands = cv._tma_candidates(m, k, c, rs * rs, rs > 1, 132)
+        assert cands
+        for cfg in cands:
+            kw = cfg.kwargs
+            bm, bn, bk, split = kw["BLOCK_M"], kw["BLOCK_N"], kw["BLOCK_K"], kw["SPLIT_K"]
+            assert c % bk == 0 and bn <= max(64, k)
+            tiles = -(-m // bm) * -(-k // bn)
+            assert split == 1 or (rs * rs * c // bk >= 8 * split and tiles * split <= 132)
+        assert {c.kwargs["A_TMA"] for c in cands} == ({False} if rs > 1 else {True})
+    late = cv._tma_candidates(32 * 7 * 7, 512, 512, 9, True, 132)
+    assert any(c.kwargs["SPLIT_K"] > 1 for c in late)
+
+
+@pytest.mark.parametrize("variant", ["tma", "implicit_gemm", "matmul"])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
-def test_conv2d_1x1_variants(make_tensor, variant, with_bias):
-    # A 1x1 stride-1 conv is a GEMM over channels_last views; C and K multiples of 8 so that the
-    # matmul may take its TMA path where there is one.
-    x, weight, bias = conv2d_inputs(make_tensor, 2, 24, 5, 7, 40, 1, 1, dtype=torch.float16,
+def test_conv2d_1x1_variants(make_tensor, triton_device, variant, with_bias):
+    # A 1x1 stride-1 conv is a GEMM over channels_last views; C a multiple of 16 and K of 8 so
+    # that the TMA kernel, and the matmul's TMA path, can take it where there is TMA.
+    if variant == "tma":
+        _need_tma(triton_device)
+    x, weight, bias = conv2d_inputs(make_tensor, 2, 32, 5, 7, 40, 1, 1, dtype=torch.float16,
                                     bias=with_bias)
     out = make_tensor((2, 40, 5, 7), torch.float16, poison=True).contiguous(memory_format=CL)
     y = conv2d(x, weight, bias, out=out, variant=variant)
@@ -123,11 +237,31 @@ def test_conv2d_explicit_config(make_tensor):
     (lambda x, w: conv2d(x, w, dilation=9), ValueError, "larger than the padded input"),
     (lambda x, w: conv2d(x, w, variant="matmul"), ValueError, "1x1"),
     (lambda x, w: conv2d(x, w, variant="winograd"), ValueError, "variant"),
+    (lambda x, w: conv2d(x, w, padding=1, stride=2, variant="tma"), ValueError, "stride 1"),
+    (lambda x, w: conv2d(x, w, variant="tma"), ValueError, "height and width"),
+    (lambda x, w: conv2d(x.contiguous(), w, padding=1, variant="tma"), ValueError,
+     "channels_last"),
     (lambda x, w: conv2d(x, w, torch.zeros(2, dtype=x.dtype, device=x.device)), ValueError,
      "bias"),
 ], ids=["groups", "float32", "mixed_dtype", "3d", "stride", "padding", "too_small", "matmul_3x3",
-        "variant", "bias"])
+        "variant", "tma_stride", "tma_size", "tma_layout", "bias"])
 def test_conv2d_rejects_bad_arguments(make_tensor, call, error, match):
     x, weight, _ = conv2d_inputs(make_tensor, 1, 4, 6, 6, 3, 3, 3, dtype=torch.float16)
     with pytest.raises(error, match=match):
+        call(x, weight)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, w: conv2d(x[:, :8].contiguous(memory_format=CL),
+                         w[:, :8].contiguous(memory_format=CL), padding=1, variant="tma"),
+     "multiple of 16"),
+    (lambda x, w: conv2d(x, w, padding=1, variant="tma", config=triton.Config(
+        {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 64, "GROUP_M": 1})), "divide C"),
+    (lambda x, w: conv2d(x, w, padding=1, variant="tma", config=triton.Config(
+        {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "SPLIT_K": 0})), "SPLIT_K"),
+], ids=["channels", "block_k", "split_k"])
+def test_conv2d_tma_rejects_bad_arguments(make_tensor, triton_device, call, match):
+    _need_tma(triton_device)
+    x, weight, _ = conv2d_inputs(make_tensor, 1, 32, 6, 6, 8, 3, 3, dtype=torch.float16)
+    with pytest.raises(ValueError, match=match):
         call(x, weight)

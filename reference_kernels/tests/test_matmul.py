@@ -169,9 +169,17 @@ def test_matmul_configs_fit_hopper_shared_memory():
 
 @pytest.mark.parametrize("m", [1, 128, 256, 257, 8192])
 def test_matmul_pruning_keeps_one_group(m):
-    kept = mm._prune_configs(mm._matmul_configs(), {"M": m})
-    assert kept
+    # N = K = 32768: 2*M*N*K >= TUNE_MIN_FLOPS from M = 1, so the whole group is timed.
+    kept = mm._prune_configs(mm._matmul_configs(), {"M": m, "N": 32768, "K": 32768})
+    assert len(kept) > 1
     assert all((c.kwargs["BLOCK_M"] <= 64) == (m <= mm.SMALL_M) for c in kept)
+
+
+def test_matmul_pruning_times_nothing_for_small_gemms():
+    # Under TUNE_MIN_FLOPS the group's first config runs untimed (no compiles of the others).
+    for m in (1, 257):
+        kept = mm._prune_configs(mm._matmul_configs(), {"M": m, "N": 64, "K": 64})
+        assert len(kept) == 1 and (kept[0].kwargs["BLOCK_M"] <= 64) == (m <= mm.SMALL_M)
 
 
 # --- negative controls: assert_close must reject these kernels ----------------------------
