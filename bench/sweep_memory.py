@@ -1,7 +1,7 @@
 """Sweep the memory-bound kernels' launch configs and variants against torch, on the GPU.
 
     python3 bench/sweep_memory.py                      # every phase, within --budget seconds
-    python3 bench/sweep_memory.py --phases softmax     # some phases (see PHASES)
+    python3 bench/sweep_memory.py --phases softmax     # some phases (see PHASES), in this order
     python3 bench/sweep_memory.py --smoke              # tiny shapes under Triton's interpreter
 
 At the shapes of reference_kernels/tests/test_memory_perf.py (~256 MB per tensor), every
@@ -13,12 +13,18 @@ output written once (the modules' cost models). "default" rows are the launchers
 what `pytest --triton-perf` times.
 
 Phases, in order; once --budget seconds have passed (compiles included) the rest is skipped:
-  defaults   every perf-test shape through the shipped launchers, all dtypes
-  vector_add the autotune space one config at a time; persistent grids; the slow control
-  softmax    rows per program, warps, eviction hints, persistent grids and pipelining, looped
-             step size and programs per SM (fp32, fp16)
-  layernorm  forward and backward configs, whole-row vs split backward (fp16)
-  fused      add_mul and bias_gelu_residual tile configs
+  defaults      every perf-test shape through the shipped launchers, all dtypes
+  vector_add    the autotune space one config at a time; the persistent grid (tiles taken from
+                a counter): tile size, warps, programs per SM; the slow control
+  softmax       single pass: rows per program, warps, eviction hint; persistent: rows, warps,
+                programs per SM; wide rows split over programs: chunk width, warps, vs the
+                single pass at 16K and the looped path at 64K (fp32, fp16)
+  layernorm     forward: rows, warps, eviction hint; split rows: chunk width, warps, vs single
+                pass at 16K and looped at 64K (fp32, fp16)
+  layernorm_bwd backward configs, whole-row vs split backward (fp16)
+  fused         add_mul and bias_gelu_residual tile configs
+A variant whose first result is wrong, or whose second call takes over a second (a split row
+waiting on programs that never come), is reported and not timed.
 About 3-4 minutes on an H100 with a cold Triton cache. Prints one line per measurement, then one
 table (the best Triton row of each shape starred), and writes the rows as JSON to
 $OUT/sweep_memory.json when $OUT is set. A failing variant prints its error; the rest go on.
@@ -34,7 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-PHASES = ("defaults", "vector_add", "softmax", "layernorm", "fused")
+PHASES = ("defaults", "vector_add", "softmax", "layernorm", "layernorm_bwd", "fused")
 
 
 def _args():
@@ -151,6 +157,15 @@ class Sweep:
             first_s = time.time() - start
             err = max(_rel_err(o, r) for o, r in zip(outs, case.refs))
             status = "ok" if err <= MAX_ERR[case.dtype] else "WRONG"
+            if status != "ok":  # a wrong kernel's speed is of no use, and may be a hang
+                self._row(case, variant, config, None, err, status, first_s)
+                return
+            start = time.time()
+            fn()
+            self.sync()
+            if not SMOKE and time.time() - start > 1.0:
+                self._row(case, variant, config, None, err, "HANG?", first_s)
+                return
             ms = self.time(fn)
             self._row(case, variant, config, ms, err, status, first_s)
         except Exception as exc:  # noqa: BLE001 - one failing variant must not stop the sweep
@@ -172,8 +187,10 @@ def _as_list(x):
 
 
 def _rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = (out.float() - ref).abs().max().item()
-    return diff / max(ref.abs().max().item(), 1e-30)
+    diff = (out.float() - ref).abs()
+    if torch.isnan(diff).any():  # an element never written (poison) or a split row timed out
+        return float("inf")
+    return diff.max().item() / max(ref.abs().max().item(), 1e-30)
 
 
 def _line(r: dict) -> str:
@@ -269,9 +286,10 @@ def phase_defaults(sw):
     for dtype in DTYPES:
         for cols in COLS:
             case, x, out = _softmax_case(sw, dtype, cols)
-            cfg = _shipped(softmax._softmax_config, *x.shape, dtype)
-            sw.run(case, "default", cfg, lambda: softmax.softmax(x, out=out), [out])
-            sw.run(case, "default persistent", cfg,
+            sw.run(case, "default", _shipped(softmax._softmax_config, *x.shape, dtype, False),
+                   lambda: softmax.softmax(x, out=out), [out])
+            sw.run(case, "default persistent",
+                   _shipped(softmax._softmax_config, *x.shape, dtype, True),
                    lambda: softmax.softmax_persistent(x, out=out), [out])
             del x, out
     for dtype in DTYPES:
@@ -298,83 +316,118 @@ def phase_vector_add(sw):
     for dtype in SWEPT_DTYPES:
         case, x, y, out = _vector_add_case(sw, dtype)
         n = x.numel()
-        kernel = vector_add._vector_add_kernel.fn  # the autotuner's JITFunction, one config
-        for cfg in vector_add.elementwise_configs():
-            block = cfg.kwargs["BLOCK_SIZE"]
-            sw.run(case, "tiled", cfg,
-                   lambda b=block, w=cfg.num_warps: kernel[(triton.cdiv(n, b),)](
-                       x, y, out, n, 1, 1, 1, BLOCK_SIZE=b, num_warps=w), [out])
-        for block, warps, per_sm in ((4096, 8, 1), (4096, 8, 2), (4096, 8, 8), (8192, 8, 2),
-                                     (8192, 8, 4), (2048, 4, 8), (1024, 4, 16)):
+        sw.run(case, "default", "autotuned", lambda: vector_add.vector_add(x, y, out=out), [out])
+        sw.run(case, "default persistent",
+               _shipped(vector_add._persistent_config, x.numel(), dtype),
+               lambda: vector_add.vector_add_persistent(x, y, out=out), [out])
+        for block, warps, per_sm in ((4096, 8, 2), (2048, 4, 8), (8192, 8, 2), (8192, 16, 2)):
             cfg = {"BLOCK_SIZE": block, "num_warps": warps, "programs_per_sm": per_sm}
+            if SMOKE:
+                cfg["BLOCK_SIZE"] = 256
             sw.run(case, "persistent", cfg,
                    lambda c=cfg: vector_add.vector_add_persistent(x, y, out=out, config=c), [out])
-        if dtype == torch.float32:  # the perf suite's negative control must miss 88% by 2x
+        if dtype == torch.float32:
+            kernel = vector_add._vector_add_kernel.fn  # the autotuner's JITFunction, one config
+            for cfg in vector_add.elementwise_configs()[1:]:
+                block = cfg.kwargs["BLOCK_SIZE"]
+                sw.run(case, "tiled", cfg,
+                       lambda b=block, w=cfg.num_warps: kernel[(triton.cdiv(n, b),)](
+                           x, y, out, n, 1, 1, 1, BLOCK_SIZE=b, num_warps=w), [out])
+            # the perf suite's negative control must miss 88% by 2x
             sw.run(case, "slow control", "BLOCK_SIZE=32 w1",
                    lambda: controls.add_slow(x, y, out=out), [out])
         del x, y, out
 
 
 def _softmax_variants(n_rows, cols, dtype):
-    """(variant, config overrides) beyond the shipped config, for one shape."""
-    shipped = softmax._softmax_config(n_rows, cols, dtype)
-    if cols <= SINGLE_MAX:
-        block = triton.next_power_of_2(cols)
-        out = []
-        for tile, warps in ((2048, 4), (4096, 4), (4096, 8), (8192, 4), (16384, 8), (16384, 16)):
-            rows = max(1, tile // block)
-            if rows * block == tile:
-                out.append(("tiled", {"ROWS": rows, "num_warps": warps}))
-        out.append(("tiled", {"EVICT": False}))
-        warps = shipped["num_warps"]
-        for over in ({"NUM_STAGES": 1}, {"NUM_STAGES": 3},
-                     {"programs_per_sm": max(1, 16 // warps)}, {"programs_per_sm": 64 // warps}):
-            out.append(("persistent", over))
-        return out
-    out = []
-    # programs_per_sm None: sized by L2 (softmax.looped_grid)
-    for block, warps, per_sm, stages in ((4096, 16, 1, 1), (4096, 16, 2, 1), (4096, 16, None, 2),
-                                         (2048, 8, None, 1), (2048, 8, 4, 1), (8192, 16, None, 1),
-                                         (4096, 8, None, 1)):
-        out.append(("looped", {"BLOCK_N": block, "num_warps": warps, "programs_per_sm": per_sm,
-                               "NUM_STAGES": stages}))
-    out.append(("looped", {"EVICT": False}))
+    """(launcher name, config overrides) for one shape, the shipped configs first."""
+    out = [("default", None), ("default persistent", None)]
+    if cols <= 1024 * (1 if not SMOKE else 1 / 16):
+        out += [("tiled", {"ROWS": r, "num_warps": w}) for r, w in ((1, 4), (4, 4), (8, 8))]
+        out += [("tiled", {"EVICT": True})]
+        out += [("persistent", {"ROWS": r, "num_warps": w, "programs_per_sm": p})
+                for r, w, p in ((2, 4, 4), (2, 4, 16), (4, 4, 8))]
+    elif cols <= 4096 * (1 if not SMOKE else 1 / 16):
+        out += [("tiled", {"ROWS": r, "num_warps": w}) for r, w in ((1, 4), (1, 8))]
+        out += [("persistent", {"ROWS": r, "num_warps": w, "programs_per_sm": p})
+                for r, w, p in ((1, 8, 8), (2, 8, 4))]
+    elif cols <= SINGLE_MAX:
+        out += [("split", {"BLOCK_N": b, "num_warps": w, "SPLIT": True, "RELOAD": r})
+                for b, w, r in ((4096, 4, False), (4096, 8, False), (4096, 4, True))]
+        out += [("persistent", {"num_warps": 16, "programs_per_sm": 2})]
+    else:
+        out = out[:1]  # softmax_persistent's looped path at 64K: 1985-2089 GB/s in run 3
+        out += [("split", {"BLOCK_N": b, "num_warps": w, "RELOAD": r})
+                for b, w, r in ((4096, 8, False), (2048, 4, False), (8192, 8, False),
+                                (4096, 4, True), (8192, 8, True))]
+        out += [("looped", {"BLOCK_N": 4096, "num_warps": 16, "programs_per_sm": 2,
+                            "SPLIT": False})]
     return out
 
 
 def phase_softmax(sw):
     for dtype in SWEPT_DTYPES:
-        for cols in COLS:
+        for cols in sorted(COLS, key=lambda c: (c < SINGLE_MAX, -c)):  # widest first
             case, x, out = _softmax_case(sw, dtype, cols)
             for variant, over in _softmax_variants(x.shape[0], cols, dtype):
-                launcher = softmax.softmax_persistent if variant == "persistent" \
+                launcher = softmax.softmax_persistent if "persistent" in variant \
                     else softmax.softmax
-                if SMOKE and "BLOCK_N" in over:
-                    over = {**over, "BLOCK_N": 64}
-                sw.run(case, variant, over,
+                shipped = softmax._softmax_config(*x.shape, dtype, "persistent" in variant)
+                if over is not None and {**shipped, **over} == shipped:
+                    continue  # the default row measures it
+                if over is None:
+                    shown = _shipped(softmax._softmax_config, *x.shape, dtype,
+                                     "persistent" in variant)
+                else:
+                    shown = over
+                    if SMOKE and "BLOCK_N" in over:
+                        # the interpreter cannot split a row over programs
+                        over = {**over, "BLOCK_N": 64, "SPLIT": False}
+                sw.run(case, variant, shown,
                        lambda f=launcher, c=over: f(x, out=out, config=c), [out])
             del x, out
 
 
+def _layernorm_variants(cols, dtype):
+    out = [None]
+    if cols <= 1024 * (1 if not SMOKE else 1 / 16):
+        out += [{"ROWS": r, "num_warps": w} for r, w in ((2, 4), (8, 4), (8, 8))]
+        out += [{"EVICT": True}]
+    elif cols <= 4096 * (1 if not SMOKE else 1 / 16):
+        out += [{"ROWS": r, "num_warps": w} for r, w in ((1, 4), (2, 8))]
+        out += [{"EVICT": True}]
+    elif cols <= SINGLE_MAX:
+        out += [{"BLOCK_N": triton.next_power_of_2(cols), "SPLIT": False, "num_warps": 16}]
+        out += [{"BLOCK_N": b, "num_warps": w, "SPLIT": True, "RELOAD": r}
+                for b, w, r in ((4096, 4, False), (4096, 8, False), (2048, 4, False),
+                                (4096, 4, True))]
+    else:
+        out += [{"BLOCK_N": b, "num_warps": w, "RELOAD": r}
+                for b, w, r in ((4096, 8, False), (2048, 4, False), (8192, 8, False),
+                                (4096, 4, True))]
+    return out
+
+
 def phase_layernorm(sw):
+    for dtype in SWEPT_DTYPES:
+        for cols in sorted(COLS, key=lambda c: (c < SINGLE_MAX, -c)):  # widest first
+            case, x, w, b, y = _layernorm_case(sw, dtype, cols)
+            shipped = layernorm._layernorm_config(*x.shape, dtype)
+            for over in _layernorm_variants(cols, dtype):
+                if over is not None and {**shipped, **over} == shipped:
+                    continue  # the default row measures it
+                shown = _shipped(layernorm._layernorm_config, *x.shape, dtype) if over is None \
+                    else over
+                if SMOKE and over and "BLOCK_N" in over:
+                    over = {**over, "BLOCK_N": 64, "SPLIT": False}
+                sw.run(case, "default" if over is None else "forward", shown,
+                       lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
+            del x, w, b, y
+
+
+def phase_layernorm_bwd(sw):
     dtype = torch.float16
     for cols in COLS:
-        case, x, w, b, y = _layernorm_case(sw, dtype, cols)
-        if cols <= SINGLE_MAX:
-            block = triton.next_power_of_2(cols)
-            fwd = [{"ROWS": max(1, t // block), "num_warps": wp}
-                   for t, wp in ((4096, 4), (4096, 8), (16384, 16)) if t >= block]
-            fwd.append({"EVICT": False})
-        else:
-            fwd = [{"BLOCK_N": bn, "num_warps": wp, "programs_per_sm": p}
-                   for bn, wp, p in ((4096, 16, 1), (8192, 16, 1), (2048, 8, 2), (4096, 8, 4))]
-            fwd.append({"EVICT": False})
-        for over in fwd:
-            if SMOKE and "BLOCK_N" in over:
-                over = {**over, "BLOCK_N": 64}
-            sw.run(case, "forward", over,
-                   lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
-        del x, w, b, y
         case, args, outs = _layernorm_bwd_case(sw, dtype, cols)
         dx, dw, db = outs
         if cols <= layernorm.FUSED_BWD_MAX_COLS:
@@ -460,9 +513,7 @@ def report(sw) -> None:
 
 def main() -> None:
     sw = Sweep(ARGS.budget)
-    for name in PHASES:
-        if name not in ARGS.phases:
-            continue
+    for name in ARGS.phases:  # in the order given: the first ones get the budget
         print(f"--- {name} ({time.time() - sw.t0:.0f} s)", flush=True)
         try:
             globals()[f"phase_{name}"](sw)

@@ -5,8 +5,12 @@ the dw/db partial sums in float32. The forward returns (y, mean, rstd), float32 
 per row, which the backward reuses. `layer_norm(x, w, b, eps)` ties both into autograd.
 
 Forward: rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers (several rows per
-program when narrow); wider rows take a looped path: a first pass of per-lane Welford updates
-(stable for any mean) and a second pass that normalises, meant to find the row in L2.
+program when narrow). Wider rows (and 16K-wide 16-bit rows) are split over programs that each
+hold one chunk in registers and exchange the chunks' (mean, sum of squared deviations), merged
+by Chan et al.'s pairwise formula (softmax.py's split rows, same protocol): one read of x, one
+write of y. A looped path stays for comparison and for tuning sweeps (config SPLIT=False): a
+first pass of per-lane Welford updates (stable for any mean) and a second pass that normalises,
+meant to find the row in L2.
 
 Backward, deterministic (no atomics): each program owns a contiguous chunk of rows and one block
 of columns, accumulates dw and db for its columns in float32 registers and writes one row of a
@@ -23,8 +27,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .softmax import looped_grid, row_view
-from .vector_add import device_size, with_overrides
+from pytest_triton import interpreting
+
+from .softmax import gather_chunks, looped_grid, publish_chunk, row_view, split_chunks, take_row_chunk
+from .vector_add import SYNC_HEADER, device_size, sync_buffer, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -72,6 +78,59 @@ def _layernorm_fwd_kernel(
                  mask=mask)
         tl.store(mean_ptr + rows, mean, mask=row_in)
         tl.store(rstd_ptr + rows, rstd, mask=row_in)
+
+
+@triton.jit
+def _layernorm_fwd_split_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    w_ptr,  # *in* n_cols
+    b_ptr,  # *in* n_cols
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    mean_ptr,  # *out* n_rows, float32
+    rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
+    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
+    n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
+    n_cols,  # row width
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    eps,  # added to the variance
+    BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row
+    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
+    RELOAD: tl.constexpr,  # True: read the chunk again after the exchange instead of holding it
+):
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = cols < n_cols
+    x_chunk = x_ptr + row.to(tl.int64) * stride_xm + cols
+    x = tl.load(x_chunk, mask=inside, other=0.0).to(tl.float32)
+    # The chunk's own mean and sum of squared deviations from it: two passes over registers.
+    count = tl.minimum(n_cols - chunk * BLOCK_N, BLOCK_N).to(tl.float32)
+    chunk_mean = tl.sum(x, axis=0) / count
+    xc = tl.where(inside, x - chunk_mean, 0.0)
+    words = words_ptr + row.to(tl.int64) * 2 * n_chunks
+    publish_chunk(words, chunk, n_chunks, chunk_mean, tl.sum(xc * xc, axis=0), epoch)
+    means, m2s, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
+    # Chan et al.: mean = sum n_c mean_c / n, M2 = sum M2_c + n_c (mean_c - mean)^2.
+    c = tl.arange(0, MAX_CHUNKS)
+    counts = tl.where(valid, tl.minimum(n_cols - c * BLOCK_N, BLOCK_N), 0).to(tl.float32)
+    mean = tl.sum(counts * tl.where(valid, means, 0.0), axis=0) / n_cols
+    dev = tl.where(valid, means - mean, 0.0)
+    var = tl.sum(tl.where(valid, m2s, 0.0) + counts * dev * dev, axis=0) / n_cols
+    rstd = tl.where(arrived, tl.rsqrt(var + eps), float("nan"))
+    if RELOAD:
+        # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
+        xc = tl.load(x_chunk, mask=inside, other=0.0).to(tl.float32) - mean
+    else:
+        xc = xc + (chunk_mean - mean)
+    w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    y = xc * rstd * w + b
+    tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
+             mask=inside)
+    tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
+    tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
 
 
 @triton.jit
@@ -251,23 +310,35 @@ def _layernorm_bwd_dwdb_kernel(
 
 
 def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
-    """Forward launch parameters; `BLOCK_N < n_cols` selects the looped path.
+    """Forward launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each
+    row over cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program.
 
-    The same shapes as softmax's (reference_kernels.softmax._softmax_config), whose reasons
-    carry over: a row-wise read-once, write-once kernel with one extra row-wide operand pair
-    (w, b) loaded once per program. Tiles of ~8192 elements, 8 warps (16 at 16K columns);
-    looped rows in 4096-column steps over 16 warps (Welford keeps 5 values per column live:
-    8 columns per thread), on a grid whose rows in flight fit in half of L2
-    (softmax.looped_grid), for the second pass.
+    Single pass, from the run-2 sweep on an H100 (cold L2): float32 in ~8192-element tiles over
+    8 warps (1K columns: 2888 GB/s, 4K: 2905), 16 warps at 16K (2813); 16-bit dtypes in
+    4096-element tiles, 4 warps up to 2K columns and 8 above (fp16 1K: 4 rows on 4 warps ran
+    2878 GB/s, 8 rows on 8 warps 2510: their w and b broadcast went through shared memory in a
+    layout conversion; 4K: one row on 8 warps 2795 vs 2640 for two). No eviction hint on x: 2-3%
+    faster than evict_first at 1K-16K (fp16). A program holds its columns of w and b in float32
+    too, so a 16K-wide row on 16 warps needs ~128 registers per thread: one program per SM. For
+    float32 that is 64 KB in flight per SM (2813 GB/s); for 16-bit dtypes only 32 KB (2239),
+    so 16K-wide 16-bit rows are split, like every row wider than 16K: 4096-column chunks over 4
+    warps (the softmax split rows' shape), w and b chunks from L2.
+    The looped path (sweeps only): 4096-column steps over 16 warps (Welford keeps 5 values per
+    column live: 8 per thread), on a grid whose rows in flight fit in half of L2.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
-    if block <= SINGLE_PASS_MAX_COLS:
-        rows = max(1, min(8192 // block, triton.next_power_of_2(max(n_rows, 1))))
-        tile = rows * block
-        num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
-        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "EVICT": True,
-                "programs_per_sm": None}
-    return {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True, "programs_per_sm": None}
+    wide_16bit = block >= 16384 and dtype != torch.float32
+    if block <= SINGLE_PASS_MAX_COLS and not wide_16bit:
+        tile = 8192 if dtype == torch.float32 else 4096
+        rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
+        if dtype == torch.float32:
+            num_warps = 8 if rows * block <= 8192 else 16
+        else:
+            num_warps = 4 if block <= 2048 else 8
+        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "EVICT": False,
+                "SPLIT": False, "RELOAD": False, "programs_per_sm": None}
+    return {"BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
+            "EVICT": False, "SPLIT": True, "RELOAD": False, "programs_per_sm": None}
 
 
 def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
@@ -329,8 +400,9 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
 
     mean and rstd = 1 / sqrt(var + eps) are float32, one per row (shape x.shape[:-1]), as
     layernorm_backward takes them. config: overrides of _layernorm_config's launch parameters
-    (BLOCK_N, ROWS, num_warps, EVICT, programs_per_sm), for tuning sweeps; BLOCK_N below the
-    row width forces the looped path.
+    (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, programs_per_sm), for tuning sweeps;
+    BLOCK_N below the row width splits rows over programs (SPLIT=True; RELOAD=True reads each
+    chunk again after the exchange) or loops over them (SPLIT=False).
     """
     where = "layernorm"
     _check(where, x, weight=weight, bias=bias)
@@ -350,6 +422,13 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
         _layernorm_fwd_kernel[grid](*args, BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"],
                                     EVICT=cfg["EVICT"], num_warps=cfg["num_warps"])
+    elif cfg["SPLIT"]:
+        n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
+        sync = sync_buffer(x.device, n_rows * 2 * n_chunks)
+        _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
+            *args[:6], sync, sync[SYNC_HEADER:], *args[6:], BLOCK_N=cfg["BLOCK_N"],
+            MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
+            num_warps=cfg["num_warps"])
     else:
         grid = (looped_grid(n_rows, n_cols * x.element_size(), x.device,
                             cfg["programs_per_sm"]),)

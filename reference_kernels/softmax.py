@@ -1,9 +1,12 @@
 """Fused softmax along the last dimension: float32, float16, bfloat16 in and out, float32 inside.
 
 Rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers, several rows per program when
-they are narrow (one read, one write). Wider rows take an online, looped path: one pass keeps a
-running max and a sum of exponentials rescaled to it, a second pass normalises (a 64K-wide fp16
-row is 128 KB, so its second read is meant to hit L2). Rows may have any row stride; the columns
+they are narrow (one read, one write). Wider rows are split: each of several programs holds one
+chunk of the row in registers, publishes its chunk's (max, sum of exponentials), waits for the
+other chunks' and normalises its own: still one read and one write, where one program per row
+would have to read a row too wide for its registers twice. softmax_persistent keeps the older
+looped path for wide rows (one program per row in flight: a pass for the running max and sum,
+a second to normalise, meant to find the row in L2). Rows may have any row stride; the columns
 must be contiguous.
 
 A row that is entirely -inf (fully masked) has no maximum to subtract: its result is NaN, as
@@ -17,13 +20,38 @@ import torch
 import triton
 import triton.language as tl
 
-from .vector_add import device_size, with_overrides
+from pytest_triton import interpreting
+
+from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Held in fp32 registers whatever the input dtype: 16K columns is 64 KB per row, 32 values per
-# thread at 16 warps. Wider rows would spill, so they loop.
+# thread at 16 warps. Wider rows would spill, so they are split over programs (or loop).
 SINGLE_PASS_MAX_COLS = 16384
+# How long a program of a split row polls for the other chunks' statistics before it gives up and
+# writes NaN: ~50 ms at an L2 round trip (<1 us) per poll, where a row's programs normally all
+# publish within microseconds of each other. Only a bug gets there (a split launch never waits on
+# a program that has not started: see take_row_chunk), and then a broken launch costs about a
+# second instead of hanging the GPU, and its NaNs fail every check.
+MAX_POLLS = tl.constexpr(1 << 16)
+
+
+@triton.jit
+def _softmax_rows(
+    x,  # ROWS x BLOCK_N tile, -inf in padding lanes
+):
+    """softmax of each row of a tile, in float32."""
+    x = x.to(tl.float32)
+    row_max = tl.max(x, axis=1)
+    # All -inf (a fully masked row, or a padding row of the tile): subtract 0 instead, so that
+    # nothing computes -inf - -inf, and make the result NaN on purpose below.
+    empty = row_max == float("-inf")
+    e = tl.exp(x - tl.where(empty, 0.0, row_max)[:, None])
+    row_sum = tl.sum(e, axis=1)
+    # One division per row, then multiplies: a division per element costs ~10 instructions.
+    inv_sum = tl.where(empty, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
+    return e * inv_sum[:, None]
 
 
 @triton.jit
@@ -35,32 +63,174 @@ def _softmax_kernel(
     stride_xm,  # elements between rows of x
     stride_ym,  # elements between rows of y
     BLOCK_N: tl.constexpr,  # power of two >= n_cols: a whole row in one block
-    ROWS: tl.constexpr,  # rows per tile: narrow rows are too little work for one program
-    NUM_STAGES: tl.constexpr,  # pipelining of the tile loop; matters only on persistent grids
+    ROWS: tl.constexpr,  # rows per program: narrow rows are too little work for one program
     EVICT: tl.constexpr,  # True: mark x evict_first, it is read exactly once
 ):
     cols = tl.arange(0, BLOCK_N)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    # Padding lanes read -inf: they add exp(-inf) = 0 to the sum and never win the max.
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask,
+                other=float("-inf"), eviction_policy="evict_first" if EVICT else "")
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
+             _softmax_rows(x).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _softmax_persistent_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer): tiles are tickets
+    n_rows,  # number of rows
+    n_cols,  # row width, <= BLOCK_N
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    BLOCK_N: tl.constexpr,  # power of two >= n_cols: a whole row in one block
+    ROWS: tl.constexpr,  # rows per tile
+    EVICT: tl.constexpr,  # True: mark x evict_first, it is read exactly once
+):
+    # Tiles are tickets, as in vector_add_persistent (an SM that streams faster takes more),
+    # and each program holds two: while it normalises one, the next one's load is in flight,
+    # and the ticket after that is being fetched.
+    cols = tl.arange(0, BLOCK_N)
     col_in = cols < n_cols
     n_tiles = tl.cdiv(n_rows, ROWS)
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=NUM_STAGES):
-        rows = tl.cast(tile, tl.int64) * ROWS + tl.arange(0, ROWS)
-        mask = (rows < n_rows)[:, None] & col_in[None, :]
-        # Padding lanes read -inf: they add exp(-inf) = 0 to the sum and never win the max.
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask,
-                    other=float("-inf"), eviction_policy="evict_first" if EVICT else "")
-        x = x.to(tl.float32)
-        row_max = tl.max(x, axis=1)
-        # All -inf (a fully masked row, or a padding row of the tile): subtract 0 instead, so
-        # that nothing computes -inf - -inf, and make the result NaN on purpose below.
-        empty = row_max == float("-inf")
-        e = tl.exp(x - tl.where(empty, 0.0, row_max)[:, None])
-        row_sum = tl.sum(e, axis=1)
-        # One division per row, then multiplies: a division per element costs ~10 instructions.
-        inv_sum = tl.where(empty, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
-        y = e * inv_sum[:, None]
+    # Each program stops once its current ticket is past the last tile, holding one more: two
+    # tickets per program past the tiles.
+    n_tickets = n_tiles + 2 * tl.num_programs(0)
+    tile, _ = take_ticket(sync_ptr, n_tickets)
+    rows = tile * ROWS + tl.arange(0, ROWS)
+    mask = (rows < n_rows)[:, None] & col_in[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask,
+                other=float("-inf"), eviction_policy="evict_first" if EVICT else "")
+    next_tile, _ = take_ticket(sync_ptr, n_tickets)
+    while tile < n_tiles:
+        # A ticket past the last tile loads nothing: every lane is masked off.
+        next_rows = next_tile * ROWS + tl.arange(0, ROWS)
+        next_mask = (next_rows < n_rows)[:, None] & col_in[None, :]
+        x_next = tl.load(x_ptr + next_rows[:, None] * stride_xm + cols[None, :],
+                         mask=next_mask, other=float("-inf"),
+                         eviction_policy="evict_first" if EVICT else "")
+        after, _ = take_ticket(sync_ptr, n_tickets)
         tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
-                 y.to(y_ptr.dtype.element_ty), mask=mask)
+                 _softmax_rows(x).to(y_ptr.dtype.element_ty), mask=mask)
+        tile, next_tile, rows, mask, x = next_tile, after, next_rows, next_mask, x_next
 
+
+# --- rows split over programs: each chunk publishes two statistics, then reads everyone's ------
+
+@triton.jit
+def take_row_chunk(
+    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    n_rows,  # rows of the launch
+    n_chunks,  # programs per row
+):
+    """(row, chunk, epoch) of this program. Rows and chunks follow tickets, i.e. the order in
+    which programs start, not program ids: every program that a started program waits for has
+    started too (or will, as soon as a slot frees), so a row's chunks never wait on a program
+    that cannot be scheduled, whatever order the hardware launches programs in."""
+    ticket, epoch = take_ticket(sync_ptr, n_rows * n_chunks)
+    return ticket // n_chunks, ticket % n_chunks, epoch
+
+
+@triton.jit
+def _tagged(value, epoch):
+    # One 64-bit word: the launch's epoch above the float's bits. A word is written whole, so a
+    # reader that sees this launch's epoch sees this launch's value: no fence is needed.
+    bits = tl.cast(value, tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    return (epoch.to(tl.int64) << 32) | bits
+
+
+@triton.jit
+def publish_chunk(
+    words_ptr,  # *out* int64 2 x n_chunks words of this row
+    chunk,  # this program's chunk of the row
+    n_chunks,  # chunks per row
+    a,  # first float32 statistic of the chunk
+    b,  # second float32 statistic of the chunk
+    epoch,  # this launch's tag (take_row_chunk)
+):
+    # Atomic exchanges rather than plain stores: performed at L2, where the other programs'
+    # volatile loads look, with no write sitting in a store queue.
+    tl.atomic_xchg(words_ptr + chunk, _tagged(a, epoch), sem="relaxed")
+    tl.atomic_xchg(words_ptr + n_chunks + chunk, _tagged(b, epoch), sem="relaxed")
+
+
+@triton.jit
+def gather_chunks(
+    words_ptr,  # *in* int64 2 x n_chunks words of this row
+    n_chunks,  # chunks per row
+    epoch,  # this launch's tag
+    MAX_CHUNKS: tl.constexpr,  # power of two >= n_chunks
+):
+    """Every chunk's (a, b) once all are published: two float32 vectors of MAX_CHUNKS, the mask
+    of real chunks, and whether they all arrived (False only after MAX_POLLS polls)."""
+    c = tl.arange(0, MAX_CHUNKS)
+    valid = c < n_chunks
+    # volatile: read from L2 every time, never from this SM's L1.
+    wa = tl.load(words_ptr + c, mask=valid, other=0, volatile=True)
+    wb = tl.load(words_ptr + n_chunks + c, mask=valid, other=0, volatile=True)
+    ready = tl.sum(((wa >> 32 == epoch) & (wb >> 32 == epoch) & valid).to(tl.int32), axis=0)
+    polls = 0
+    while (ready < n_chunks) & (polls < MAX_POLLS):
+        wa = tl.load(words_ptr + c, mask=valid, other=0, volatile=True)
+        wb = tl.load(words_ptr + n_chunks + c, mask=valid, other=0, volatile=True)
+        ready = tl.sum(((wa >> 32 == epoch) & (wb >> 32 == epoch) & valid).to(tl.int32), axis=0)
+        polls += 1
+    a = tl.cast((wa & 0xFFFFFFFF).to(tl.int32), tl.float32, bitcast=True)
+    b = tl.cast((wb & 0xFFFFFFFF).to(tl.int32), tl.float32, bitcast=True)
+    return a, b, valid, ready == n_chunks
+
+
+@triton.jit
+def _softmax_split_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
+    n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
+    n_cols,  # row width
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row
+    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
+    RELOAD: tl.constexpr,  # True: read the chunk again after the exchange instead of holding it
+):
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
+    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
+    inside = cols < n_cols
+    x_chunk = x_ptr + row.to(tl.int64) * stride_xm + cols
+    x = tl.load(x_chunk, mask=inside, other=float("-inf")).to(tl.float32)
+    # The chunk's max m and sum s of exp(x - m); an all -inf chunk subtracts 0 instead (s = 0).
+    m = tl.max(x, axis=0)
+    e = tl.exp(x - tl.where(m == float("-inf"), 0.0, m))
+    s = tl.sum(e, axis=0)
+    words = words_ptr + row.to(tl.int64) * 2 * n_chunks
+    publish_chunk(words, chunk, n_chunks, m, s, epoch)
+    ms, ss, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
+    ms = tl.where(valid, ms, float("-inf"))
+    row_max = tl.max(ms, axis=0)
+    empty = row_max == float("-inf")  # fully masked: NaN, like torch
+    row_max = tl.where(empty, 0.0, row_max)
+    # Rescale every chunk's sum to the row's max. exp(m - row_max) <= 1: no overflow, and an
+    # empty chunk (m = -inf) adds 0.
+    row_sum = tl.sum(tl.where(ms == float("-inf"), 0.0, ss * tl.exp(ms - row_max)), axis=0)
+    bad = empty | ~arrived
+    if RELOAD:
+        # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
+        # Nothing row-sized is live across the wait, so more programs fit on an SM.
+        x = tl.load(x_chunk, mask=inside, other=float("-inf")).to(tl.float32)
+        inv_sum = tl.where(bad, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
+        y = tl.exp(x - row_max) * inv_sum
+    else:
+        own = tl.where(m == float("-inf"), 0.0, tl.exp(m - row_max))
+        y = e * tl.where(bad, float("nan"), own / tl.where(empty, 1.0, row_sum))
+    tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
+             mask=inside)
+
+
+# --- wide rows looped in one program (softmax_persistent) ---------------------------------
 
 @triton.jit
 def _softmax_looped_kernel(
@@ -111,29 +281,54 @@ def _softmax_looped_kernel(
                      eviction_policy="evict_first" if EVICT else "")
 
 
-def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
-    """Launch parameters; `BLOCK_N < n_cols` selects the looped path.
+def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> dict:
+    """Launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each row over
+    cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program (two passes).
 
-    Single pass: tiles of ~8192 elements (several rows when rows are narrow: a 1K-wide fp16 row
-    is 2 KB, too little for a program), 32 fp32 values per thread at 8 warps and 16 warps for
-    16K-wide rows, so nothing spills. A plain one-row-per-program kernel with these warp counts
-    ran fp32 softmax at 2940 GB/s on an H100 at 1K-16K columns. Persistent grids take half the
-    SM's 64 warp slots (programs_per_sm) and pipeline the next tile's load behind the current
-    tile's arithmetic (NUM_STAGES=2; non-persistent grids run one tile per program and ignore it).
-    Looped: 4096-column steps over 16 warps, 8 values per thread (at 16 per thread, Triton 3.6's
-    ptxas spills in the loop). programs_per_sm=None sizes the grid so that the rows in flight
-    fill about half of L2, between 1 and 4 programs per SM: their second read then hits L2
-    (264 rows of a 64K fp16 softmax would be 34 MB).
+    Single pass: 2048-element tiles over 4 warps for rows up to 1K wide (several rows per tile:
+    a 1K-wide fp16 row is 2 KB, too little for a program), ~8192-element tiles over 8 warps
+    above, 16 warps at 16K columns: at most 32 fp32 values per thread, nothing spills. Measured
+    on an H100 (run 2 sweep, fp32, cold L2): 1K columns 2919 GB/s with 2-row tiles on 4 warps vs
+    2871 with 8 rows on 8; no eviction hint ran 1-2% faster than evict_first at every width
+    (4K fp16 2935 vs 2905 GB/s). Persistent programs hold two tiles (one in flight), so their
+    tiles are ~2048 elements and 16K-wide rows take 32 warps (~60 registers per thread on sm_90;
+    16 warps would hit the 128-register cap and spill); programs_per_sm fills 32 warps per SM.
+    Wide rows: 4096-column chunks (16 KB of fp32 per program, the shape of the 4K-wide single
+    pass that ran at ~2900 GB/s) over 4 warps. A split program lives longer than a single-pass
+    one (a ticket, then the exchange), so what counts is how much of a row an SM can hold at
+    once, and registers bound that (sm_90 compile: 70 per thread at 4 warps, 7 programs and
+    112 KB of fp32 rows per SM; 48 at 8 warps, 5 programs and 80 KB; not measured yet: see
+    bench/sweep_memory.py). Under the interpreter, which runs programs one at a time, a chunk
+    is the whole row: a program cannot wait for one that runs after it.
+    softmax_persistent's looped path: 4096-column steps over 16 warps, 8 values per thread (at 16
+    per thread Triton 3.6's ptxas spills in the loop); programs_per_sm=None sizes the grid so
+    that the rows in flight fill about half of L2 (softmax.looped_grid), for the second read.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     if block <= SINGLE_PASS_MAX_COLS:
-        rows = max(1, min(8192 // block, triton.next_power_of_2(max(n_rows, 1))))
+        tile = 2048 if block <= 1024 or persistent else 8192
+        rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
         tile = rows * block
-        num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 16
-        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "NUM_STAGES": 2,
-                "EVICT": True, "programs_per_sm": max(1, 32 // num_warps)}
-    return {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "NUM_STAGES": 1, "EVICT": True,
+        num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 32 if persistent else 16
+        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "EVICT": False,
+                "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1,
+                "programs_per_sm": max(1, 32 // num_warps)}
+    if persistent:
+        return {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True, "SPLIT": False,
+                "RELOAD": False, "NUM_STAGES": 1, "programs_per_sm": None}
+    return {"BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
+            "EVICT": False, "SPLIT": True, "RELOAD": False, "NUM_STAGES": 1,
             "programs_per_sm": None}
+
+
+def split_chunks(n_cols: int, block_n: int, where: str) -> int:
+    """Programs per row of a split launch; under the interpreter only 1 can work."""
+    n_chunks = triton.cdiv(n_cols, block_n)
+    if n_chunks > 1 and interpreting():
+        raise ValueError(f"{where}: a row split over {n_chunks} programs cannot run under Triton's "
+                         "interpreter, which runs one program at a time while split programs "
+                         "wait for each other; use BLOCK_N >= the row width, or SPLIT=False")
+    return n_chunks
 
 
 def looped_grid(n_rows: int, row_bytes: int, device: torch.device,
@@ -178,53 +373,61 @@ def _as_rows(x: torch.Tensor, out: torch.Tensor | None, where: str):
     return row_view("x", x, where), row_view("out", out, where), out
 
 
-def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool) -> None:
+def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, where: str) -> None:
     n_rows, n_cols = x2.shape
     if n_rows == 0 or n_cols == 0:
         return
+    args = (n_rows, n_cols, x2.stride(0), y2.stride(0))
     if cfg["BLOCK_N"] >= n_cols:
         n_tiles = triton.cdiv(n_rows, cfg["ROWS"])
+        meta = {"BLOCK_N": cfg["BLOCK_N"], "ROWS": cfg["ROWS"], "EVICT": cfg["EVICT"],
+                "num_warps": cfg["num_warps"]}
         if persistent:
             grid = (min(n_tiles, (cfg["programs_per_sm"] or 1) * device_size(x2.device)[0]),)
+            _softmax_persistent_kernel[grid](x2, y2, sync_buffer(x2.device), *args, **meta)
         else:
-            grid = (n_tiles,)
-        _softmax_kernel[grid](x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
-                              BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"],
-                              NUM_STAGES=cfg["NUM_STAGES"] if persistent else 1,
-                              EVICT=cfg["EVICT"], num_warps=cfg["num_warps"])
+            _softmax_kernel[(n_tiles,)](x2, y2, *args, **meta)
+    elif cfg["SPLIT"]:
+        n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
+        sync = sync_buffer(x2.device, n_rows * 2 * n_chunks)
+        _softmax_split_kernel[(n_rows * n_chunks,)](
+            x2, y2, sync, sync[SYNC_HEADER:], *args, BLOCK_N=cfg["BLOCK_N"],
+            MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
+            num_warps=cfg["num_warps"])
     else:
         # Capped on every grid, persistent or not, for L2's sake: see _softmax_config.
         grid = (looped_grid(n_rows, n_cols * x2.element_size(), x2.device,
                             cfg["programs_per_sm"]),)
-        _softmax_looped_kernel[grid](x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
-                                     BLOCK_N=cfg["BLOCK_N"], NUM_STAGES=cfg["NUM_STAGES"],
-                                     EVICT=cfg["EVICT"], num_warps=cfg["num_warps"])
+        _softmax_looped_kernel[grid](x2, y2, *args, BLOCK_N=cfg["BLOCK_N"],
+                                     NUM_STAGES=cfg["NUM_STAGES"], EVICT=cfg["EVICT"],
+                                     num_warps=cfg["num_warps"])
 
 
 def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None,
             config: dict | None = None) -> torch.Tensor:
-    """softmax(x, dim=-1), one tile of rows per program.
+    """softmax(x, dim=-1): one tile of rows per program, or one chunk of a wide row.
 
-    config: overrides of _softmax_config's launch parameters (BLOCK_N, ROWS, num_warps,
-    NUM_STAGES, EVICT, programs_per_sm), for tuning sweeps; BLOCK_N below the row width forces
-    the looped path. Single-pass tiles use NUM_STAGES and programs_per_sm only on persistent
-    grids.
+    config: overrides of _softmax_config's launch parameters (BLOCK_N, ROWS, num_warps, EVICT,
+    SPLIT, RELOAD, NUM_STAGES, programs_per_sm), for tuning sweeps; BLOCK_N below the row width
+    splits rows (SPLIT=True; RELOAD=True reads each chunk again after the exchange instead of
+    holding it) or loops over them (SPLIT=False; NUM_STAGES and programs_per_sm apply).
     """
     x2, y2, out = _as_rows(x, out, "softmax")
-    cfg = with_overrides(_softmax_config(*x2.shape, x.dtype), config, "softmax",
-                         powers_of_two=("BLOCK_N", "ROWS"))
-    _launch(x2, y2, cfg, persistent=False)
+    cfg = with_overrides(_softmax_config(*x2.shape, x.dtype, persistent=False), config,
+                         "softmax", powers_of_two=("BLOCK_N", "ROWS"))
+    _launch(x2, y2, cfg, False, "softmax")
     return out
 
 
 def softmax_persistent(x: torch.Tensor, *, out: torch.Tensor | None = None,
                        config: dict | None = None) -> torch.Tensor:
-    """softmax(x, dim=-1) on a persistent grid: programs_per_sm programs per SM loop over the
-    tiles of rows (config as for softmax)."""
+    """softmax(x, dim=-1) on a persistent grid: programs_per_sm programs per SM take tiles of
+    rows from a launch-wide counter; wide rows loop in one program each (config as for
+    softmax)."""
     x2, y2, out = _as_rows(x, out, "softmax_persistent")
-    cfg = with_overrides(_softmax_config(*x2.shape, x.dtype), config, "softmax_persistent",
-                         powers_of_two=("BLOCK_N", "ROWS"))
-    _launch(x2, y2, cfg, persistent=True)
+    cfg = with_overrides(_softmax_config(*x2.shape, x.dtype, persistent=True), config,
+                         "softmax_persistent", powers_of_two=("BLOCK_N", "ROWS"))
+    _launch(x2, y2, cfg, True, "softmax_persistent")
     return out
 
 

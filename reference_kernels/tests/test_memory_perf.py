@@ -40,8 +40,10 @@ DTYPE_PARAMS = [pytest.param(d, id=_name(d)) for d in DTYPES]
 
 
 def _softmax_cases():
-    # Rows past 16K columns take the looped path, which reads each row twice (the second time
-    # from L2, at best): 75% of peak there, 85% for the single-pass widths.
+    # Rows past 16K columns are split over programs that wait for each other's statistics
+    # (softmax.py): one read and one write still, but each program lives longer than a
+    # single-pass one (a ticket, then a round trip to publish and collect the statistics), so
+    # fewer bytes are in flight per SM: 75% of peak there, 85% for the single-pass widths.
     for dtype in DTYPES:
         for cols in COLS:
             frac = 0.85 if cols <= 16384 else 0.75

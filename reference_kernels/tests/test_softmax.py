@@ -1,12 +1,12 @@
-"""softmax and softmax_persistent against torch in float64, on both paths (single pass and
-looped), and the controls they reject."""
+"""softmax and softmax_persistent against torch in float64, on every path (single pass, rows
+split over programs, looped), and the controls they reject."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from pytest_triton import assert_close
+from pytest_triton import assert_close, interpreting
 from reference_kernels.softmax import (
     DTYPES,
     softmax,
@@ -24,8 +24,17 @@ DTYPE_PARAMS = [pytest.param(d, id=str(d).removeprefix("torch.")) for d in DTYPE
 SHAPES = [(1, 1), (1, 127), (3, 129), (127, 129), (129, 127), (5, 1025), (2, 4097), (1, 65536),
           (65536, 1)]
 # The looped path on small rows: 32-column steps, so 129 columns end in a 1-column block.
-LOOPED = {"BLOCK_N": 32}
-PATHS = [pytest.param(None, id="default"), pytest.param(LOOPED, id="looped")]
+LOOPED = {"BLOCK_N": 32, "SPLIT": False}
+# Rows split over programs of 32 columns each: 129 columns are 5 programs, the last with one
+# column. Programs of a row wait for each other, which Triton's interpreter (one program at a
+# time) cannot run: on the CPU the split path runs with one chunk per row (the default for wide
+# rows there), on a GPU with many.
+SPLIT = {"BLOCK_N": 32, "SPLIT": True}
+SPLIT_GAP = pytest.mark.interpreter_gap(
+    "other", reason="split rows need their programs to run at once; the interpreter runs one "
+                    "program at a time")
+PATHS = [pytest.param(None, id="default"), pytest.param(LOOPED, id="looped"),
+         pytest.param(SPLIT, id="split", marks=SPLIT_GAP)]
 
 
 def check_softmax(launcher, make_tensor, shape, dtype, *, config=None, out_layout=False,
@@ -52,6 +61,32 @@ def test_matches_torch(launcher, dtype, shape, make_tensor):
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_looped_path_matches_torch(launcher, dtype, shape, make_tensor):
     check_softmax(launcher, make_tensor, shape, dtype, config=LOOPED)
+
+
+@SPLIT_GAP
+@pytest.mark.parametrize("shape", [(1, 33), (37, 129), (4, 1000), (3, 8191)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_split_rows_match_torch(dtype, shape, make_tensor):
+    check_softmax(softmax, make_tensor, shape, dtype, config=SPLIT)
+
+
+@SPLIT_GAP
+def test_split_rows_over_many_launches(make_tensor):
+    # Launches of different sizes on one stream share the counters and words (each launch tags
+    # its words with a new epoch): none may read another's statistics, whatever the order.
+    for shape, block in [((300, 4097), 256), ((5, 129), 32), ((300, 4097), 256), ((2, 65), 64),
+                         ((7, 3000), 128)]:
+        check_softmax(softmax, make_tensor, shape, torch.float32,
+                      config={"BLOCK_N": block, "SPLIT": True})
+
+
+def test_split_rows_need_a_gpu(make_tensor):
+    # Under the interpreter a row split over several programs would wait forever: refused.
+    if not interpreting():
+        pytest.skip("only the interpreter refuses split rows")
+    with pytest.raises(ValueError, match="interpreter"):
+        softmax(make_tensor((2, 129)), config=SPLIT)
 
 
 @pytest.mark.parametrize("config", PATHS)
