@@ -1,5 +1,6 @@
 """pytest-triton: is the kernel right, and is it fast enough."""
 
+from .bench import do_bench
 from .compare import TOLERANCES, assert_close, tolerance_for
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
@@ -18,6 +19,7 @@ __all__ = [
     "__version__",
     "assert_close",
     "autotune_configs",
+    "do_bench",
     "interpreting",
     "perf_target",
     "poison_value",

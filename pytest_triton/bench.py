@@ -16,8 +16,9 @@
 from __future__ import annotations
 
 import math
+import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import stats
 from .verdict import Timings
@@ -36,6 +37,14 @@ class Settings:
     l2: str = "cold"
     max_time: float = 2.0  # seconds of sampling per round
     graph_below_ms: float = GRAPH_BELOW_MS
+    min_samples: int = MIN_SAMPLES
+    min_time: float = MIN_TIME_S
+    warm_ms: float = WARM_MS
+    read_gpu_state: bool = True
+
+
+# For autotuners: a ranking among configs needs far fewer samples than a verdict.
+AUTOTUNE = Settings(max_time=0.05, min_samples=5, min_time=0.0, warm_ms=2.0, read_gpu_state=False)
 
 
 class _Gpu:
@@ -95,7 +104,7 @@ def _estimate_ms(gpu: _Gpu, fn, calls: int = 5) -> float:
     return start.elapsed_time(end) / calls
 
 
-def _warm(gpu: _Gpu, fns) -> tuple[float, float]:
+def _warm(gpu: _Gpu, fns, warm_ms: float) -> tuple[float, float]:
     """Compile/autotune outside the timed window, ramp the clocks; return (est ms of fns[0], host
     ms to enqueue one call)."""
     for _ in range(2):  # the first call compiles (and autotunes); the second runs the chosen config
@@ -103,7 +112,7 @@ def _warm(gpu: _Gpu, fns) -> tuple[float, float]:
             f()
         gpu.sync()
     est = _estimate_ms(gpu, fns[0])
-    reps = int(min(1000, max(3, WARM_MS / max(est, 1e-3))))
+    reps = int(min(1000, max(3, warm_ms / max(est, 1e-3))))
     t0 = time.perf_counter()
     for _ in range(reps):
         for f in fns:
@@ -202,8 +211,8 @@ def measure(fn, baseline, settings: Settings, device) -> Timings:
     fns = [fn] + ([baseline] if baseline is not None else [])
     cold = settings.l2 == "cold"
     notes: list[str] = []
-    before = gpu_state(device)
-    est, host_ms = _warm(gpu, fns)
+    before = gpu_state(device) if settings.read_gpu_state else {}
+    est, host_ms = _warm(gpu, fns, settings.warm_ms)
     sampler = None
     if est < settings.graph_below_ms:
         try:
@@ -223,9 +232,10 @@ def measure(fn, baseline, settings: Settings, device) -> Timings:
         elapsed = time.perf_counter() - t0
         if elapsed >= settings.max_time:
             break
-        if len(samples[0]) >= MIN_SAMPLES and elapsed >= MIN_TIME_S and _precise(samples):
+        if len(samples[0]) >= settings.min_samples and elapsed >= settings.min_time \
+                and _precise(samples):
             break
-    after = gpu_state(device)
+    after = gpu_state(device) if settings.read_gpu_state else {}
     return Timings(ms=samples[0], baseline_ms=samples[1] if baseline is not None else None,
                    method=sampler.method, l2=settings.l2,
                    calls_per_sample=sampler.calls_per_sample, gpu_before=before,
@@ -247,3 +257,20 @@ def _precise(samples: list[list[float]]) -> bool:
         if med <= 0 or (hi - lo) / 2 / med > stats.MIN_HALF_WIDTH:
             return False
     return True
+
+
+def do_bench(fn, quantiles=None, *, l2: str = "cold"):
+    """A drop-in for triton.testing.do_bench that times as --triton-perf does (cold L2, CUDA
+    graphs for short kernels, no host launch overhead), with a budget fit for autotuning:
+    `triton.autotune(configs, key, do_bench=pytest_triton.do_bench)` (Triton >= 3.3).
+
+    Triton's default times each launch with events behind an L2 flush, host launch overhead
+    included: for kernels of tens of microseconds that overhead is the same for every config and
+    the choice among them becomes noise. Returns per-call ms: the median, or the `quantiles`."""
+    import torch
+
+    t = measure(fn, None, replace(AUTOTUNE, l2=l2), f"cuda:{torch.cuda.current_device()}")
+    xs = sorted(t.ms)
+    if quantiles is None:
+        return statistics.median(xs)
+    return [stats.quantile(xs, q) for q in quantiles]

@@ -8,6 +8,7 @@ on random data: zeros can run faster than real data.
 from __future__ import annotations
 
 import datetime
+import statistics
 
 COPY_BYTES = 1 << 30
 MATMUL_N = 8192
@@ -19,28 +20,30 @@ def measure_ceilings(device) -> dict:
     from .bench import Settings, measure
 
     settings = Settings(l2="cold", max_time=1.0)
-    src = torch.randn(COPY_BYTES // 4, device=device)
-    dst = torch.empty_like(src)
-    t = measure(lambda: dst.copy_(src), None, settings, device)
-    ms = sorted(t.ms)[len(t.ms) // 2]
-    dram = 2 * COPY_BYTES / ms / 1e6
-    del src, dst
+
+    def median_ms(fn) -> float:
+        return statistics.median(measure(fn, None, settings, device).ms)
+
+    def copy_ms() -> float:
+        src = torch.randn(COPY_BYTES // 4, device=device)
+        dst = torch.empty_like(src)
+        return median_ms(lambda: dst.copy_(src))
+
+    def matmul_ms(dtype) -> float:
+        a, b = (torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=dtype) for _ in range(2))
+        c = torch.empty_like(a)
+        return median_ms(lambda: torch.matmul(a, b, out=c))
+
+    dram = 2 * COPY_BYTES / copy_ms() / 1e6
     tflops = {}
-    n = MATMUL_N
     for key, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("tf32", torch.float32)):
-        a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        c = torch.empty(n, n, device=device, dtype=dtype)
         old = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
         try:
-            t = measure(lambda: torch.matmul(a, b, out=c), None, settings, device)
+            tflops[key] = 2 * MATMUL_N**3 / matmul_ms(dtype) / 1e9
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
-        ms = sorted(t.ms)[len(t.ms) // 2]
-        tflops[key] = 2 * n**3 / ms / 1e9
-        del a, b, c
     torch.cuda.empty_cache()
     return {"dram_gbps": dram, "tflops": tflops,
             "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "how": f"copy of {COPY_BYTES >> 20} MiB (read + write); torch.matmul {n}^3 per dtype"}
+            "how": f"copy of {COPY_BYTES >> 20} MiB (read + write); torch.matmul {MATMUL_N}^3 per dtype"}

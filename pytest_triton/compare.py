@@ -3,11 +3,12 @@
 One tolerance table (TOLERANCES), keyed by the precision the kernel computed in. The reference
 may be float64: both sides are compared in float64, so its precision is kept.
 
-reduction_size=K sets atol to the table's reduction atol times sqrt(K). Rounding errors of a K-term sum behave like a random
-walk: their typical size grows as sqrt(K)*u (Higham & Mary, "A New Approach to Probabilistic
-Rounding Error Analysis", 2019), not as the worst-case K*u, which random data never reaches and
-which would make the check too loose to catch a dropped term. The table's atol assumes operands of
-order one, as make_tensor draws them; for other scales pass atol yourself.
+reduction_size=K sets atol to the table's reduction atol times sqrt(K). Rounding errors of a
+K-term sum behave like a random walk: their typical size grows as sqrt(K)*u (Higham & Mary,
+"A New Approach to Probabilistic Rounding Error Analysis", 2019), not as the worst-case K*u,
+which random data never reaches and which would make the check too loose to catch a dropped
+term. The table's atol assumes operands of order one, as make_tensor draws them; for other
+scales pass atol yourself.
 """
 
 from __future__ import annotations

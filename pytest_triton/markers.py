@@ -16,9 +16,9 @@ GAP_KEY = pytest.StashKey["str | None"]()  # per item: the interpreter_gap skip 
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
-    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None): with --triton-perf, time the kernel passed "
-    "to triton_bench on the GPU and fail the test unless every target holds. `name` picks an "
-    "entry of the performance checklist."
+    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None): with --triton-perf, "
+    "time the kernel passed to triton_bench on the GPU and fail the test unless every target "
+    "holds. `name` picks an entry of the performance checklist."
 )
 INTERPRETER_GAP_HELP = (
     "interpreter_gap(gap, *, reason=None): skip the test under Triton's interpreter, which lacks "

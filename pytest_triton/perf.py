@@ -9,8 +9,7 @@ import pytest
 
 from . import options, state, verdict
 from .device import DeviceInfo
-from .markers import (TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError,
-                      PerfTargetMissed)
+from .markers import TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
 
 MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
 UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked
@@ -43,9 +42,10 @@ def configure(config: pytest.Config) -> None:
     if info is not None:
         info = _calibrated(config, info)
     retries = options.get_float(config, "triton_perf_retries")
+    real_gpu = info is not None and not st.runtime.interpret
     st.perf_session = PerfSession(
         device=info,
-        settings_before=device_mod.gpu_settings(st.runtime.device) if info and not st.runtime.interpret else {},
+        settings_before=device_mod.gpu_settings(st.runtime.device) if real_gpu else {},
         l2=options.get(config, "triton_perf_l2"),
         max_time=options.get_float(config, "triton_perf_max_time", minimum=0.01),
         retries=int(retries),

@@ -50,7 +50,8 @@ class Summary:
         return d
 
 
-def _quantile(sorted_xs: list[float], q: float) -> float:
+def quantile(sorted_xs: list[float], q: float) -> float:
+    """The q-quantile of sorted samples, interpolating linearly."""
     if len(sorted_xs) == 1:
         return sorted_xs[0]
     pos = q * (len(sorted_xs) - 1)
@@ -79,7 +80,7 @@ def summarize(samples: list[float]) -> Summary:
     lo = min(lo, med * (1 - MIN_HALF_WIDTH))
     hi = max(hi, med * (1 + MIN_HALF_WIDTH))
     return Summary(
-        n=len(xs), median=med, q1=_quantile(xs, 0.25), q3=_quantile(xs, 0.75),
+        n=len(xs), median=med, q1=quantile(xs, 0.25), q3=quantile(xs, 0.75),
         mean=statistics.fmean(xs), stdev=statistics.stdev(xs) if len(xs) > 1 else 0.0,
         min=xs[0], max=xs[-1], ci_lo=lo, ci_hi=hi,
     )

@@ -95,7 +95,8 @@ class TensorFactory:
         try:
             dims = tuple(shape)
         except TypeError:
-            raise TypeError(f"make_tensor: shape must be an int or a sequence of ints, got {shape!r}") from None
+            raise TypeError(
+                f"make_tensor: shape must be an int or a sequence of ints, got {shape!r}") from None
         for d in dims:
             if isinstance(d, bool) or not isinstance(d, int) or d < 0:
                 raise TypeError(f"make_tensor: shape {shape!r} must hold ints >= 0")

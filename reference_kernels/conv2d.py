@@ -43,9 +43,9 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from pytest_triton import autotune_configs, interpreting
+from pytest_triton import autotune_configs, do_bench, interpreting
 
-from .matmul import (TensorDescriptor, _autotune_kwargs, _cold_graph_bench, _grouped_tile,
+from .matmul import (TensorDescriptor, _autotune_kwargs, _grouped_tile,
                      _sm_count, matmul, matmul_kernel_for, tma_available)
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -335,7 +335,7 @@ def _plan_key(x, weight, padding, dilation):
 
 def _tma_config(x, weight, bias, out, padding, dilation) -> triton.Config:
     """The TMA kernel's config for this conv: the interpreter's small tiles; the fastest of
-    `_tma_candidates`, timed once per shape as the perf tests time (matmul._cold_graph_bench:
+    `_tma_candidates`, timed once per shape as the perf tests time (pytest_triton.do_bench:
     CUDA-graph replays, cold L2), for convs of TUNE_MIN_FLOPS or more; else the default plan."""
     if interpreting():
         return INTERPRETER_TMA_CONFIG
@@ -351,7 +351,7 @@ def _tma_config(x, weight, bias, out, padding, dilation) -> triton.Config:
     timings = []
     for cfg in _tma_candidates(N * H * W, K, C, R * S, masked, _sm_count(x.device)):
         try:
-            ms = _cold_graph_bench(
+            ms = do_bench(
                 lambda cfg=cfg: _conv2d_tma(x, weight, bias, out, padding, dilation, cfg))
         except OutOfResources:  # more shared memory than this GPU has: not a plan here
             continue

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pytest_triton import autotune_configs, interpreting
+from pytest_triton import autotune_configs, do_bench, interpreting
 
 try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -235,70 +235,13 @@ def _matmul_tma_kernel(
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
-_FLUSH_BUFFERS: dict = {}
-
-
-def _cold_graph_bench(fn, quantiles=None):
-    """The autotuners' timing, as the perf tests time: CUDA-graph replays of a cold-L2 launch
-    (a buffer twice the L2 is zeroed before each), less the replays of the flushes alone.
-
-    Triton's default do_bench times each launch with events behind an L2 flush, so a kernel of
-    20-50 us (M=128 GEMMs, 2048^3, ResNet layers) is timed together with the host's launch
-    overhead, the same for every config: the choice among configs is then noise. Returns the
-    per-call ms at each of `quantiles` (the autotuner passes the median first and compares
-    that), or the median."""
-    import torch
-
-    device = torch.cuda.current_device()
-    flush = _FLUSH_BUFFERS.get(device)
-    if flush is None:
-        l2 = torch.cuda.get_device_properties(device).L2_cache_size
-        flush = _FLUSH_BUFFERS[device] = torch.empty(max(2 * l2, 64 << 20) // 4,
-                                                     dtype=torch.int32, device="cuda")
-    fn()  # compiles; an OutOfResources from here reaches the autotuner, which skips the config
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(3):
-        flush.zero_()
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    calls = int(min(100, max(5, 3 * 2.0 / max(start.elapsed_time(end), 1e-3))))  # ~2 ms/replay
-
-    graphs = []
-    try:
-        for launch in (True, False):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(calls):
-                    flush.zero_()
-                    if launch:
-                        fn()
-            graphs.append(graph)
-    except RuntimeError:  # pragma: no cover - a launch that cannot be captured: Triton's timing
-        torch.cuda.synchronize()
-        return triton.testing.do_bench(fn, quantiles=quantiles)
-    per_call = []
-    for _ in range(5):
-        pair = []
-        for graph in graphs:
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            pair.append(start.elapsed_time(end))
-        per_call.append(max(pair[0] - pair[1], 0.0) / calls)
-    times = torch.tensor(per_call)
-    if quantiles is None:
-        return times.median().item()
-    return [torch.quantile(times, q).item() for q in quantiles]
-
-
 def _autotune_kwargs() -> dict:
-    """do_bench=_cold_graph_bench where this Triton's autotune takes it (Triton >= 3.3)."""
+    """Autotune with the plugin's timing (pytest_triton.do_bench: CUDA graphs, cold L2, as the
+    perf tests time) where this Triton's autotune takes a do_bench (Triton >= 3.3). Triton's
+    default includes host launch overhead, which on 20-50 us kernels (M=128 GEMMs, ResNet
+    layers) drowns the differences between configs."""
     if "do_bench" in inspect.signature(triton.autotune).parameters:
-        return {"do_bench": _cold_graph_bench}
+        return {"do_bench": do_bench}
     return {}  # pragma: no cover - older Triton: its default timing
 
 
