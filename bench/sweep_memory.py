@@ -14,13 +14,15 @@ what `pytest --triton-perf` times.
 
 Phases, in order; once --budget seconds have passed (compiles included) the rest is skipped:
   defaults      every perf-test shape through the shipped launchers, all dtypes
-  vector_add    the autotune space one config at a time; the persistent grid (tiles taken from
-                a counter): tile size, warps, programs per SM; the slow control
-  softmax       single pass: rows per program, warps, eviction hint; persistent: rows, warps,
-                programs per SM; wide rows split over programs: chunk width, warps, vs the
-                single pass at 16K and the looped path at 64K (fp32, fp16)
-  layernorm     forward: rows, warps, eviction hint; split rows: chunk width, warps, vs single
-                pass at 16K and looped at 64K (fp32, fp16)
+  vector_add    the persistent grid (tiles taken from a counter): tile size, warps, programs
+                per SM, a second tile in flight (PREFETCH); with --full also the autotune
+                space one config at a time and the slow control
+  softmax       64K split rows: chunk width, warps, held vs reread chunks, register caps
+                (maxnreg); softmax_persistent at 16K (strided and pipelined vs tickets) and 1K
+                (rows per tile, programs per SM) (fp32, fp16)
+  layernorm     forward, 64K split rows: chunk width, w and b before or after the exchange,
+                register caps; 16K: single pass with w and b loaded late vs early vs split;
+                4K fp16 w and b late (fp32, fp16)
   layernorm_bwd backward configs, whole-row vs split backward (fp16)
   fused         add_mul and bias_gelu_residual tile configs
 A variant whose first result is wrong, or whose second call takes over a second (a split row
@@ -48,6 +50,8 @@ def _args():
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     p.add_argument("--budget", type=float, default=220.0,
                    help="seconds after which the remaining measurements are skipped (220)")
+    p.add_argument("--full", action="store_true",
+                   help="also the vector_add autotune space and the slow control")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
     return p.parse_args()
@@ -320,13 +324,21 @@ def phase_vector_add(sw):
         sw.run(case, "default persistent",
                _shipped(vector_add._persistent_config, x.numel(), dtype),
                lambda: vector_add.vector_add_persistent(x, y, out=out), [out])
-        for block, warps, per_sm in ((4096, 8, 2), (2048, 4, 8), (8192, 8, 2), (8192, 16, 2)):
-            cfg = {"BLOCK_SIZE": block, "num_warps": warps, "programs_per_sm": per_sm}
+        # Run 8: 4096/8/2 best for fp32 (2972 GB/s), 2048/4/8 for fp16 (2981); PREFETCH (a
+        # second tile in flight per program) not measured yet. fp32 4096/8 with PREFETCH takes
+        # 113 registers: 2 programs per SM at most.
+        for block, warps, per_sm, prefetch in ((2048, 4, 8, False), (4096, 8, 3, False),
+                                               (4096, 8, 2, True), (2048, 4, 4, True),
+                                               (2048, 4, 6, True), (4096, 8, 4, True)):
+            if dtype == torch.float32 and prefetch and block == 4096 and per_sm > 2:
+                continue  # does not fit: the grid would run in two waves
+            cfg = {"BLOCK_SIZE": block, "num_warps": warps, "programs_per_sm": per_sm,
+                   "PREFETCH": prefetch}
             if SMOKE:
                 cfg["BLOCK_SIZE"] = 256
             sw.run(case, "persistent", cfg,
                    lambda c=cfg: vector_add.vector_add_persistent(x, y, out=out, config=c), [out])
-        if dtype == torch.float32:
+        if dtype == torch.float32 and ARGS.full:
             kernel = vector_add._vector_add_kernel.fn  # the autotuner's JITFunction, one config
             for cfg in vector_add.elementwise_configs()[1:]:
                 block = cfg.kwargs["BLOCK_SIZE"]
@@ -339,90 +351,131 @@ def phase_vector_add(sw):
         del x, y, out
 
 
-def _softmax_variants(n_rows, cols, dtype):
-    """(launcher name, config overrides) for one shape, the shipped configs first."""
-    out = [("default", None), ("default persistent", None)]
-    if cols <= 1024 * (1 if not SMOKE else 1 / 16):
-        out += [("tiled", {"ROWS": r, "num_warps": w}) for r, w in ((1, 4), (4, 4), (8, 8))]
-        out += [("tiled", {"EVICT": True})]
-        out += [("persistent", {"ROWS": r, "num_warps": w, "programs_per_sm": p})
-                for r, w, p in ((2, 4, 4), (2, 4, 16), (4, 4, 8))]
-    elif cols <= 4096 * (1 if not SMOKE else 1 / 16):
-        out += [("tiled", {"ROWS": r, "num_warps": w}) for r, w in ((1, 4), (1, 8))]
-        out += [("persistent", {"ROWS": r, "num_warps": w, "programs_per_sm": p})
-                for r, w, p in ((1, 8, 8), (2, 8, 4))]
-    elif cols <= SINGLE_MAX:
-        out += [("split", {"BLOCK_N": b, "num_warps": w, "SPLIT": True, "RELOAD": r})
-                for b, w, r in ((4096, 4, False), (4096, 8, False), (4096, 4, True))]
-        out += [("persistent", {"num_warps": 16, "programs_per_sm": 2})]
-    else:
-        out = out[:1]  # softmax_persistent's looped path at 64K: 1985-2089 GB/s in run 3
-        out += [("split", {"BLOCK_N": b, "num_warps": w, "RELOAD": r})
-                for b, w, r in ((4096, 8, False), (2048, 4, False), (8192, 8, False),
-                                (4096, 4, True), (8192, 8, True))]
-        out += [("looped", {"BLOCK_N": 4096, "num_warps": 16, "programs_per_sm": 2,
-                            "SPLIT": False})]
+# Widths of the open questions (smoke: small stand-ins that take the same paths there).
+WIDE = 4096 if SMOKE else 65536  # split rows
+MID = 256 if SMOKE else 16384  # the widest single pass
+NARROW = 64 if SMOKE else 1024
+
+
+def _softmax_variants(cols, dtype):
+    """(launcher name, config overrides) for one shape, the shipped configs first.
+
+    Register counts are Triton 3.6's for sm_90; "programs" are per SM, "KB" the chunk bytes an
+    SM holds: the speed of the split rows followed it in run 8 (fp16: 40 KB 1935 GB/s, 64 KB
+    2493, 80 KB 2557; fp32 80 KB 2613, 128 KB 2846).
+    """
+    half = dtype != torch.float32
+    if cols == WIDE:
+        out = [("default", None)]
+        if half:
+            out += [("split", {"BLOCK_N": b, "num_warps": w, "RELOAD": r, "maxnreg": m})
+                    for b, w, r, m in (
+                        (4096, 4, True, None),  # 48 registers, 10 programs x 8 KB, reread
+                        (4096, 4, False, 40),  # 40 (40 B spilled): 12 x 8 KB
+                        (2048, 4, False, None),  # 32: 16 x 4 KB
+                        (8192, 4, False, None),  # 96: 5 x 16 KB
+                        (8192, 4, False, 80),  # 80 (16 B spilled): 6 x 16 KB
+                        (8192, 4, True, None),  # 72: 7 x 16 KB, reread
+                        (8192, 4, True, 64),  # 64: 8 x 16 KB, reread
+                        (8192, 8, False, None))]  # 48: 5 x 16 KB
+        else:
+            out += [("split", {"BLOCK_N": b, "num_warps": w, "RELOAD": r, "maxnreg": m})
+                    for b, w, r, m in (
+                        (4096, 4, False, 56),  # 56 (no spill): 9 x 16 KB
+                        (2048, 4, False, None),  # 36: 14 x 8 KB
+                        (8192, 8, False, None))]  # 80: 3 x 32 KB
+        return out
+    if cols == MID:
+        # softmax_persistent: the strided kernel (shared-memory pipelining) vs tickets
+        out = [("default persistent", None)]
+        out += [("persistent", c) for c in (
+            {"NUM_STAGES": 2, "num_warps": 16, "programs_per_sm": 2, "EVICT": True},
+            {"NUM_STAGES": 3, "num_warps": 16, "programs_per_sm": 2, "EVICT": True},
+            {"NUM_STAGES": 2, "num_warps": 16, "programs_per_sm": 1, "EVICT": True},
+            {"NUM_STAGES": 2, "num_warps": 8, "programs_per_sm": 2, "EVICT": True},
+            {"NUM_STAGES": 1, "num_warps": 32, "programs_per_sm": 1, "EVICT": False})]
+        return out
+    # NARROW: softmax_persistent's tiles; torch's fp32 1K softmax runs at ~2850-2900 GB/s
+    out = [("default persistent", None)]
+    out += [("persistent", {"ROWS": r, "num_warps": w, "programs_per_sm": p})
+            for r, w, p in ((1, 4, 8), (2, 4, 4), (2, 4, 8), (4, 4, 4), (4, 4, 8), (2, 4, 6),
+                            (4, 8, 4))]
     return out
 
 
 def phase_softmax(sw):
-    for dtype in SWEPT_DTYPES:
-        for cols in sorted(COLS, key=lambda c: (c < SINGLE_MAX, -c)):  # widest first
-            case, x, out = _softmax_case(sw, dtype, cols)
-            for variant, over in _softmax_variants(x.shape[0], cols, dtype):
-                launcher = softmax.softmax_persistent if "persistent" in variant \
-                    else softmax.softmax
-                shipped = softmax._softmax_config(*x.shape, dtype, "persistent" in variant)
-                if over is not None and {**shipped, **over} == shipped:
-                    continue  # the default row measures it
-                if over is None:
-                    shown = _shipped(softmax._softmax_config, *x.shape, dtype,
-                                     "persistent" in variant)
-                else:
-                    shown = over
-                    if SMOKE and "BLOCK_N" in over:
-                        # the interpreter cannot split a row over programs
-                        over = {**over, "BLOCK_N": 64, "SPLIT": False}
-                sw.run(case, variant, shown,
-                       lambda f=launcher, c=over: f(x, out=out, config=c), [out])
-            del x, out
+    for dtype, cols in ((torch.float16, WIDE), (torch.float32, WIDE), (torch.float16, MID),
+                        (torch.float32, MID), (torch.float32, NARROW), (torch.float16, NARROW)):
+        case, x, out = _softmax_case(sw, dtype, cols)
+        for variant, over in _softmax_variants(cols, dtype):
+            launcher = softmax.softmax_persistent if "persistent" in variant else softmax.softmax
+            shipped = softmax._softmax_config(*x.shape, dtype, "persistent" in variant)
+            if over is not None and {**shipped, **over} == shipped:
+                continue  # the default row measures it
+            if over is None:
+                shown = _shipped(softmax._softmax_config, *x.shape, dtype,
+                                 "persistent" in variant)
+            else:
+                shown = over
+                if SMOKE and "BLOCK_N" in over:
+                    # the interpreter cannot split a row over programs
+                    over = {**over, "BLOCK_N": 64, "SPLIT": False}
+            sw.run(case, variant, shown,
+                   lambda f=launcher, c=over: f(x, out=out, config=c), [out])
+        del x, out
 
 
 def _layernorm_variants(cols, dtype):
+    """Config overrides for one shape (None: as shipped). Registers and programs per SM as in
+    _softmax_variants; run 8: fp16 16K single pass with w and b in float32 2300 GB/s (one
+    program per SM), split 4096/4 reread 2600; 64K fp32 2640 (6 programs), fp16 2285-2400."""
+    half = dtype != torch.float32
     out = [None]
-    if cols <= 1024 * (1 if not SMOKE else 1 / 16):
-        out += [{"ROWS": r, "num_warps": w} for r, w in ((2, 4), (8, 4), (8, 8))]
-        out += [{"EVICT": True}]
-    elif cols <= 4096 * (1 if not SMOKE else 1 / 16):
-        out += [{"ROWS": r, "num_warps": w} for r, w in ((1, 4), (2, 8))]
-        out += [{"EVICT": True}]
-    elif cols <= SINGLE_MAX:
-        out += [{"BLOCK_N": triton.next_power_of_2(cols), "SPLIT": False, "num_warps": 16}]
-        out += [{"BLOCK_N": b, "num_warps": w, "SPLIT": True, "RELOAD": r}
-                for b, w, r in ((4096, 4, False), (4096, 8, False), (2048, 4, False),
-                                (4096, 4, True))]
-    else:
-        out += [{"BLOCK_N": b, "num_warps": w, "RELOAD": r}
-                for b, w, r in ((4096, 8, False), (2048, 4, False), (8192, 8, False),
-                                (4096, 4, True))]
+    if cols == WIDE and half:
+        out += [{"BLOCK_N": b, "num_warps": w, "RELOAD": r, "LATE_WB": lw, "maxnreg": m}
+                for b, w, r, lw, m in (
+                    (4096, 4, False, True, None),  # 54 registers: 9 programs x 8 KB
+                    (4096, 4, False, True, 36),  # 36 (24 B spilled): 14 x 8 KB
+                    (4096, 4, True, True, 40),  # reread
+                    (4096, 4, False, False, 64),  # w, b during the wait; 64 (8 B spilled)
+                    (2048, 4, False, True, None),  # 32: 16 x 4 KB
+                    (8192, 4, False, True, 80),  # 80 (32 B spilled): 6 x 16 KB
+                    (8192, 8, False, True, None))]  # 53: 4 x 16 KB
+    elif cols == WIDE:
+        out += [{"BLOCK_N": b, "num_warps": w, "RELOAD": r, "LATE_WB": lw, "maxnreg": m}
+                for b, w, r, lw, m in (
+                    (2048, 4, False, True, None),  # 56: 9 x 8 KB
+                    (2048, 4, False, True, 40),  # 40 (16 B spilled): 12 x 8 KB
+                    (2048, 4, True, True, None),  # 48: 10 x 8 KB, reread
+                    (4096, 4, True, True, None),  # 92: 5 x 16 KB, reread
+                    (8192, 8, False, True, None))]  # 96: 2 x 32 KB
+    elif cols == MID and half:
+        out += [{"LATE_WB": False},  # 113 registers: 1 program per SM
+                {"LATE_WB": True, "num_warps": 32},  # 60: 1 program of 32 warps
+                {"BLOCK_N": 4096, "SPLIT": True, "LATE_WB": True, "num_warps": 4, "maxnreg": 40},
+                {"BLOCK_N": 4096, "SPLIT": True, "RELOAD": True, "num_warps": 4}]
+    elif cols == MID:
+        out += [{"LATE_WB": True, "num_warps": 32}]  # 32 registers: 2 programs of 32 warps
+    elif cols == NARROW * 4:  # 4K 16-bit: 48 registers with w and b early, 40 late
+        out += [{"LATE_WB": True}, {"num_warps": 4, "LATE_WB": True}]
     return out
 
 
 def phase_layernorm(sw):
-    for dtype in SWEPT_DTYPES:
-        for cols in sorted(COLS, key=lambda c: (c < SINGLE_MAX, -c)):  # widest first
-            case, x, w, b, y = _layernorm_case(sw, dtype, cols)
-            shipped = layernorm._layernorm_config(*x.shape, dtype)
-            for over in _layernorm_variants(cols, dtype):
-                if over is not None and {**shipped, **over} == shipped:
-                    continue  # the default row measures it
-                shown = _shipped(layernorm._layernorm_config, *x.shape, dtype) if over is None \
-                    else over
-                if SMOKE and over and "BLOCK_N" in over:
-                    over = {**over, "BLOCK_N": 64, "SPLIT": False}
-                sw.run(case, "default" if over is None else "forward", shown,
-                       lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
-            del x, w, b, y
+    for dtype, cols in ((torch.float16, WIDE), (torch.float32, WIDE), (torch.float16, MID),
+                        (torch.float32, MID), (torch.float16, NARROW * 4)):
+        case, x, w, b, y = _layernorm_case(sw, dtype, cols)
+        shipped = layernorm._layernorm_config(*x.shape, dtype)
+        for over in _layernorm_variants(cols, dtype):
+            if over is not None and {**shipped, **over} == shipped:
+                continue  # the default row measures it
+            shown = _shipped(layernorm._layernorm_config, *x.shape, dtype) if over is None \
+                else over
+            if SMOKE and over and "BLOCK_N" in over:
+                over = {**over, "BLOCK_N": 64, "SPLIT": False}
+            sw.run(case, "default" if over is None else "forward", shown,
+                   lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
+        del x, w, b, y
 
 
 def phase_layernorm_bwd(sw):

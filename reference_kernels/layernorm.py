@@ -5,12 +5,12 @@ the dw/db partial sums in float32. The forward returns (y, mean, rstd), float32 
 per row, which the backward reuses. `layer_norm(x, w, b, eps)` ties both into autograd.
 
 Forward: rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers (several rows per
-program when narrow). Wider rows (and 16K-wide 16-bit rows) are split over programs that each
-hold one chunk in registers and exchange the chunks' (mean, sum of squared deviations), merged
-by Chan et al.'s pairwise formula (softmax.py's split rows, same protocol): one read of x, one
-write of y. A looped path stays for comparison and for tuning sweeps (config SPLIT=False): a
-first pass of per-lane Welford updates (stable for any mean) and a second pass that normalises,
-meant to find the row in L2.
+program when narrow). Wider rows are split over programs that each hold one chunk in registers
+and exchange the chunks' (mean, sum of squared deviations), merged by Chan et al.'s pairwise
+formula (softmax.py's split rows, same protocol): one read of x, one write of y. A looped path
+stays for comparison and for tuning sweeps (config SPLIT=False): a first pass of per-lane
+Welford updates (stable for any mean) and a second pass that normalises, meant to find the row
+in L2.
 
 Backward, deterministic (no atomics): each program owns a contiguous chunk of rows and one block
 of columns, accumulates dw and db for its columns in float32 registers and writes one row of a
@@ -29,7 +29,16 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
-from .softmax import gather_chunks, looped_grid, publish_chunk, row_view, split_chunks, take_row_chunk
+from .softmax import (
+    gather_chunks,
+    looped_grid,
+    publish_chunk,
+    reconvert,
+    register_cap,
+    row_view,
+    split_chunks,
+    take_row_chunk,
+)
 from .vector_add import SYNC_HEADER, device_size, sync_buffer, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -57,27 +66,31 @@ def _layernorm_fwd_kernel(
     BLOCK_N: tl.constexpr,  # power of two >= n_cols: a whole row in one block
     ROWS: tl.constexpr,  # rows per tile
     EVICT: tl.constexpr,  # True: mark x evict_first (read once), w and b evict_last (every row)
+    LATE_WB: tl.constexpr,  # True: load w and b after the statistics, not with x
 ):
     cols = tl.arange(0, BLOCK_N)
     col_in = cols < n_cols
-    w = tl.load(w_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
-    n_tiles = tl.cdiv(n_rows, ROWS)
-    for tile in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-        rows = tl.cast(tile, tl.int64) * ROWS + tl.arange(0, ROWS)
-        row_in = rows < n_rows
-        mask = row_in[:, None] & col_in[None, :]
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0,
-                    eviction_policy="evict_first" if EVICT else "").to(tl.float32)
-        mean = tl.sum(x, axis=1) / n_cols
-        # Two passes over registers (mean, then squared deviations): no cancellation.
-        xc = tl.where(mask, x - mean[:, None], 0.0)
-        rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
-        y = xc * rstd[:, None] * w[None, :] + b[None, :]
-        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty),
-                 mask=mask)
-        tl.store(mean_ptr + rows, mean, mask=row_in)
-        tl.store(rstd_ptr + rows, rstd, mask=row_in)
+    if not LATE_WB:
+        w = tl.load(w_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + cols, mask=col_in, other=0.0).to(tl.float32)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    row_in = rows < n_rows
+    mask = row_in[:, None] & col_in[None, :]
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0,
+                eviction_policy="evict_first" if EVICT else "").to(tl.float32)
+    mean = tl.sum(x, axis=1) / n_cols
+    # Two passes over registers (mean, then squared deviations): no cancellation.
+    xc = tl.where(mask, x - mean[:, None], 0.0)
+    rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / n_cols + eps)
+    if LATE_WB:
+        # From L1 or L2 (every row reads them), in x's dtype: no registers while x is in flight.
+        w = tl.load(w_ptr + cols, mask=col_in, other=0.0)
+        b = tl.load(b_ptr + cols, mask=col_in, other=0.0)
+    y = xc * rstd[:, None] * w.to(tl.float32)[None, :] + b.to(tl.float32)[None, :]
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty),
+             mask=mask)
+    tl.store(mean_ptr + rows, mean, mask=row_in)
+    tl.store(rstd_ptr + rows, rstd, mask=row_in)
 
 
 @triton.jit
@@ -98,19 +111,30 @@ def _layernorm_fwd_split_kernel(
     BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row
     MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
     RELOAD: tl.constexpr,  # True: read the chunk again after the exchange instead of holding it
+    LATE_WB: tl.constexpr,  # True: load w and b after the exchange, False: before it
 ):
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = cols < n_cols
     x_chunk = x_ptr + row.to(tl.int64) * stride_xm + cols
-    x = tl.load(x_chunk, mask=inside, other=0.0).to(tl.float32)
-    # The chunk's own mean and sum of squared deviations from it: two passes over registers.
+    # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use
+    # (softmax.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
+    x = tl.load(x_chunk, mask=inside, other=0.0)
+    # The chunk's own mean and sum of squared deviations from it: two passes over registers. The
+    # mean is NaN only if some x is, and then so is everything: poisoning x changes nothing.
     count = tl.minimum(n_cols - chunk * BLOCK_N, BLOCK_N).to(tl.float32)
-    chunk_mean = tl.sum(x, axis=0) / count
-    xc = tl.where(inside, x - chunk_mean, 0.0)
+    chunk_mean = tl.sum(x.to(tl.float32), axis=0) / count
+    if x.dtype == tl.float32:
+        xc = tl.where(inside, x - chunk_mean, 0.0)
+    else:
+        xc = tl.where(inside, reconvert(x, chunk_mean != chunk_mean) - chunk_mean, 0.0)
     words = words_ptr + row.to(tl.int64) * 2 * n_chunks
     publish_chunk(words, chunk, n_chunks, chunk_mean, tl.sum(xc * xc, axis=0), epoch)
+    if not LATE_WB:
+        # In flight while the other chunks' statistics arrive: the wait hides their latency.
+        w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+        b = tl.load(b_ptr + cols, mask=inside, other=0.0)
     means, m2s, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
     # Chan et al.: mean = sum n_c mean_c / n, M2 = sum M2_c + n_c (mean_c - mean)^2.
     c = tl.arange(0, MAX_CHUNKS)
@@ -119,14 +143,19 @@ def _layernorm_fwd_split_kernel(
     dev = tl.where(valid, means - mean, 0.0)
     var = tl.sum(tl.where(valid, m2s, 0.0) + counts * dev * dev, axis=0) / n_cols
     rstd = tl.where(arrived, tl.rsqrt(var + eps), float("nan"))
+    if LATE_WB:
+        w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+        b = tl.load(b_ptr + cols, mask=inside, other=0.0)
     if RELOAD:
         # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
-        xc = tl.load(x_chunk, mask=inside, other=0.0).to(tl.float32) - mean
+        xm = reconvert(tl.load(x_chunk, mask=inside, other=0.0), ~arrived) - mean
+    elif x.dtype == tl.float32:
+        # Nothing to convert. Deviations from the chunk's mean, held instead of x, compile to 80
+        # registers (6 programs per SM; 64K columns: 2640 GB/s, run 8), x to 86 (5; 2583, run 9).
+        xm = xc + (chunk_mean - mean)
     else:
-        xc = xc + (chunk_mean - mean)
-    w = tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    b = tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
-    y = xc * rstd * w + b
+        xm = reconvert(x, ~arrived) - mean
+    y = xm * rstd * w.to(tl.float32) + b.to(tl.float32)
     tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
              mask=inside)
     tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
@@ -318,27 +347,38 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     4096-element tiles, 4 warps up to 2K columns and 8 above (fp16 1K: 4 rows on 4 warps ran
     2878 GB/s, 8 rows on 8 warps 2510: their w and b broadcast went through shared memory in a
     layout conversion; 4K: one row on 8 warps 2795 vs 2640 for two). No eviction hint on x: 2-3%
-    faster than evict_first at 1K-16K (fp16). A program holds its columns of w and b in float32
-    too, so a 16K-wide row on 16 warps needs ~128 registers per thread: one program per SM. For
-    float32 that is 64 KB in flight per SM (2813 GB/s); for 16-bit dtypes only 32 KB (2239),
-    so 16K-wide 16-bit rows are split, like every row wider than 16K: 4096-column chunks over 4
-    warps (the softmax split rows' shape), w and b chunks from L2.
+    faster than evict_first at 1K-16K (fp16). As in softmax, the speed follows the bytes of x an
+    SM holds, and registers bound it. A program that loads its w and b with x holds them in
+    float32 too: a 16K-wide 16-bit row on 16 warps then takes 113 registers per thread (sm_90,
+    Triton 3.6), one program and 32 KB per SM (2300-2340 GB/s, runs 8 and 9); loaded after the
+    statistics (LATE_WB, in x's dtype, from L1 or L2), 64: two programs, 2907 GB/s (run 9; split
+    rows 2737, 32 warps 2213). 4K fp16: w and b late 2908 GB/s vs 2933 early (run 9). Float32
+    at 16K keeps w and b early (2922 GB/s; late on 32 warps 2883).
+    Rows wider than 16K are split: 4096-column chunks over 4 warps (the softmax split rows'
+    shape), w and b loaded after the exchange. 16-bit chunks compile to 54 registers, 40 with no
+    spill when capped (maxnreg): 12 programs per SM instead of 9, 2641 GB/s at 64K fp16 vs 2495
+    (run 9; 8192 columns capped at 80 registers 2651; w and b loaded before the wait, 64
+    registers, 2387; read again 2246). Float32: 80 registers, 6 programs (2640 GB/s, run 8; 2048
+    columns 2403-2462, read again 2356-2484, run 9).
     The looped path (sweeps only): 4096-column steps over 16 warps (Welford keeps 5 values per
     column live: 8 per thread), on a grid whose rows in flight fit in half of L2.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
-    wide_16bit = block >= 16384 and dtype != torch.float32
-    if block <= SINGLE_PASS_MAX_COLS and not wide_16bit:
+    base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "LATE_WB": False,
+            "programs_per_sm": None, "maxnreg": None}
+    if block <= SINGLE_PASS_MAX_COLS:
         tile = 8192 if dtype == torch.float32 else 4096
         rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
         if dtype == torch.float32:
             num_warps = 8 if rows * block <= 8192 else 16
         else:
-            num_warps = 4 if block <= 2048 else 8
-        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "EVICT": False,
-                "SPLIT": False, "RELOAD": False, "programs_per_sm": None}
-    return {"BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
-            "EVICT": False, "SPLIT": True, "RELOAD": False, "programs_per_sm": None}
+            num_warps = 4 if block <= 2048 else 8 if block <= 8192 else 16
+        return {**base, "BLOCK_N": block, "ROWS": rows, "num_warps": num_warps,
+                "LATE_WB": dtype != torch.float32 and block >= 16384}
+    if interpreting():  # one chunk per row: see split_chunks
+        return {**base, "BLOCK_N": block, "ROWS": 1, "num_warps": 4, "SPLIT": True}
+    return {**base, "BLOCK_N": 4096, "ROWS": 1, "num_warps": 4, "SPLIT": True, "LATE_WB": True,
+            "maxnreg": None if dtype == torch.float32 else 40}
 
 
 def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
@@ -418,17 +458,18 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     cfg = with_overrides(_layernorm_config(n_rows, n_cols, x.dtype), config, where,
                          powers_of_two=("BLOCK_N", "ROWS"))
     args = (x2, weight, bias, y2, mean, rstd, n_rows, n_cols, x2.stride(0), y2.stride(0), eps)
-    if cfg["BLOCK_N"] >= n_cols:
+    if cfg["BLOCK_N"] >= n_cols and not cfg["SPLIT"]:
         grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
         _layernorm_fwd_kernel[grid](*args, BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"],
-                                    EVICT=cfg["EVICT"], num_warps=cfg["num_warps"])
+                                    EVICT=cfg["EVICT"], LATE_WB=cfg["LATE_WB"],
+                                    num_warps=cfg["num_warps"])
     elif cfg["SPLIT"]:
         n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
         sync = sync_buffer(x.device, n_rows * 2 * n_chunks)
         _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
             *args[:6], sync, sync[SYNC_HEADER:], *args[6:], BLOCK_N=cfg["BLOCK_N"],
             MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
-            num_warps=cfg["num_warps"])
+            LATE_WB=cfg["LATE_WB"], num_warps=cfg["num_warps"], **register_cap(cfg))
     else:
         grid = (looped_grid(n_rows, n_cols * x.element_size(), x.device,
                             cfg["programs_per_sm"]),)

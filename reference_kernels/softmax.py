@@ -4,9 +4,11 @@ Rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers, several rows p
 they are narrow (one read, one write). Wider rows are split: each of several programs holds one
 chunk of the row in registers, publishes its chunk's (max, sum of exponentials), waits for the
 other chunks' and normalises its own: still one read and one write, where one program per row
-would have to read a row too wide for its registers twice. softmax_persistent keeps the older
-looped path for wide rows (one program per row in flight: a pass for the running max and sum,
-a second to normalise, meant to find the row in L2). Rows may have any row stride; the columns
+would have to read a row too wide for its registers twice. softmax_persistent runs a grid of a
+few programs per SM: tiles of rows from a launch-wide counter, or for 16K-wide 16-bit rows a
+grid-stride loop that Triton pipelines through shared memory; rows wider than 16K take the
+older looped path there (one program per row in flight: a pass for the running max and sum, a
+second to normalise, meant to find the row in L2). Rows may have any row stride; the columns
 must be contiguous.
 
 A row that is entirely -inf (fully masked) has no maximum to subtract: its result is NaN, as
@@ -117,7 +119,57 @@ def _softmax_persistent_kernel(
         tile, next_tile, rows, mask, x = next_tile, after, next_rows, next_mask, x_next
 
 
+@triton.jit
+def _softmax_strided_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    n_rows,  # number of rows
+    n_cols,  # row width, <= BLOCK_N
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    BLOCK_N: tl.constexpr,  # power of two >= n_cols: a whole row in one block
+    ROWS: tl.constexpr,  # rows per tile
+    NUM_STAGES: tl.constexpr,  # tiles in flight per program, through shared memory
+    EVICT: tl.constexpr,  # True: mark x evict_first, it is read exactly once
+):
+    # Wide rows on a persistent grid: program p takes tiles p, p + grid, ...; Triton pipelines
+    # the loop, copying the next tiles' x into shared memory (cp.async) while this one is
+    # normalised, so a program keeps a whole wide row in flight without registers for it.
+    cols = tl.arange(0, BLOCK_N)
+    col_in = cols < n_cols
+    for tile in tl.range(tl.program_id(0), tl.cdiv(n_rows, ROWS), tl.num_programs(0),
+                         num_stages=NUM_STAGES):
+        rows = tl.cast(tile, tl.int64) * ROWS + tl.arange(0, ROWS)
+        mask = (rows < n_rows)[:, None] & col_in[None, :]
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask,
+                    other=float("-inf"), eviction_policy="evict_first" if EVICT else "")
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :],
+                 _softmax_rows(x).to(y_ptr.dtype.element_ty), mask=mask)
+
+
 # --- rows split over programs: each chunk publishes two statistics, then reads everyone's ------
+
+@triton.jit
+def reconvert(
+    x,  # a tensor as loaded, in its float dtype (float32, float16 or bfloat16)
+    poison,  # scalar or like x: True gives NaN
+):
+    """x in float32, NaN where poison, as a conversion of its own.
+
+    A split program holds its chunk as loaded and converts it once per use. Two plain
+    x.to(tl.float32) of one x are one conversion to the compiler, which then keeps the float32
+    copy live from the first use to the last: twice the registers of a 16-bit chunk, and fewer
+    programs per SM. An integer OR with a value it cannot know (0 unless poison) makes each
+    conversion its own. sm_90, Triton 3.6: a 4096-column fp16 chunk on 4 warps takes 48
+    registers per thread this way (10 programs per SM), 64 with plain conversions (8)."""
+    if x.dtype == tl.float32:  # nothing to convert
+        y = tl.where(poison, float("nan"), x)
+    else:
+        # All ones is a NaN in float16 and bfloat16.
+        bits = x.to(tl.int16, bitcast=True) | tl.where(poison, -1, 0).to(tl.int16)
+        y = bits.to(x.dtype, bitcast=True).to(tl.float32)
+    return y
+
 
 @triton.jit
 def take_row_chunk(
@@ -201,11 +253,12 @@ def _softmax_split_kernel(
     cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
     inside = cols < n_cols
     x_chunk = x_ptr + row.to(tl.int64) * stride_xm + cols
-    x = tl.load(x_chunk, mask=inside, other=float("-inf")).to(tl.float32)
+    # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use.
+    x = tl.load(x_chunk, mask=inside, other=float("-inf"))
     # The chunk's max m and sum s of exp(x - m); an all -inf chunk subtracts 0 instead (s = 0).
-    m = tl.max(x, axis=0)
-    e = tl.exp(x - tl.where(m == float("-inf"), 0.0, m))
-    s = tl.sum(e, axis=0)
+    # m is NaN only if every x is: poisoning x then changes nothing.
+    m = tl.max(x.to(tl.float32), axis=0)
+    s = tl.sum(tl.exp(reconvert(x, m != m) - tl.where(m == float("-inf"), 0.0, m)), axis=0)
     words = words_ptr + row.to(tl.int64) * 2 * n_chunks
     publish_chunk(words, chunk, n_chunks, m, s, epoch)
     ms, ss, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
@@ -217,15 +270,12 @@ def _softmax_split_kernel(
     # empty chunk (m = -inf) adds 0.
     row_sum = tl.sum(tl.where(ms == float("-inf"), 0.0, ss * tl.exp(ms - row_max)), axis=0)
     bad = empty | ~arrived
+    inv_sum = tl.where(bad, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
     if RELOAD:
         # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
-        # Nothing row-sized is live across the wait, so more programs fit on an SM.
-        x = tl.load(x_chunk, mask=inside, other=float("-inf")).to(tl.float32)
-        inv_sum = tl.where(bad, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
-        y = tl.exp(x - row_max) * inv_sum
-    else:
-        own = tl.where(m == float("-inf"), 0.0, tl.exp(m - row_max))
-        y = e * tl.where(bad, float("nan"), own / tl.where(empty, 1.0, row_sum))
+        # Nothing row-sized is live across the wait.
+        x = tl.load(x_chunk, mask=inside, other=float("-inf"))
+    y = tl.exp(reconvert(x, bad) - row_max) * inv_sum
     tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
              mask=inside)
 
@@ -285,40 +335,66 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
     """Launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each row over
     cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program (two passes).
 
-    Single pass: 2048-element tiles over 4 warps for rows up to 1K wide (several rows per tile:
-    a 1K-wide fp16 row is 2 KB, too little for a program), ~8192-element tiles over 8 warps
-    above, 16 warps at 16K columns: at most 32 fp32 values per thread, nothing spills. Measured
-    on an H100 (run 2 sweep, fp32, cold L2): 1K columns 2919 GB/s with 2-row tiles on 4 warps vs
-    2871 with 8 rows on 8; no eviction hint ran 1-2% faster than evict_first at every width
-    (4K fp16 2935 vs 2905 GB/s). Persistent programs hold two tiles (one in flight), so their
-    tiles are ~2048 elements and 16K-wide rows take 32 warps (~60 registers per thread on sm_90;
-    16 warps would hit the 128-register cap and spill); programs_per_sm fills 32 warps per SM.
-    Wide rows: 4096-column chunks (16 KB of fp32 per program, the shape of the 4K-wide single
-    pass that ran at ~2900 GB/s) over 4 warps. A split program lives longer than a single-pass
-    one (a ticket, then the exchange), so what counts is how much of a row an SM can hold at
-    once, and registers bound that (sm_90 compile: 70 per thread at 4 warps, 7 programs and
-    112 KB of fp32 rows per SM; 48 at 8 warps, 5 programs and 80 KB; not measured yet: see
-    bench/sweep_memory.py). Under the interpreter, which runs programs one at a time, a chunk
-    is the whole row: a program cannot wait for one that runs after it.
+    Measured on an H100 (sweeps of runs 2 and 8, cold L2). What sets the speed of every path is
+    how many bytes an SM has in flight: registers bound the programs per SM, and a program holds
+    its tile. Single pass: 2048-element tiles over 4 warps for rows up to 1K wide (1K fp32: 2929
+    GB/s with 1-row tiles, 2871 with 8 rows on 8 warps), ~8192-element tiles over 8 warps above,
+    16 warps at 16K columns (64 registers: 2 programs per SM, 2912 GB/s fp16); no eviction hint
+    (1-2% faster than evict_first at every width).
+    Persistent (softmax_persistent): tiles are tickets and a program holds two (the next one's
+    load in flight). Rows up to 1K wide: 8 KB tiles over 4 warps, 4 programs per SM in fp32 and
+    8 in 16-bit dtypes (fp16: 2908 and 2916 GB/s in runs 8 and 9, 1.26x torch). fp32 1K is
+    torch's best case (2844-2895 GB/s): 4 per SM ran 1.018x and 1.001x torch in runs 8 and 9,
+    8 per SM 0.997x and 1.010x, 6 per SM 1.011x (run 9): within the runs' noise of each other.
+    4K: one row on 8 warps, 4 per SM.
+    16K fp32: 32 warps, one program per SM (2808-2821 GB/s; the strided kernel below 2726-2771).
+    16K 16-bit rows are half the bytes for the same registers, and the ticketed kernel reached
+    only 1840 GB/s there: they take the strided kernel (NUM_STAGES=2: the next row is copied
+    into shared memory while this one is normalised), 16 warps, 2 programs per SM, evict_first
+    (run 9: 2790 GB/s; 3 stages 2789, 8 warps 2799, one program per SM 2112).
+    Wide rows, split: 4096-column chunks over 4 warps. Run 8, with the chunk's exponentials held
+    in float32 across the exchange (Triton 3.6 register counts): fp32 2846 GB/s (64 registers, 8
+    programs and 128 KB per SM), 2048 columns 2636 (11 x 8 KB); fp16 2493 (63 registers, 8 x 8
+    KB), read again after the exchange 2557 (48, 10 x 8 KB), 8192 columns on 8 warps 2222 (3 x
+    16 KB): the GB/s follows the bytes an SM holds. Now the chunk is held as loaded (reconvert),
+    run 9: fp16 48 registers, 10 programs, 2600 GB/s (read again: 2514; 8192 columns on 4 warps
+    capped at 80 registers: 2584, on 8 warps 2578; uncapped 2304). fp32 64 registers, 8
+    programs: 2751 GB/s, and capped at 56 (maxnreg; no spill), 9 programs: 2844. Under the
+    interpreter, which runs programs one at a time, a chunk is the whole row: a program cannot
+    wait for one that runs after it.
     softmax_persistent's looped path: 4096-column steps over 16 warps, 8 values per thread (at 16
     per thread Triton 3.6's ptxas spills in the loop); programs_per_sm=None sizes the grid so
     that the rows in flight fill about half of L2 (softmax.looped_grid), for the second read.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
+    base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
     if block <= SINGLE_PASS_MAX_COLS:
+        if persistent and block >= 16384 and dtype != torch.float32:
+            return {**base, "BLOCK_N": block, "ROWS": 1, "num_warps": 16, "EVICT": True,
+                    "NUM_STAGES": 2, "programs_per_sm": 2}
+        if persistent and block <= 1024:
+            rows = max(1, min(8192 // dtype.itemsize // block,
+                              triton.next_power_of_2(max(n_rows, 1))))
+            return {**base, "BLOCK_N": block, "ROWS": rows, "num_warps": 4,
+                    "programs_per_sm": 4 if dtype == torch.float32 else 8}
         tile = 2048 if block <= 1024 or persistent else 8192
         rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
         tile = rows * block
         num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 32 if persistent else 16
-        return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "EVICT": False,
-                "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1,
+        return {**base, "BLOCK_N": block, "ROWS": rows, "num_warps": num_warps,
                 "programs_per_sm": max(1, 32 // num_warps)}
     if persistent:
-        return {"BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True, "SPLIT": False,
-                "RELOAD": False, "NUM_STAGES": 1, "programs_per_sm": None}
-    return {"BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
-            "EVICT": False, "SPLIT": True, "RELOAD": False, "NUM_STAGES": 1,
-            "programs_per_sm": None}
+        return {**base, "BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True,
+                "programs_per_sm": None}
+    return {**base, "BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
+            "SPLIT": True, "programs_per_sm": None,
+            "maxnreg": 56 if dtype == torch.float32 else None}
+
+
+def register_cap(cfg: dict) -> dict:
+    """Launch options for cfg's maxnreg: a cap on registers per thread (more programs per SM,
+    where ptxas would take more than it needs), none when None or under the interpreter."""
+    return {"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] and not interpreting() else {}
 
 
 def split_chunks(n_cols: int, block_n: int, where: str) -> int:
@@ -378,13 +454,16 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
     if n_rows == 0 or n_cols == 0:
         return
     args = (n_rows, n_cols, x2.stride(0), y2.stride(0))
-    if cfg["BLOCK_N"] >= n_cols:
+    if cfg["BLOCK_N"] >= n_cols and not cfg["SPLIT"]:
         n_tiles = triton.cdiv(n_rows, cfg["ROWS"])
         meta = {"BLOCK_N": cfg["BLOCK_N"], "ROWS": cfg["ROWS"], "EVICT": cfg["EVICT"],
                 "num_warps": cfg["num_warps"]}
         if persistent:
             grid = (min(n_tiles, (cfg["programs_per_sm"] or 1) * device_size(x2.device)[0]),)
-            _softmax_persistent_kernel[grid](x2, y2, sync_buffer(x2.device), *args, **meta)
+            if cfg["NUM_STAGES"] > 1:
+                _softmax_strided_kernel[grid](x2, y2, *args, NUM_STAGES=cfg["NUM_STAGES"], **meta)
+            else:
+                _softmax_persistent_kernel[grid](x2, y2, sync_buffer(x2.device), *args, **meta)
         else:
             _softmax_kernel[(n_tiles,)](x2, y2, *args, **meta)
     elif cfg["SPLIT"]:
@@ -393,7 +472,7 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
         _softmax_split_kernel[(n_rows * n_chunks,)](
             x2, y2, sync, sync[SYNC_HEADER:], *args, BLOCK_N=cfg["BLOCK_N"],
             MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
-            num_warps=cfg["num_warps"])
+            num_warps=cfg["num_warps"], **register_cap(cfg))
     else:
         # Capped on every grid, persistent or not, for L2's sake: see _softmax_config.
         grid = (looped_grid(n_rows, n_cols * x2.element_size(), x2.device,
@@ -421,9 +500,12 @@ def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None,
 
 def softmax_persistent(x: torch.Tensor, *, out: torch.Tensor | None = None,
                        config: dict | None = None) -> torch.Tensor:
-    """softmax(x, dim=-1) on a persistent grid: programs_per_sm programs per SM take tiles of
-    rows from a launch-wide counter; wide rows loop in one program each (config as for
-    softmax)."""
+    """softmax(x, dim=-1) on a persistent grid of programs_per_sm programs per SM.
+
+    Tiles of rows come from a launch-wide counter (NUM_STAGES=1), or with NUM_STAGES > 1 from a
+    grid-stride loop pipelined through shared memory; rows wider than SINGLE_PASS_MAX_COLS loop
+    in one program each (config as for softmax).
+    """
     x2, y2, out = _as_rows(x, out, "softmax_persistent")
     cfg = with_overrides(_softmax_config(*x2.shape, x.dtype, persistent=True), config,
                          "softmax_persistent", powers_of_two=("BLOCK_N", "ROWS"))

@@ -106,40 +106,69 @@ def _vector_add_persistent_kernel(
     stride_y,
     stride_out,
     BLOCK_SIZE: tl.constexpr,  # elements per tile
+    PREFETCH: tl.constexpr,  # True: load the next tile before storing this one
 ):
     # Tiles come from a counter, not from a fixed stride: an SM that streams faster takes more
     # of them, as the hardware scheduler does for a non-persistent grid. A fixed grid-stride
     # split ran 3.5% below the one-tile-per-program kernel on an H100 (2875 vs 2988 GB/s fp32).
     n_tiles = tl.cdiv(n_elements, BLOCK_SIZE)
-    # Every program takes tickets until it gets one past the last tile: n_tiles + grid in all.
-    n_tickets = n_tiles + tl.num_programs(0)
+    # Every program takes tickets until it gets one past the last tile: n_tiles + grid in all,
+    # one more per program when it holds the next tile too.
+    n_tickets = n_tiles + tl.num_programs(0) * (2 if PREFETCH else 1)
     offs = tl.arange(0, BLOCK_SIZE)
     tile, _ = take_ticket(sync_ptr, n_tickets)
-    while tile < n_tiles:
+    if PREFETCH:
+        # Two tiles per program: while one is added and stored, the next one's loads are in
+        # flight and the ticket after it is being fetched. A ticket past the last tile loads
+        # nothing (every lane masked off).
         start = tile * BLOCK_SIZE
         mask = offs < n_elements - start
         x = tl.load(x_ptr + start * stride_x + offs * stride_x, mask=mask)
         y = tl.load(y_ptr + start * stride_y + offs * stride_y, mask=mask)
-        # Asked for after this tile's loads are issued: the atomic's round trip (and the barrier
-        # that hands its result to every warp) overlaps them instead of delaying them.
         next_tile, _ = take_ticket(sync_ptr, n_tickets)
-        tl.store(out_ptr + start * stride_out + offs * stride_out, _add_rounded_once(x, y),
-                 mask=mask)
-        tile = next_tile
+        while tile < n_tiles:
+            next_start = next_tile * BLOCK_SIZE
+            next_mask = offs < n_elements - next_start
+            x_next = tl.load(x_ptr + next_start * stride_x + offs * stride_x, mask=next_mask)
+            y_next = tl.load(y_ptr + next_start * stride_y + offs * stride_y, mask=next_mask)
+            after, _ = take_ticket(sync_ptr, n_tickets)
+            tl.store(out_ptr + start * stride_out + offs * stride_out, _add_rounded_once(x, y),
+                     mask=mask)
+            tile, next_tile, start, mask = next_tile, after, next_start, next_mask
+            x, y = x_next, y_next
+    else:
+        while tile < n_tiles:
+            start = tile * BLOCK_SIZE
+            mask = offs < n_elements - start
+            x = tl.load(x_ptr + start * stride_x + offs * stride_x, mask=mask)
+            y = tl.load(y_ptr + start * stride_y + offs * stride_y, mask=mask)
+            # Asked for after this tile's loads are issued: the atomic's round trip (and the
+            # barrier that hands its result to every warp) overlaps them instead of delaying
+            # them.
+            next_tile, _ = take_ticket(sync_ptr, n_tickets)
+            tl.store(out_ptr + start * stride_out + offs * stride_out, _add_rounded_once(x, y),
+                     mask=mask)
+            tile = next_tile
 
 
 def _persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
     """Launch parameters of the persistent variant.
 
-    4 programs of 8 warps per SM is half the SM's 64 resident warps: with 4096-element tiles,
-    every SM has 4 x 2 x 16 KB (fp32) of loads outstanding, well above the ~20 KB per SM that
-    HBM's latency times its bandwidth asks for (3 TB/s x ~1 us / 132 SMs). The tile count is
-    then ~16K-32K per 256 MB, so the ticket atomics (one per tile, on one address) stay far
-    below what L2 serves. Under the interpreter: small tiles, so that one program takes several.
+    4096-element tiles over 8 warps; 2 programs per SM in float32, 3 in 16-bit dtypes (whose
+    tiles carry half the bytes): every SM has ~2 x 2 x 16 KB of loads outstanding, above the ~20
+    KB per SM that HBM's latency times its bandwidth asks for (3 TB/s x ~1 us / 132 SMs).
+    Measured on an H100 (do_bench, torch.add 2978-3008 GB/s): fp32 2972 and 2996 GB/s (runs 8
+    and 9) vs 2948 with 4 programs per SM, 2973 with 3, 2928 with 8192-element tiles; fp16 3002
+    with 3 per SM vs 2970-2972 with 2, 2976-2981 with 2048-element tiles on 4 warps, 8 per SM
+    (run 9). PREFETCH (a second tile held per program, its loads in flight while the first is
+    stored) ran no faster: fp32 2992, fp16 2948-2998 (run 9). The tile count is ~16K-32K per 256
+    MB, so the ticket atomics (one per tile, on one address) stay far below what L2 serves.
+    Under the interpreter: small tiles, so that one program takes several.
     """
     if interpreting():
-        return {"BLOCK_SIZE": 256, "num_warps": 4, "programs_per_sm": 2}
-    return {"BLOCK_SIZE": 4096, "num_warps": 8, "programs_per_sm": 4}
+        return {"BLOCK_SIZE": 256, "num_warps": 4, "programs_per_sm": 2, "PREFETCH": False}
+    return {"BLOCK_SIZE": 4096, "num_warps": 8,
+            "programs_per_sm": 2 if dtype == torch.float32 else 3, "PREFETCH": False}
 
 
 # int64 words of sync_buffer before a kernel's own: [0] the counter word (take_ticket); 16 words,
@@ -261,8 +290,8 @@ def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor
     """x + y on a persistent grid (programs_per_sm x the SM count) taking tiles from a
     launch-wide counter.
 
-    config: overrides of the launch parameters (BLOCK_SIZE, num_warps, programs_per_sm), for
-    tuning sweeps.
+    config: overrides of the launch parameters (BLOCK_SIZE, num_warps, programs_per_sm,
+    PREFETCH), for tuning sweeps.
     """
     (xf, yf), of, out = elementwise_operands("vector_add_persistent", out, x=x, y=y)
     n = xf.numel()
@@ -274,7 +303,7 @@ def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor
         _vector_add_persistent_kernel[grid](xf, yf, of, sync_buffer(x.device), n, xf.stride(0),
                                             yf.stride(0), of.stride(0),
                                             BLOCK_SIZE=cfg["BLOCK_SIZE"],
-                                            num_warps=cfg["num_warps"])
+                                            PREFETCH=cfg["PREFETCH"], num_warps=cfg["num_warps"])
     return out
 
 

@@ -30,14 +30,25 @@ FWD_SHAPES = [(1, 1), (65536, 1), *SHAPES]
 # columns end in a 1-column block, and 37 rows make 5 chunks of 8, the last one short.
 LOOPED_FWD = {"BLOCK_N": 32, "SPLIT": False}
 # Rows split over 32-column programs that exchange statistics: GPU only, as in test_softmax (the
-# interpreter runs one program at a time; there the split path runs with one chunk per row).
+# interpreter runs one program at a time; there the split path runs with one chunk per row:
+# SPLIT_ONE_FWD below, and the default for wide rows there).
 SPLIT_FWD = {"BLOCK_N": 32, "SPLIT": True}
 SPLIT_GAP = pytest.mark.interpreter_gap(
     "other", reason="split rows need their programs to run at once; the interpreter runs one "
                     "program at a time")
 SPLIT_BWD = {"BLOCK_N": 32, "SUMS_BLOCK_N": 32, "rows_per_chunk": 8}
-FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LOOPED_FWD, id="looped"),
-             pytest.param(SPLIT_FWD, id="split", marks=SPLIT_GAP)]
+# w and b loaded after the statistics (after the exchange, split), not with x.
+LATE_WB = {"LATE_WB": True}
+# The split kernel with one chunk per row, which the interpreter can run.
+SPLIT_ONE_FWD = {"BLOCK_N": 256, "SPLIT": True}
+FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LATE_WB, id="single-late-wb"),
+             pytest.param(LOOPED_FWD, id="looped"),
+             pytest.param(SPLIT_FWD, id="split", marks=SPLIT_GAP),
+             pytest.param({**SPLIT_FWD, **LATE_WB, "RELOAD": True}, id="split-late-wb-reload",
+                          marks=SPLIT_GAP),
+             pytest.param(SPLIT_ONE_FWD, id="split-one-chunk"),
+             pytest.param({**SPLIT_ONE_FWD, **LATE_WB, "RELOAD": True},
+                          id="split-one-chunk-late-wb-reload")]
 BWD_PATHS = [pytest.param(None, id="whole-rows"), pytest.param(SPLIT_BWD, id="split")]
 
 
@@ -123,17 +134,21 @@ def test_split_backward_matches_torch(dtype, shape, make_tensor):
 
 
 @SPLIT_GAP
+@pytest.mark.parametrize("config", [pytest.param(SPLIT_FWD, id="early-wb"),
+                                    pytest.param({**SPLIT_FWD, **LATE_WB}, id="late-wb"),
+                                    pytest.param({**SPLIT_FWD, "RELOAD": True}, id="reload")])
 @pytest.mark.parametrize("shape", [(1, 33), (9, 129), (4, 1000), (3, 8191)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-def test_split_forward_matches_torch(dtype, shape, make_tensor):
-    check_forward(make_tensor, shape, dtype, config=SPLIT_FWD)
+def test_split_forward_matches_torch(dtype, shape, config, make_tensor):
+    check_forward(make_tensor, shape, dtype, config=config)
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_wide_row_paths_by_default(dtype, make_tensor):
-    # 65536 columns (and 16384 in 16-bit dtypes): the split forward, with the default configs
-    # (one chunk per row under the interpreter, 4096 columns per program on a GPU).
+    # 65536 columns: the split forward, with the default configs (one chunk per row under the
+    # interpreter, 4096 columns per program on a GPU); 16384: the single pass (w and b loaded
+    # after the statistics in 16-bit dtypes).
     check_forward(make_tensor, (1, 65536), dtype)
     check_forward(make_tensor, (2, 16384), dtype)
 

@@ -27,14 +27,19 @@ SHAPES = [(1, 1), (1, 127), (3, 129), (127, 129), (129, 127), (5, 1025), (2, 409
 LOOPED = {"BLOCK_N": 32, "SPLIT": False}
 # Rows split over programs of 32 columns each: 129 columns are 5 programs, the last with one
 # column. Programs of a row wait for each other, which Triton's interpreter (one program at a
-# time) cannot run: on the CPU the split path runs with one chunk per row (the default for wide
-# rows there), on a GPU with many.
+# time) cannot run: on the CPU the split path runs with one chunk per row (SPLIT_ONE below, and
+# the default for wide rows there), on a GPU with many.
 SPLIT = {"BLOCK_N": 32, "SPLIT": True}
 SPLIT_GAP = pytest.mark.interpreter_gap(
     "other", reason="split rows need their programs to run at once; the interpreter runs one "
                     "program at a time")
+# The split kernel with one chunk per row (a chunk as wide as the row), which the interpreter
+# can run: the exchange with itself, the chunk held as loaded or read again.
+SPLIT_ONE = {"BLOCK_N": 256, "SPLIT": True}
 PATHS = [pytest.param(None, id="default"), pytest.param(LOOPED, id="looped"),
-         pytest.param(SPLIT, id="split", marks=SPLIT_GAP)]
+         pytest.param(SPLIT, id="split", marks=SPLIT_GAP),
+         pytest.param(SPLIT_ONE, id="split-one-chunk"),
+         pytest.param({**SPLIT_ONE, "RELOAD": True}, id="split-one-chunk-reload")]
 
 
 def check_softmax(launcher, make_tensor, shape, dtype, *, config=None, out_layout=False,
@@ -64,11 +69,36 @@ def test_looped_path_matches_torch(launcher, dtype, shape, make_tensor):
 
 
 @SPLIT_GAP
+@pytest.mark.parametrize("config", [pytest.param(SPLIT, id="hold"),
+                                    pytest.param({**SPLIT, "RELOAD": True}, id="reload")])
 @pytest.mark.parametrize("shape", [(1, 33), (37, 129), (4, 1000), (3, 8191)],
                          ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-def test_split_rows_match_torch(dtype, shape, make_tensor):
-    check_softmax(softmax, make_tensor, shape, dtype, config=SPLIT)
+def test_split_rows_match_torch(dtype, shape, config, make_tensor):
+    check_softmax(softmax, make_tensor, shape, dtype, config=config)
+
+
+# softmax_persistent's grid-stride kernel (the default for 16K-wide 16-bit rows): one program
+# per SM, so every program loops over several tiles of the tests' small shapes.
+STRIDED = {"NUM_STAGES": 2, "programs_per_sm": 1}
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 129), (129, 127), (65536, 1)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_strided_persistent_matches_torch(dtype, shape, make_tensor):
+    check_softmax(softmax_persistent, make_tensor, shape, dtype, config=STRIDED)
+
+
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_strided_persistent_row_stride_and_masked_rows(dtype, make_tensor):
+    x = check_softmax(softmax_persistent, make_tensor, (9, 129), dtype, config=STRIDED,
+                      out_layout="rows", noncontiguous="rows")
+    x[1] = float("-inf")
+    x[2, ::3] = float("-inf")
+    out = make_tensor.poisoned_like(x)
+    softmax_persistent(x, out=out, config=STRIDED)
+    assert_close(out, softmax_reference(x.double()), equal_nan=True)
 
 
 @SPLIT_GAP

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -17,7 +19,10 @@ from reference_kernels.vector_add import (
 from . import controls
 
 LAUNCHERS = [pytest.param(vector_add, id="tiled"),
-             pytest.param(vector_add_persistent, id="persistent")]
+             pytest.param(vector_add_persistent, id="persistent"),
+             # each program holds a second tile, loaded before the first is stored
+             pytest.param(functools.partial(vector_add_persistent, config={"PREFETCH": True}),
+                          id="persistent-prefetch")]
 DTYPE_PARAMS = [pytest.param(d, id=str(d).removeprefix("torch.")) for d in DTYPES]
 # Odd sizes around the tile edges (the interpreter's tiles are 256 elements: see
 # vector_add.INTERPRETER_CONFIG), a prime, and one size where every persistent program loops
