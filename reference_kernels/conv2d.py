@@ -45,8 +45,15 @@ from triton.runtime.errors import OutOfResources
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
-from .matmul import (TensorDescriptor, _autotune_kwargs, _grouped_tile,
-                     _sm_count, matmul, matmul_kernel_for, tma_available)
+from .matmul import (
+    TensorDescriptor,
+    _autotune_kwargs,
+    _grouped_tile,
+    _sm_count,
+    matmul,
+    matmul_kernel_for,
+    tma_available,
+)
 
 DTYPES = (torch.float16, torch.bfloat16)
 VARIANTS = ("tma", "implicit_gemm", "matmul")

@@ -263,7 +263,7 @@ _AUTOTUNED = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         # The interpreter runs programs one by one; 3 programs (fewer than the tests' tiles, and

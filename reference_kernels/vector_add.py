@@ -211,7 +211,7 @@ def sync_buffer(device: torch.device, n_words: int = 0) -> torch.Tensor:
     return buf
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_size(device: torch.device) -> tuple[int, int]:
     """(SM count, L2 bytes) of `device`, for sizing persistent grids."""
     if device.type != "cuda":

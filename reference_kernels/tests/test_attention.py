@@ -8,8 +8,7 @@ import torch
 import triton
 
 from pytest_triton import assert_close, interpreting, skip_interpreter_gap, tolerance_for
-from reference_kernels.attention import (VARIANTS, attention, attention_inputs,
-                                         attention_reference)
+from reference_kernels.attention import VARIANTS, attention, attention_inputs, attention_reference
 from reference_kernels.matmul import tma_available
 
 from .controls_gemm import ATTENTION_BUGS, control_attention

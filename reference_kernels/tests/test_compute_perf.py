@@ -14,10 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from pytest_triton import PerfTargetMissed, perf_target
-from reference_kernels.attention import (attention, attention_flops, attention_inputs,
-                                         attention_kernel_for)
-from reference_kernels.conv2d import (conv2d, conv2d_flops, conv2d_inputs, conv2d_kernel_for,
-                                      conv2d_output_size)
+from reference_kernels.attention import attention, attention_flops, attention_inputs, attention_kernel_for
+from reference_kernels.conv2d import (
+    conv2d,
+    conv2d_flops,
+    conv2d_inputs,
+    conv2d_kernel_for,
+    conv2d_output_size,
+)
 from reference_kernels.matmul import matmul, matmul_flops, matmul_inputs, matmul_kernel_for
 
 from .controls_gemm import SLOW_MATMUL_CONFIG

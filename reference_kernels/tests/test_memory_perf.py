@@ -138,20 +138,23 @@ def test_layernorm_forward_speed(dtype, make_tensor, triton_bench):
         _bench_layernorm_forward(dtype, cols, make_tensor, triton_bench, name=f"{cols} cols")
 
 
+def _torch_layernorm_backward(x, w, b, dy):
+    """torch's backward alone: its graph is built here, once, outside the timed call."""
+    leaves = [t.detach().requires_grad_(True) for t in (x, w, b)]
+    y = torch.nn.functional.layer_norm(leaves[0], (x.shape[-1],), leaves[1], leaves[2])
+    return lambda: torch.autograd.grad(y, leaves, dy, retain_graph=True)
+
+
 @pytest.mark.parametrize("dtype, cols", _row_cases(speedup=1.0))
 def test_layernorm_backward_speed(dtype, cols, make_tensor, triton_bench):
     x, w, b = layernorm.layernorm_inputs(make_tensor, _rows(cols, dtype), cols, dtype=dtype)
     dy = make_tensor.like(x)
-    # torch's backward alone: the graph is built once, outside the timed call.
-    leaves = [t.detach().requires_grad_(True) for t in (x, w, b)]
-    y_torch = torch.nn.functional.layer_norm(leaves[0], (cols,), leaves[1], leaves[2])
+    baseline = _torch_layernorm_backward(x, w, b, dy)
     _, mean, rstd = layernorm.layernorm(x, w, b)
     dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
     triton_bench(lambda: layernorm.layernorm_backward(dy, x, w, mean, rstd, dx=dx, dw=dw, db=db),
-                 bytes=layernorm.layernorm_backward_bytes(x),
-                 baseline=lambda: torch.autograd.grad(y_torch, leaves, dy, retain_graph=True),
-                 dtype=dtype)
-    del y_torch, leaves
+                 bytes=layernorm.layernorm_backward_bytes(x), baseline=baseline, dtype=dtype)
+    del baseline  # frees torch's autograd graph before the float64 reference is built
     dx_ref, dw_ref, db_ref = layernorm.layernorm_backward_reference(
         dy.double(), x.double(), w.double(), b.double())
     assert_close(dx, dx_ref, reduction_size=cols)

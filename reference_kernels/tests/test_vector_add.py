@@ -11,9 +11,9 @@ from pytest_triton import assert_close
 from reference_kernels.vector_add import (
     DTYPES,
     vector_add,
+    vector_add_inputs,
     vector_add_persistent,
     vector_add_reference,
-    vector_add_inputs,
 )
 
 from . import controls
