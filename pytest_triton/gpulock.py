@@ -4,6 +4,9 @@ Every test holds a shared lock on its GPU; a perf test holds it exclusively. A w
 gate keeps a waiting perf test from being starved by a stream of short correctness tests: a test
 passes through the gate (briefly, shared) before taking its lock, and a perf test holds the gate
 exclusively while it waits for, and holds, the GPU.
+
+A thread holds at most one of these locks: a pytest session nested in a test (pytester) runs
+under the outer test's lock, since flock would make it wait for itself.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 
 import pytest
 
@@ -38,19 +42,36 @@ def _flock(path: str, exclusive: bool):
         os.close(fd)
 
 
+_THREAD = threading.local()  # .held: the lock this thread holds now (a nested session runs in it)
+
+
+@contextlib.contextmanager
+def hold(gpu_id: str, exclusive: bool):
+    """Hold GPU `gpu_id`: shared by correctness tests, exclusively by perf tests."""
+    if getattr(_THREAD, "held", None):  # nested in a test that holds it already
+        yield
+        return
+    gate, lock = _lock_paths(gpu_id)
+    _THREAD.held = gpu_id
+    try:
+        if exclusive:
+            with _flock(gate, True), _flock(lock, True):
+                yield
+        else:
+            with _flock(gate, False):
+                pass
+            with _flock(lock, False):
+                yield
+    finally:
+        _THREAD.held = None
+
+
 @contextlib.contextmanager
 def for_item(item: pytest.Item):
     rt = state.get(item.config).runtime
     if rt.interpret or rt.gpu_id is None or not os.environ.get("PYTEST_XDIST_WORKER") or os.name != "posix":
         yield
         return
-    gate, lock = _lock_paths(rt.gpu_id)
     perf = state.get(item.config).perf and item.stash.get(markers.TARGET_KEY, None) is not None
-    if perf:
-        with _flock(gate, True), _flock(lock, True):
-            yield
-    else:
-        with _flock(gate, False):
-            pass
-        with _flock(lock, False):
-            yield
+    with hold(rt.gpu_id, exclusive=perf):
+        yield
