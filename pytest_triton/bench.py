@@ -199,8 +199,11 @@ class _GraphSampler:
             times[j] = [s.elapsed_time(e) for s, e in events[j]]
         if self.flush_graph is None:
             return [[t / n for t in ts] for ts in times]
+        # A replay no longer than its flush-only twin was disturbed (another process's work on
+        # the GPU): its difference says nothing, so the sample pair is dropped, not made zero.
         flush = times[-1]
-        return [[max(t - f, 0.0) / n for t, f in zip(ts, flush)] for ts in times[:-1]]
+        keep = [i for i in range(reps) if all(ts[i] > flush[i] for ts in times[:-1])]
+        return [[(ts[i] - flush[i]) / n for i in keep] for ts in times[:-1]]
 
 
 def measure(fn, baseline, settings: Settings, device) -> Timings:
@@ -235,6 +238,11 @@ def measure(fn, baseline, settings: Settings, device) -> Timings:
         if len(samples[0]) >= settings.min_samples and elapsed >= settings.min_time \
                 and _precise(samples):
             break
+    if not samples[0]:  # every graph sample was disturbed: fall back to per-launch events
+        notes.append("every CUDA-graph sample was disturbed by other work on the GPU; timed "
+                     "with per-launch events instead")
+        sampler = _EventSampler(gpu, fns, cold, est, host_ms)
+        samples = sampler.sample()
     after = gpu_state(device) if settings.read_gpu_state else {}
     return Timings(ms=samples[0], baseline_ms=samples[1] if baseline is not None else None,
                    method=sampler.method, l2=settings.l2,

@@ -1,6 +1,7 @@
 """Under pytest-xdist, a perf test never shares its GPU with another worker's tests.
 
-Every test holds a shared lock on its GPU; a perf test holds it exclusively. A writer-preference
+Every test holds a shared lock on its GPU; a perf test (or one marked triton_exclusive, such as
+a test of timing code) holds it exclusively. A writer-preference
 gate keeps a waiting perf test from being starved by a stream of short correctness tests: a test
 passes through the gate (briefly, shared) before taking its lock, and a perf test holds the gate
 exclusively while it waits for, and holds, the GPU.
@@ -73,5 +74,6 @@ def for_item(item: pytest.Item):
         yield
         return
     perf = state.get(item.config).perf and item.stash.get(markers.TARGET_KEY, None) is not None
-    with hold(rt.gpu_id, exclusive=perf):
+    exclusive = perf or item.get_closest_marker("triton_exclusive") is not None
+    with hold(rt.gpu_id, exclusive=exclusive):
         yield

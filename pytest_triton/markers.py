@@ -26,6 +26,11 @@ INTERPRETER_GAP_HELP = (
     "reason=)."
 )
 
+EXCLUSIVE_HELP = (
+    "triton_exclusive: under pytest-xdist, run this test with its GPU to itself (no other "
+    "worker's test runs on that GPU meanwhile), as perf tests are; for tests that time things."
+)
+
 FRACTIONS = ("bandwidth_frac", "tflops_frac")
 POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
 TARGETS = FRACTIONS + POSITIVE

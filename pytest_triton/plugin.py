@@ -28,6 +28,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
+    config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)

@@ -6,8 +6,11 @@ import torch
 from pytest_triton import do_bench
 from pytest_triton.bench import Settings, measure
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.version.cuda is None,
-                                reason="needs a CUDA GPU: the timing path is CUDA events and graphs")
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available() or torch.version.cuda is None,
+                       reason="needs a CUDA GPU: the timing path is CUDA events and graphs"),
+    pytest.mark.triton_exclusive,  # under xdist, no other worker's kernels interleave with these
+]
 
 
 @pytest.fixture

@@ -297,7 +297,8 @@ def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester
     """
     pytester.makepyfile(test_k=body)
     pytester.makeconftest(FAKE_GPU)
-    args = ("--triton-perf", "--benchmark-storage", str(pytester.path / "bench"))
+    # pytest-benchmark disables itself in an xdist worker's environment: keep xdist out.
+    args = ("--triton-perf", "--benchmark-storage", str(pytester.path / "bench"), "-p", "no:xdist")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FAKE_MS", "1.0")
         first = pytester.runpytest(*args, "--benchmark-autosave")
