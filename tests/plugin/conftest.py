@@ -4,8 +4,12 @@ import pytest
 @pytest.fixture
 def run_interpreted(pytester, monkeypatch):
     """Run pytester in-process with --triton-interpret, on a GPU machine too. The inner run sets
-    TRITON_INTERPRET=1 in this process; monkeypatch restores the outer value afterwards."""
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    TRITON_INTERPRET=1 in this process; monkeypatch restores the outer value afterwards. (setenv,
+    not delenv: delenv of an absent variable records nothing, and the inner run's value would
+    leak into the rest of the session, turning launchers' interpreter checks on over CUDA.)"""
+    import os
+
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "0"))
 
     def run(*args):
         return pytester.runpytest("--triton-interpret", *args)

@@ -297,9 +297,12 @@ def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester
     """
     pytester.makepyfile(test_k=body)
     pytester.makeconftest(FAKE_GPU)
-    # pytest-benchmark disables itself in an xdist worker's environment: keep xdist out.
-    args = ("--triton-perf", "--benchmark-storage", str(pytester.path / "bench"), "-p", "no:xdist")
+    args = ("--triton-perf", "--benchmark-storage", str(pytester.path / "bench"))
     with pytest.MonkeyPatch.context() as mp:
+        # pytest-benchmark disables itself where PYTEST_XDIST_WORKER is set (this session may be
+        # an xdist worker); the inner runs are not.
+        mp.setenv("PYTEST_XDIST_WORKER", "")
+        mp.delenv("PYTEST_XDIST_WORKER")
         mp.setenv("FAKE_MS", "1.0")
         first = pytester.runpytest(*args, "--benchmark-autosave")
         first.assert_outcomes(passed=1)
