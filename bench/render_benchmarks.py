@@ -16,15 +16,20 @@ import sys
 def perf_section(path, cmd):
     doc = json.load(open(path))
     env, dev = doc["environment"], doc["device"] or {}
-    out = [f"### `{cmd}`" if cmd else "### perf run", ""]
+    first, _, rest = cmd.partition("\n")
+    out = [f"### `{first}`" if first else "### perf run", ""]
+    if rest.strip():
+        out += [rest.strip(), ""]
     out.append(f"- device: {dev.get('name')} ({dev.get('sms')} SMs, {dev.get('sku')}), driver {dev.get('driver')}")
     out.append(f"- torch {env['torch']} (CUDA {env['cuda']}), triton {env['triton']}, pytest {env['pytest']}, Python {env['python']}")
     out.append(f"- date (UTC): {doc['created']}; L2 {doc['settings']['l2']}; verdicts: {doc['summary']}")
     gb, ga = doc.get("gpu_settings_before") or {}, doc.get("gpu_settings_after") or {}
     out.append(f"- GPU settings before: {gb}; after: {ga} ({'unchanged' if gb == ga else 'CHANGED'})")
+    if dev.get("measured"):
+        out.append(f"- measured ceilings (--triton-perf-calibrate): {dev['measured']}")
     out.append("")
-    out.append("| test | shape | ms | torch ms | speedup | GB/s | TFLOP/s | % of peak | verdict | method | config |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| test | shape | ms | torch ms | speedup | GB/s | TFLOP/s | % of peak | target | verdict | method | config |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["results"]:
         for m in r["measurements"]:
             test = m["nodeid"].split("::")[-1]
@@ -35,14 +40,19 @@ def perf_section(path, cmd):
             elif m["gbps"] and peaks.get("dram_gbps"):
                 pct = f"{100 * m['gbps'] / peaks['dram_gbps']:.1f}% bw"
             base = m["baseline_ms"]["median"] if m["baseline_ms"] else None
-            out.append("| {} | {} | {:.4f} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            target = ", ".join(c.get("short") or c["target"] for c in m["checks"] if c["target"] != "bytes")
+            verdict = m["verdict"]
+            if r["outcome"] == "skipped":  # an xfail: a negative control that must miss its target
+                verdict += " (xfail: negative control)"
+            out.append("| {} | {} | {:.4f} | {} | {} | {} | {} | {} | {} | {} | {} | {} |".format(
                 test, m["name"] or "", m["median_ms"], f"{base:.4f}" if base else "",
                 f"{m['speedup']['median']:.3f}x" if m["speedup"] else "",
                 f"{m['gbps']:.0f}" if m["gbps"] else "", f"{m['tflops']:.1f}" if m["tflops"] else "",
-                pct, m["verdict"], m["method"], (m["config"] or "").replace("|", "/")))
+                pct, target, verdict, m["method"], (m["config"] or "").replace("|", "/")))
         if r.get("geomean"):
             g = r["geomean"]
-            out.append(f"| {r['nodeid'].split('::')[-1]} | geomean | | | {g['achieved']:.3f}x | | | | {g['verdict']} | | |")
+            out.append(f"| {r['nodeid'].split('::')[-1]} | geomean | | | {g['achieved']:.3f}x | | | | "
+                       f"{g.get('short') or 'geomean_speedup'} | {g['verdict']} | | |")
     if doc["unchecked"]:
         out.append(f"\nUnchecked: {len(doc['unchecked'])}")
     return out
