@@ -30,6 +30,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
+from ._checks import require_dtype, require_tensor
 from .matmul import TensorDescriptor, _autotune_kwargs, tma_available
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -296,11 +297,8 @@ _AUTOTUNED = {"pointer": _autotuned(_attention_kernel),
 
 def _check_operands(q, k, v, out, where: str):
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if q.dtype not in DTYPES:
-        raise TypeError(f"{where}: dtype {q.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+        require_tensor(where, name, t)
+    require_dtype(where, q.dtype, DTYPES)
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"{where}: q, k and v must have one dtype, got {q.dtype}, {k.dtype}, "
                         f"{v.dtype}")

@@ -45,6 +45,7 @@ from triton.runtime.errors import OutOfResources
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
+from ._checks import require_dtype, require_tensor
 from .matmul import (
     TensorDescriptor,
     _autotune_kwargs,
@@ -397,13 +398,10 @@ def conv2d_output_size(x_shape, w_shape, stride=1, padding=0, dilation=1) -> tup
 
 def _check_operands(x, weight, bias, stride, padding, dilation, out):
     for name, t, dims in (("x", x, "N, C, H, W"), ("weight", weight, "K, C, R, S")):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"conv2d: {name} must be a torch.Tensor, got {type(t).__name__}")
+        require_tensor("conv2d", name, t)
         if t.dim() != 4:
             raise ValueError(f"conv2d: {name} must be 4-D ({dims}), got shape {tuple(t.shape)}")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"conv2d: dtype {x.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+    require_dtype("conv2d", x.dtype, DTYPES)
     if weight.dtype != x.dtype:
         raise TypeError(f"conv2d: x and weight must have one dtype, got {x.dtype} and "
                         f"{weight.dtype}")

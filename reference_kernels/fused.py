@@ -18,6 +18,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
+from ._checks import require_dtype, require_tensor
 from .softmax import row_view
 from .vector_add import DTYPES, INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
 
@@ -114,11 +115,8 @@ def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tens
     """gelu(x + bias) + residual (exact GELU) in one pass; bias has x's last dimension, rows of
     x, residual and out may have any row stride."""
     where = "bias_gelu_residual"
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"{where}: dtype {x.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+    require_tensor(where, "x", x)
+    require_dtype(where, x.dtype, DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{where}: x must have at least one dimension")
     for name, t, shape in (("residual", residual, x.shape), ("bias", bias, x.shape[-1:])):

@@ -29,6 +29,7 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
+from ._checks import require_dtype, require_tensor
 from .softmax import (
     gather_chunks,
     looped_grid,
@@ -404,19 +405,15 @@ def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
 
 def _check(where: str, x: torch.Tensor, **vectors: torch.Tensor) -> None:
     """x: (..., n) in a supported dtype; each of `vectors`: contiguous (n,), like x."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"{where}: dtype {x.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+    require_tensor(where, "x", x)
+    require_dtype(where, x.dtype, DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{where}: x must have at least one dimension")
     n = x.shape[-1]
     if n == 0:
         raise ValueError(f"{where}: x's last dimension is empty: no mean or variance to take")
     for name, v in vectors.items():
-        if not isinstance(v, torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(v).__name__}")
+        require_tensor(where, name, v)
         if v.shape != (n,) or not v.is_contiguous():
             raise ValueError(f"{where}: {name} must be a contiguous ({n},) tensor (x's last "
                              f"dimension), got shape {tuple(v.shape)}, strides {v.stride()}")

@@ -30,6 +30,8 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
+from ._checks import require_dtype, require_tensor
+
 try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # pragma: no cover - older Triton
@@ -314,13 +316,10 @@ def _tma_problem(a, b, out) -> str | None:
 
 def _check_operands(a, b, bias, activation, out, where: str):
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        require_tensor(where, name, t)
         if t.dim() != 2:
             raise ValueError(f"{where}: {name} must be 2-D, got shape {tuple(t.shape)}")
-    if a.dtype not in DTYPES:
-        raise TypeError(f"{where}: dtype {a.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+    require_dtype(where, a.dtype, DTYPES)
     if b.dtype != a.dtype:
         raise TypeError(f"{where}: a and b must have one dtype, got {a.dtype} and {b.dtype}")
     if a.shape[1] != b.shape[0]:

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
+from ._checks import require_dtype, require_tensor
 from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -434,11 +435,8 @@ def row_view(name: str, t: torch.Tensor, where: str) -> torch.Tensor:
 
 def _as_rows(x: torch.Tensor, out: torch.Tensor | None, where: str):
     """Check x and out; return 2-D row views of both (out allocated when None) and out."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{where}: x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in DTYPES:
-        raise TypeError(f"{where}: dtype {x.dtype} is not supported; expected one of "
-                        f"{', '.join(str(d) for d in DTYPES)}")
+    require_tensor(where, "x", x)
+    require_dtype(where, x.dtype, DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{where}: x must have at least one dimension")
     if out is None:

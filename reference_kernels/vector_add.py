@@ -20,6 +20,8 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, interpreting
 
+from ._checks import require_tensor
+
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -243,8 +245,7 @@ def elementwise_operands(where: str, out: torch.Tensor | None, **inputs: torch.T
     out allocated when None."""
     first_name, first = next(iter(inputs.items()))
     for name, t in inputs.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        require_tensor(where, name, t)
         if t.dtype not in DTYPES:
             raise TypeError(f"{where}: {name} has dtype {t.dtype}, which is not supported; "
                             f"expected one of {', '.join(str(d) for d in DTYPES)}")
