@@ -23,6 +23,10 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
   layernorm     forward, 64K split rows: chunk width, w and b before or after the exchange,
                 register caps; 16K: single pass with w and b loaded late vs early vs split;
                 4K fp16 w and b late (fp32, fp16)
+  layernorm_wide forward at 64K columns only (all dtypes): split rows one chunk per program vs on
+                a persistent grid (PERSISTENT: the next chunk's load in flight during the wait),
+                chunk width, warps, programs per SM, register caps; prints the compiled
+                kernels' registers and spills
   layernorm_bwd backward configs, whole-row vs split backward (fp16)
   fused         add_mul and bias_gelu_residual tile configs
 A variant whose first result is wrong, or whose second call takes over a second (a split row
@@ -42,7 +46,8 @@ import sys
 import time
 from pathlib import Path
 
-PHASES = ("defaults", "vector_add", "softmax", "layernorm", "layernorm_bwd", "fused")
+PHASES = ("defaults", "vector_add", "softmax", "layernorm", "layernorm_wide", "layernorm_bwd",
+          "fused")
 
 
 def _args():
@@ -476,6 +481,70 @@ def phase_layernorm(sw):
             sw.run(case, "default" if over is None else "forward", shown,
                    lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
         del x, w, b, y
+
+
+def _layernorm_wide_variants(dtype):
+    """64K-column forward variants: the shipped split kernel with other register caps, and the
+    persistent split kernel (PERSISTENT=True) over chunk widths, warps and programs per SM (more
+    programs than fit only queue: each takes tickets once it runs)."""
+    split = {"BLOCK_N": 4096, "num_warps": 4, "SPLIT": True, "LATE_WB": True}
+    pers = {**split, "PERSISTENT": True}
+    if dtype == torch.float32:
+        caps = [{**split, "maxnreg": m} for m in (56, 64, 72)]
+        return [None, *caps] + [{**pers, "BLOCK_N": bn, "num_warps": w, "programs_per_sm": p,
+                                 "maxnreg": m, "LATE_WB": lw}
+                                for bn, w, p, m, lw in ((4096, 4, 8, None, True),
+                                                        (4096, 4, 8, 64, True),
+                                                        (4096, 4, 8, 80, True),
+                                                        (2048, 4, 16, None, True),
+                                                        (2048, 4, 16, 48, True),
+                                                        (4096, 8, 4, None, True),
+                                                        (4096, 4, 8, None, False))]
+    caps = [{**split, "maxnreg": m} for m in (48,)]
+    return [None, *caps] + [{**pers, "BLOCK_N": bn, "num_warps": w, "programs_per_sm": p,
+                             "maxnreg": m, "LATE_WB": lw}
+                            for bn, w, p, m, lw in ((4096, 4, 16, None, True),
+                                                    (4096, 4, 16, 40, True),
+                                                    (4096, 4, 16, 48, True),
+                                                    (4096, 4, 16, 56, True),
+                                                    (2048, 4, 16, None, True),
+                                                    (2048, 4, 24, 32, True),
+                                                    (8192, 4, 8, None, True),
+                                                    (8192, 4, 8, 64, True),
+                                                    (8192, 8, 8, None, True),
+                                                    (4096, 4, 16, None, False))]
+
+
+def _register_report(*kernels) -> None:
+    """Registers and spills of every compiled specialisation of these @triton.jit kernels."""
+    for k in kernels:
+        try:
+            for caches in k.device_caches.values():
+                for compiled in caches[0].values():
+                    consts = {n: v for n, v in compiled.src.constants.items()
+                              if isinstance(n, str) and n.isupper()} \
+                        if hasattr(compiled.src, "constants") else {}
+                    print(f"  regs {k.__name__}: {compiled.n_regs} registers, "
+                          f"{compiled.n_spills} spills, {compiled.metadata.num_warps} warps "
+                          f"{consts}", flush=True)
+        except Exception as exc:  # noqa: BLE001 - an API difference must not stop the sweep
+            print(f"  regs {getattr(k, '__name__', k)}: unavailable ({_short(exc)})")
+
+
+def phase_layernorm_wide(sw):
+    for dtype in DTYPES:
+        case, x, w, b, y = _layernorm_case(sw, dtype, WIDE)
+        for over in _layernorm_wide_variants(dtype):
+            shown = _shipped(layernorm._layernorm_config, *x.shape, dtype) if over is None \
+                else over
+            if SMOKE and over:
+                over = {**over, "BLOCK_N": 8192}  # one chunk per row under the interpreter
+            sw.run(case, "default" if over is None else "forward", shown,
+                   lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
+        del x, w, b, y
+    if not SMOKE:
+        _register_report(layernorm._layernorm_fwd_split_kernel,
+                         layernorm._layernorm_fwd_split_persistent_kernel)
 
 
 def phase_layernorm_bwd(sw):

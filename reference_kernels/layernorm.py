@@ -40,7 +40,7 @@ from .softmax import (
     split_chunks,
     take_row_chunk,
 )
-from .vector_add import SYNC_HEADER, device_size, sync_buffer, with_overrides
+from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -95,6 +95,45 @@ def _layernorm_fwd_kernel(
 
 
 @triton.jit
+def _chunk_stats(
+    x,  # one chunk of a row, as loaded (masked lanes 0)
+    inside,  # its lanes inside the row
+    count,  # float32: how many of its lanes are inside the row
+):
+    """(mean, sum of squared deviations from it, the deviations) of a chunk, in float32: two
+    passes over registers, no cancellation. The mean is NaN only if some x is, and then so is
+    everything: poisoning x changes nothing."""
+    chunk_mean = tl.sum(x.to(tl.float32), axis=0) / count
+    if x.dtype == tl.float32:
+        xc = tl.where(inside, x - chunk_mean, 0.0)
+    else:
+        xc = tl.where(inside, reconvert(x, chunk_mean != chunk_mean) - chunk_mean, 0.0)
+    return chunk_mean, tl.sum(xc * xc, axis=0), xc
+
+
+@triton.jit
+def _row_stats(
+    words,  # *in* int64 2 x n_chunks words of the row (publish_chunk)
+    n_cols,  # row width
+    eps,  # added to the variance
+    epoch,  # this launch's tag
+    BLOCK_N: tl.constexpr,  # columns per chunk
+    MAX_CHUNKS: tl.constexpr,  # power of two >= the chunks per row
+):
+    """(mean, rstd, arrived) of a row once every chunk has published its (mean, M2); rstd is NaN
+    if some chunk never did (arrived False)."""
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    means, m2s, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
+    # Chan et al.: mean = sum n_c mean_c / n, M2 = sum M2_c + n_c (mean_c - mean)^2.
+    c = tl.arange(0, MAX_CHUNKS)
+    counts = tl.where(valid, tl.minimum(n_cols - c * BLOCK_N, BLOCK_N), 0).to(tl.float32)
+    mean = tl.sum(counts * tl.where(valid, means, 0.0), axis=0) / n_cols
+    dev = tl.where(valid, means - mean, 0.0)
+    var = tl.sum(tl.where(valid, m2s, 0.0) + counts * dev * dev, axis=0) / n_cols
+    return mean, tl.where(arrived, tl.rsqrt(var + eps), float("nan")), arrived
+
+
+@triton.jit
 def _layernorm_fwd_split_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
     w_ptr,  # *in* n_cols
@@ -122,28 +161,15 @@ def _layernorm_fwd_split_kernel(
     # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use
     # (softmax.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
     x = tl.load(x_chunk, mask=inside, other=0.0)
-    # The chunk's own mean and sum of squared deviations from it: two passes over registers. The
-    # mean is NaN only if some x is, and then so is everything: poisoning x changes nothing.
     count = tl.minimum(n_cols - chunk * BLOCK_N, BLOCK_N).to(tl.float32)
-    chunk_mean = tl.sum(x.to(tl.float32), axis=0) / count
-    if x.dtype == tl.float32:
-        xc = tl.where(inside, x - chunk_mean, 0.0)
-    else:
-        xc = tl.where(inside, reconvert(x, chunk_mean != chunk_mean) - chunk_mean, 0.0)
+    chunk_mean, chunk_m2, xc = _chunk_stats(x, inside, count)
     words = words_ptr + row.to(tl.int64) * 2 * n_chunks
-    publish_chunk(words, chunk, n_chunks, chunk_mean, tl.sum(xc * xc, axis=0), epoch)
+    publish_chunk(words, chunk, n_chunks, chunk_mean, chunk_m2, epoch)
     if not LATE_WB:
         # In flight while the other chunks' statistics arrive: the wait hides their latency.
         w = tl.load(w_ptr + cols, mask=inside, other=0.0)
         b = tl.load(b_ptr + cols, mask=inside, other=0.0)
-    means, m2s, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
-    # Chan et al.: mean = sum n_c mean_c / n, M2 = sum M2_c + n_c (mean_c - mean)^2.
-    c = tl.arange(0, MAX_CHUNKS)
-    counts = tl.where(valid, tl.minimum(n_cols - c * BLOCK_N, BLOCK_N), 0).to(tl.float32)
-    mean = tl.sum(counts * tl.where(valid, means, 0.0), axis=0) / n_cols
-    dev = tl.where(valid, means - mean, 0.0)
-    var = tl.sum(tl.where(valid, m2s, 0.0) + counts * dev * dev, axis=0) / n_cols
-    rstd = tl.where(arrived, tl.rsqrt(var + eps), float("nan"))
+    mean, rstd, arrived = _row_stats(words, n_cols, eps, epoch, BLOCK_N, MAX_CHUNKS)
     if LATE_WB:
         w = tl.load(w_ptr + cols, mask=inside, other=0.0)
         b = tl.load(b_ptr + cols, mask=inside, other=0.0)
@@ -161,6 +187,91 @@ def _layernorm_fwd_split_kernel(
              mask=inside)
     tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
     tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
+
+
+@triton.jit
+def _layernorm_fwd_split_persistent_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    w_ptr,  # *in* n_cols
+    b_ptr,  # *in* n_cols
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    mean_ptr,  # *out* n_rows, float32
+    rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
+    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
+    n_rows,  # number of rows
+    n_cols,  # row width
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    eps,  # added to the variance
+    BLOCK_N: tl.constexpr,  # columns per chunk
+    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
+    LATE_WB: tl.constexpr,  # True: load w and b after the exchange, False: before it
+):
+    # Split rows on a persistent grid: (row, chunk) pieces are tickets, taken in order as in
+    # _layernorm_fwd_split_kernel, and each program holds two. While it waits for the other
+    # chunks of its current row, the next piece's load is in flight: the wait no longer leaves
+    # the program's registers idle.
+    # No deadlock: a program waits only for its current row, and by then it has published every
+    # piece it holds of that row (the next piece first, when it lies in the same row; the
+    # ticket after it is taken only once the wait is over). So the lowest row anyone waits for
+    # has every piece published once its tickets are taken, and they are, as long as the GPU
+    # holds as many programs at once as a row has chunks (the split kernel's condition too).
+    n_chunks = tl.cdiv(n_cols, BLOCK_N)
+    n_pieces = n_rows * n_chunks
+    # A program stops once its current ticket is past the last piece, holding one more: two
+    # tickets per program past the pieces.
+    n_tickets = n_pieces + 2 * tl.num_programs(0)
+    offs = tl.arange(0, BLOCK_N)
+    piece, epoch = take_ticket(sync_ptr, n_tickets)
+    row = piece // n_chunks
+    chunk = piece % n_chunks
+    cols = chunk * BLOCK_N + offs
+    # A ticket past the last piece loads nothing: every lane is masked off.
+    inside = cols < tl.where(piece < n_pieces, n_cols, 0)
+    x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + cols, mask=inside, other=0.0)
+    count = tl.minimum(n_cols - chunk * BLOCK_N, BLOCK_N).to(tl.float32)
+    chunk_mean, chunk_m2, _ = _chunk_stats(x, inside, count)
+    if piece < n_pieces:
+        publish_chunk(words_ptr + row.to(tl.int64) * 2 * n_chunks, chunk, n_chunks, chunk_mean,
+                      chunk_m2, epoch)
+    next_piece, _ = take_ticket(sync_ptr, n_tickets)
+    while piece < n_pieces:
+        next_row = next_piece // n_chunks
+        next_chunk = next_piece % n_chunks
+        next_cols = next_chunk * BLOCK_N + offs
+        next_inside = next_cols < tl.where(next_piece < n_pieces, n_cols, 0)
+        x_next = tl.load(x_ptr + next_row.to(tl.int64) * stride_xm + next_cols,
+                         mask=next_inside, other=0.0)
+        next_count = tl.minimum(n_cols - next_chunk * BLOCK_N, BLOCK_N).to(tl.float32)
+        next_words = words_ptr + next_row.to(tl.int64) * 2 * n_chunks
+        same_row = (next_row == row) & (next_piece < n_pieces)
+        if same_row:
+            # This row's wait would need it: published first (the load is not hidden then).
+            next_mean, next_m2, _ = _chunk_stats(x_next, next_inside, next_count)
+            publish_chunk(next_words, next_chunk, n_chunks, next_mean, next_m2, epoch)
+        if not LATE_WB:
+            w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+            b = tl.load(b_ptr + cols, mask=inside, other=0.0)
+        mean, rstd, arrived = _row_stats(words_ptr + row.to(tl.int64) * 2 * n_chunks, n_cols,
+                                         eps, epoch, BLOCK_N, MAX_CHUNKS)
+        # Taken now, not before the wait: a program never waits holding an unpublished piece of
+        # the row it waits for. Its round trip overlaps the normalisation and the store.
+        after, _ = take_ticket(sync_ptr, n_tickets)
+        if LATE_WB:
+            w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+            b = tl.load(b_ptr + cols, mask=inside, other=0.0)
+        y = (reconvert(x, ~arrived) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+        tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
+                 mask=inside)
+        tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
+        tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
+        if not same_row and next_piece < n_pieces:
+            next_mean, next_m2, _ = _chunk_stats(x_next, next_inside, next_count)
+            publish_chunk(next_words, next_chunk, n_chunks, next_mean, next_m2, epoch)
+        piece, next_piece, row, chunk, cols, inside, x = (next_piece, after, next_row,
+                                                          next_chunk, next_cols, next_inside,
+                                                          x_next)
 
 
 @triton.jit
@@ -366,7 +477,7 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "LATE_WB": False,
-            "programs_per_sm": None, "maxnreg": None}
+            "PERSISTENT": False, "programs_per_sm": None, "maxnreg": None}
     if block <= SINGLE_PASS_MAX_COLS:
         tile = 8192 if dtype == torch.float32 else 4096
         rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
@@ -437,9 +548,11 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
 
     mean and rstd = 1 / sqrt(var + eps) are float32, one per row (shape x.shape[:-1]), as
     layernorm_backward takes them. config: overrides of _layernorm_config's launch parameters
-    (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, programs_per_sm), for tuning sweeps;
-    BLOCK_N below the row width splits rows over programs (SPLIT=True; RELOAD=True reads each
-    chunk again after the exchange) or loops over them (SPLIT=False).
+    (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, LATE_WB, PERSISTENT, programs_per_sm,
+    maxnreg), for tuning sweeps; BLOCK_N below the row width splits rows over programs
+    (SPLIT=True; RELOAD=True reads each chunk again after the exchange; PERSISTENT=True runs the
+    chunks on programs_per_sm programs per SM, each holding the next chunk's load in flight while
+    it waits) or loops over them (SPLIT=False).
     """
     where = "layernorm"
     _check(where, x, weight=weight, bias=bias)
@@ -463,10 +576,17 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     elif cfg["SPLIT"]:
         n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
         sync = sync_buffer(x.device, n_rows * 2 * n_chunks)
-        _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
-            *args[:6], sync, sync[SYNC_HEADER:], *args[6:], BLOCK_N=cfg["BLOCK_N"],
-            MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
-            LATE_WB=cfg["LATE_WB"], num_warps=cfg["num_warps"], **register_cap(cfg))
+        common = {"BLOCK_N": cfg["BLOCK_N"], "MAX_CHUNKS": triton.next_power_of_2(n_chunks),
+                  "LATE_WB": cfg["LATE_WB"], "num_warps": cfg["num_warps"], **register_cap(cfg)}
+        if cfg["PERSISTENT"]:
+            # At least a row's chunks: they must all be running for the row to finish.
+            grid = min(n_rows * n_chunks,
+                       max(n_chunks, (cfg["programs_per_sm"] or 1) * device_size(x.device)[0]))
+            _layernorm_fwd_split_persistent_kernel[(grid,)](
+                *args[:6], sync, sync[SYNC_HEADER:], *args[6:], **common)
+        else:
+            _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
+                *args[:6], sync, sync[SYNC_HEADER:], *args[6:], RELOAD=cfg["RELOAD"], **common)
     else:
         grid = (looped_grid(n_rows, n_cols * x.element_size(), x.device,
                             cfg["programs_per_sm"]),)
