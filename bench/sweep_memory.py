@@ -23,10 +23,8 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
   layernorm     forward, 64K split rows: chunk width, w and b before or after the exchange,
                 register caps; 16K: single pass with w and b loaded late vs early vs split;
                 4K fp16 w and b late (fp32, fp16)
-  layernorm_wide forward at 64K columns only (all dtypes): split rows one chunk per program vs on
-                a persistent grid (PERSISTENT: the next chunk's load in flight during the wait),
-                chunk width, warps, programs per SM, register caps; prints the compiled
-                kernels' registers and spills
+  layernorm_wide forward at 64K columns only (all dtypes): split-row chunk width, warps and
+                register caps; prints the compiled kernels' registers and spills
   layernorm_bwd backward configs, whole-row vs split backward (fp16)
   fused         add_mul and bias_gelu_residual tile configs
 A variant whose first result is wrong, or whose second call takes over a second (a split row
@@ -433,27 +431,11 @@ def phase_softmax(sw):
 def _layernorm_variants(cols, dtype):
     """Config overrides for one shape (None: as shipped). Registers and programs per SM as in
     _softmax_variants; run 8: fp16 16K single pass with w and b in float32 2300 GB/s (one
-    program per SM), split 4096/4 reread 2600; 64K fp32 2640 (6 programs), fp16 2285-2400."""
+    program per SM), split 4096/4 reread 2600."""
     half = dtype != torch.float32
     out = [None]
-    if cols == WIDE and half:
-        out += [{"BLOCK_N": b, "num_warps": w, "RELOAD": r, "LATE_WB": lw, "maxnreg": m}
-                for b, w, r, lw, m in (
-                    (4096, 4, False, True, None),  # 54 registers: 9 programs x 8 KB
-                    (4096, 4, False, True, 36),  # 36 (24 B spilled): 14 x 8 KB
-                    (4096, 4, True, True, 40),  # reread
-                    (4096, 4, False, False, 64),  # w, b during the wait; 64 (8 B spilled)
-                    (2048, 4, False, True, None),  # 32: 16 x 4 KB
-                    (8192, 4, False, True, 80),  # 80 (32 B spilled): 6 x 16 KB
-                    (8192, 8, False, True, None))]  # 53: 4 x 16 KB
-    elif cols == WIDE:
-        out += [{"BLOCK_N": b, "num_warps": w, "RELOAD": r, "LATE_WB": lw, "maxnreg": m}
-                for b, w, r, lw, m in (
-                    (2048, 4, False, True, None),  # 56: 9 x 8 KB
-                    (2048, 4, False, True, 40),  # 40 (16 B spilled): 12 x 8 KB
-                    (2048, 4, True, True, None),  # 48: 10 x 8 KB, reread
-                    (4096, 4, True, True, None),  # 92: 5 x 16 KB, reread
-                    (8192, 8, False, True, None))]  # 96: 2 x 32 KB
+    if cols == WIDE:  # the layernorm_wide phase sweeps chunk widths and register caps
+        out += [{"RELOAD": True}, {"LATE_WB": False}]  # chunk read again; w, b during the wait
     elif cols == MID and half:
         out += [{"LATE_WB": False},  # 113 registers: 1 program per SM
                 {"LATE_WB": True, "num_warps": 32},  # 60: 1 program of 32 warps
@@ -484,35 +466,17 @@ def phase_layernorm(sw):
 
 
 def _layernorm_wide_variants(dtype):
-    """64K-column forward variants: the shipped split kernel with other register caps, and the
-    persistent split kernel (PERSISTENT=True) over chunk widths, warps and programs per SM (more
-    programs than fit only queue: each takes tickets once it runs)."""
-    split = {"BLOCK_N": 4096, "num_warps": 4, "SPLIT": True, "LATE_WB": True}
-    pers = {**split, "PERSISTENT": True}
+    """64K-column forward variants of the split kernel (each chunk normalised in two halves):
+    chunk width, warps and register caps around the shipped config (registers per thread, Triton
+    3.6 on sm_90: 4096-column float32 chunks 64; 8192-column 16-bit chunks 75, 72 with no spill).
+    Runs 11-12 also timed the chunks on a persistent grid (dropped: see _layernorm_config)."""
+    split = {"SPLIT": True, "LATE_WB": True, "num_warps": 4}
     if dtype == torch.float32:
-        caps = [{**split, "maxnreg": m} for m in (56, 64, 72)]
-        return [None, *caps] + [{**pers, "BLOCK_N": bn, "num_warps": w, "programs_per_sm": p,
-                                 "maxnreg": m, "LATE_WB": lw}
-                                for bn, w, p, m, lw in ((4096, 4, 8, None, True),
-                                                        (4096, 4, 8, 64, True),
-                                                        (4096, 4, 8, 80, True),
-                                                        (2048, 4, 16, None, True),
-                                                        (2048, 4, 16, 48, True),
-                                                        (4096, 8, 4, None, True),
-                                                        (4096, 4, 8, None, False))]
-    caps = [{**split, "maxnreg": m} for m in (48,)]
-    return [None, *caps] + [{**pers, "BLOCK_N": bn, "num_warps": w, "programs_per_sm": p,
-                             "maxnreg": m, "LATE_WB": lw}
-                            for bn, w, p, m, lw in ((4096, 4, 16, None, True),
-                                                    (4096, 4, 16, 40, True),
-                                                    (4096, 4, 16, 48, True),
-                                                    (4096, 4, 16, 56, True),
-                                                    (2048, 4, 16, None, True),
-                                                    (2048, 4, 24, 32, True),
-                                                    (8192, 4, 8, None, True),
-                                                    (8192, 4, 8, 64, True),
-                                                    (8192, 8, 8, None, True),
-                                                    (4096, 4, 16, None, False))]
+        return [None] + [{**split, "BLOCK_N": bn, "num_warps": w, "maxnreg": m}
+                         for bn, w, m in ((4096, 4, 56), (2048, 4, None), (8192, 8, None))]
+    return [None] + [{**split, "BLOCK_N": bn, "num_warps": w, "maxnreg": m}
+                     for bn, w, m in ((8192, 4, 64), (8192, 4, None), (4096, 4, 40),
+                                      (16384, 8, 72))]
 
 
 def _register_report(*kernels) -> None:
@@ -543,8 +507,7 @@ def phase_layernorm_wide(sw):
                    lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
         del x, w, b, y
     if not SMOKE:
-        _register_report(layernorm._layernorm_fwd_split_kernel,
-                         layernorm._layernorm_fwd_split_persistent_kernel)
+        _register_report(layernorm._layernorm_fwd_split_kernel)
 
 
 def phase_layernorm_bwd(sw):

@@ -40,7 +40,7 @@ from .softmax import (
     split_chunks,
     take_row_chunk,
 )
-from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
+from .vector_add import SYNC_HEADER, device_size, sync_buffer, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -95,23 +95,6 @@ def _layernorm_fwd_kernel(
 
 
 @triton.jit
-def _chunk_stats(
-    x,  # one chunk of a row, as loaded (masked lanes 0)
-    inside,  # its lanes inside the row
-    count,  # float32: how many of its lanes are inside the row
-):
-    """(mean, sum of squared deviations from it, the deviations) of a chunk, in float32: two
-    passes over registers, no cancellation. The mean is NaN only if some x is, and then so is
-    everything: poisoning x changes nothing."""
-    chunk_mean = tl.sum(x.to(tl.float32), axis=0) / count
-    if x.dtype == tl.float32:
-        xc = tl.where(inside, x - chunk_mean, 0.0)
-    else:
-        xc = tl.where(inside, reconvert(x, chunk_mean != chunk_mean) - chunk_mean, 0.0)
-    return chunk_mean, tl.sum(xc * xc, axis=0), xc
-
-
-@triton.jit
 def _row_stats(
     words,  # *in* int64 2 x n_chunks words of the row (publish_chunk)
     n_cols,  # row width
@@ -134,6 +117,34 @@ def _row_stats(
 
 
 @triton.jit
+def _normalise_half(
+    x,  # a half chunk as loaded, or None: read it again (RELOAD)
+    x_row,  # *in* the row of x
+    w_ptr,  # *in* n_cols
+    b_ptr,  # *in* n_cols
+    y_row,  # *out* the row of y
+    cols,  # the half's columns
+    inside,  # its lanes inside the row
+    mean,  # the row's mean
+    rstd,  # the row's 1 / std (NaN if the exchange timed out)
+    poison,  # True: write NaN (the exchange timed out)
+    w,  # w and b of the half, loaded before the exchange, or None: load them here
+    b,
+):
+    # Pointers are formed where they are used: a pointer tensor made by the caller would be held
+    # from the call on (sm_90, Triton 3.6: 72 registers instead of 64 for float32 4096 columns).
+    if x is None:
+        # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
+        x = tl.load(x_row + cols, mask=inside, other=0.0)
+    if w is None:
+        # From L1 or L2: every row reads them. In x's dtype: no float32 copy held.
+        w = tl.load(w_ptr + cols, mask=inside, other=0.0)
+        b = tl.load(b_ptr + cols, mask=inside, other=0.0)
+    y = (reconvert(x, poison) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
+    tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=inside)
+
+
+@triton.jit
 def _layernorm_fwd_split_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
     w_ptr,  # *in* n_cols
@@ -148,130 +159,57 @@ def _layernorm_fwd_split_kernel(
     stride_xm,  # elements between rows of x
     stride_ym,  # elements between rows of y
     eps,  # added to the variance
-    BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row
+    BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row, >= 2
     MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
     RELOAD: tl.constexpr,  # True: read the chunk again after the exchange instead of holding it
     LATE_WB: tl.constexpr,  # True: load w and b after the exchange, False: before it
 ):
+    # The chunk is two halves, loaded together and normalised one after the other: after the
+    # exchange, only one half's w and b are live beside x. sm_90, Triton 3.6: 64 registers per
+    # thread for a 4096-column float32 chunk on 4 warps (8 programs per SM) where one whole
+    # chunk took 80 (6); 8192-column 16-bit chunks 75 uncapped, no spill capped at 72.
+    HALF: tl.constexpr = BLOCK_N // 2
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
-    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = cols < n_cols
-    x_chunk = x_ptr + row.to(tl.int64) * stride_xm + cols
+    cols0 = chunk * BLOCK_N + tl.arange(0, HALF)
+    cols1 = cols0 + HALF
+    in0 = cols0 < n_cols
+    in1 = cols1 < n_cols
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
     # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use
     # (softmax.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
-    x = tl.load(x_chunk, mask=inside, other=0.0)
+    x0 = tl.load(x_row + cols0, mask=in0, other=0.0)
+    x1 = tl.load(x_row + cols1, mask=in1, other=0.0)
+    # The chunk's mean and sum of squared deviations from it: two passes over registers, no
+    # cancellation. The mean is NaN only if some x is, and then so is everything: poisoning x
+    # changes nothing.
     count = tl.minimum(n_cols - chunk * BLOCK_N, BLOCK_N).to(tl.float32)
-    chunk_mean, chunk_m2, xc = _chunk_stats(x, inside, count)
+    chunk_mean = (tl.sum(x0.to(tl.float32), axis=0) + tl.sum(x1.to(tl.float32), axis=0)) / count
+    nan = chunk_mean != chunk_mean
+    d0 = tl.where(in0, reconvert(x0, nan) - chunk_mean, 0.0)
+    d1 = tl.where(in1, reconvert(x1, nan) - chunk_mean, 0.0)
     words = words_ptr + row.to(tl.int64) * 2 * n_chunks
-    publish_chunk(words, chunk, n_chunks, chunk_mean, chunk_m2, epoch)
+    publish_chunk(words, chunk, n_chunks, chunk_mean,
+                  tl.sum(d0 * d0, axis=0) + tl.sum(d1 * d1, axis=0), epoch)
+    w0 = None
+    b0 = None
+    w1 = None
+    b1 = None
     if not LATE_WB:
         # In flight while the other chunks' statistics arrive: the wait hides their latency.
-        w = tl.load(w_ptr + cols, mask=inside, other=0.0)
-        b = tl.load(b_ptr + cols, mask=inside, other=0.0)
-    mean, rstd, arrived = _row_stats(words, n_cols, eps, epoch, BLOCK_N, MAX_CHUNKS)
-    if LATE_WB:
-        w = tl.load(w_ptr + cols, mask=inside, other=0.0)
-        b = tl.load(b_ptr + cols, mask=inside, other=0.0)
+        w0 = tl.load(w_ptr + cols0, mask=in0, other=0.0)
+        b0 = tl.load(b_ptr + cols0, mask=in0, other=0.0)
+        w1 = tl.load(w_ptr + cols1, mask=in1, other=0.0)
+        b1 = tl.load(b_ptr + cols1, mask=in1, other=0.0)
     if RELOAD:
-        # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
-        xm = reconvert(tl.load(x_chunk, mask=inside, other=0.0), ~arrived) - mean
-    elif x.dtype == tl.float32:
-        # Nothing to convert. Deviations from the chunk's mean, held instead of x, compile to 80
-        # registers (6 programs per SM; 64K columns: 2640 GB/s, run 8), x to 86 (5; 2583, run 9).
-        xm = xc + (chunk_mean - mean)
-    else:
-        xm = reconvert(x, ~arrived) - mean
-    y = xm * rstd * w.to(tl.float32) + b.to(tl.float32)
-    tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
-             mask=inside)
+        x0 = None
+        x1 = None
+    mean, rstd, arrived = _row_stats(words, n_cols, eps, epoch, BLOCK_N, MAX_CHUNKS)
+    y_row = y_ptr + row.to(tl.int64) * stride_ym
+    _normalise_half(x0, x_row, w_ptr, b_ptr, y_row, cols0, in0, mean, rstd, ~arrived, w0, b0)
+    _normalise_half(x1, x_row, w_ptr, b_ptr, y_row, cols1, in1, mean, rstd, ~arrived, w1, b1)
     tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
     tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
-
-
-@triton.jit
-def _layernorm_fwd_split_persistent_kernel(
-    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
-    w_ptr,  # *in* n_cols
-    b_ptr,  # *in* n_cols
-    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
-    mean_ptr,  # *out* n_rows, float32
-    rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
-    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
-    n_rows,  # number of rows
-    n_cols,  # row width
-    stride_xm,  # elements between rows of x
-    stride_ym,  # elements between rows of y
-    eps,  # added to the variance
-    BLOCK_N: tl.constexpr,  # columns per chunk
-    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
-    LATE_WB: tl.constexpr,  # True: load w and b after the exchange, False: before it
-):
-    # Split rows on a persistent grid: (row, chunk) pieces are tickets, taken in order as in
-    # _layernorm_fwd_split_kernel, and each program holds two. While it waits for the other
-    # chunks of its current row, the next piece's load is in flight: the wait no longer leaves
-    # the program's registers idle.
-    # No deadlock: a program waits only for its current row, and by then it has published every
-    # piece it holds of that row (the next piece first, when it lies in the same row; the
-    # ticket after it is taken only once the wait is over). So the lowest row anyone waits for
-    # has every piece published once its tickets are taken, and they are, as long as the GPU
-    # holds as many programs at once as a row has chunks (the split kernel's condition too).
-    n_chunks = tl.cdiv(n_cols, BLOCK_N)
-    n_pieces = n_rows * n_chunks
-    # A program stops once its current ticket is past the last piece, holding one more: two
-    # tickets per program past the pieces.
-    n_tickets = n_pieces + 2 * tl.num_programs(0)
-    offs = tl.arange(0, BLOCK_N)
-    piece, epoch = take_ticket(sync_ptr, n_tickets)
-    row = piece // n_chunks
-    chunk = piece % n_chunks
-    cols = chunk * BLOCK_N + offs
-    # A ticket past the last piece loads nothing: every lane is masked off.
-    inside = cols < tl.where(piece < n_pieces, n_cols, 0)
-    x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + cols, mask=inside, other=0.0)
-    count = tl.minimum(n_cols - chunk * BLOCK_N, BLOCK_N).to(tl.float32)
-    chunk_mean, chunk_m2, _ = _chunk_stats(x, inside, count)
-    if piece < n_pieces:
-        publish_chunk(words_ptr + row.to(tl.int64) * 2 * n_chunks, chunk, n_chunks, chunk_mean,
-                      chunk_m2, epoch)
-    next_piece, _ = take_ticket(sync_ptr, n_tickets)
-    while piece < n_pieces:
-        next_row = next_piece // n_chunks
-        next_chunk = next_piece % n_chunks
-        next_cols = next_chunk * BLOCK_N + offs
-        next_inside = next_cols < tl.where(next_piece < n_pieces, n_cols, 0)
-        x_next = tl.load(x_ptr + next_row.to(tl.int64) * stride_xm + next_cols,
-                         mask=next_inside, other=0.0)
-        next_count = tl.minimum(n_cols - next_chunk * BLOCK_N, BLOCK_N).to(tl.float32)
-        next_words = words_ptr + next_row.to(tl.int64) * 2 * n_chunks
-        same_row = (next_row == row) & (next_piece < n_pieces)
-        if same_row:
-            # This row's wait would need it: published first (the load is not hidden then).
-            next_mean, next_m2, _ = _chunk_stats(x_next, next_inside, next_count)
-            publish_chunk(next_words, next_chunk, n_chunks, next_mean, next_m2, epoch)
-        if not LATE_WB:
-            w = tl.load(w_ptr + cols, mask=inside, other=0.0)
-            b = tl.load(b_ptr + cols, mask=inside, other=0.0)
-        mean, rstd, arrived = _row_stats(words_ptr + row.to(tl.int64) * 2 * n_chunks, n_cols,
-                                         eps, epoch, BLOCK_N, MAX_CHUNKS)
-        # Taken now, not before the wait: a program never waits holding an unpublished piece of
-        # the row it waits for. Its round trip overlaps the normalisation and the store.
-        after, _ = take_ticket(sync_ptr, n_tickets)
-        if LATE_WB:
-            w = tl.load(w_ptr + cols, mask=inside, other=0.0)
-            b = tl.load(b_ptr + cols, mask=inside, other=0.0)
-        y = (reconvert(x, ~arrived) - mean) * rstd * w.to(tl.float32) + b.to(tl.float32)
-        tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
-                 mask=inside)
-        tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
-        tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
-        if not same_row and next_piece < n_pieces:
-            next_mean, next_m2, _ = _chunk_stats(x_next, next_inside, next_count)
-            publish_chunk(next_words, next_chunk, n_chunks, next_mean, next_m2, epoch)
-        piece, next_piece, row, chunk, cols, inside, x = (next_piece, after, next_row,
-                                                          next_chunk, next_cols, next_inside,
-                                                          x_next)
 
 
 @triton.jit
@@ -466,18 +404,22 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     statistics (LATE_WB, in x's dtype, from L1 or L2), 64: two programs, 2907 GB/s (run 9; split
     rows 2737, 32 warps 2213). 4K fp16: w and b late 2908 GB/s vs 2933 early (run 9). Float32
     at 16K keeps w and b early (2922 GB/s; late on 32 warps 2883).
-    Rows wider than 16K are split: 4096-column chunks over 4 warps (the softmax split rows'
-    shape), w and b loaded after the exchange. 16-bit chunks compile to 54 registers, 40 with no
-    spill when capped (maxnreg): 12 programs per SM instead of 9, 2641 GB/s at 64K fp16 vs 2495
-    (run 9; 8192 columns capped at 80 registers 2651; w and b loaded before the wait, 64
-    registers, 2387; read again 2246). Float32: 80 registers, 6 programs (2640 GB/s, run 8; 2048
-    columns 2403-2462, read again 2356-2484, run 9).
+    Rows wider than 16K are split over programs of 4 warps, w and b loaded after the exchange,
+    each chunk normalised in two halves (see the split kernel; runs 11-13 of this layout, 64K
+    columns, triton.testing.do_bench): float32 4096-column chunks, 64 registers, 8 programs per
+    SM: 2780 GB/s; 16-bit 8192-column chunks capped (maxnreg) at 72 registers, 7 programs: fp16
+    2833, bf16 2778 (at 64: 2815/2772; uncapped, 75: 2761/2734; 4096 columns capped at 40:
+    2650). Chunks normalised whole, as before: float32 80 registers, 6 programs, 2648-2654 GB/s;
+    fp16 4096 columns capped at 40, 12 programs, 2646-2662; 8192 capped at 80, 2651 (runs 8-13).
+    Also measured and dropped (run 12-13): the chunks on a persistent grid, each program loading
+    its next chunk while it waits for the exchange: float32 2675-2684 GB/s at best (4096/4,
+    capped at 128), 16-bit 2420-2601: holding two chunks costs more registers than the wait.
     The looped path (sweeps only): 4096-column steps over 16 warps (Welford keeps 5 values per
     column live: 8 per thread), on a grid whose rows in flight fit in half of L2.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "LATE_WB": False,
-            "PERSISTENT": False, "programs_per_sm": None, "maxnreg": None}
+            "programs_per_sm": None, "maxnreg": None}
     if block <= SINGLE_PASS_MAX_COLS:
         tile = 8192 if dtype == torch.float32 else 4096
         rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
@@ -489,8 +431,11 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
                 "LATE_WB": dtype != torch.float32 and block >= 16384}
     if interpreting():  # one chunk per row: see split_chunks
         return {**base, "BLOCK_N": block, "ROWS": 1, "num_warps": 4, "SPLIT": True}
-    return {**base, "BLOCK_N": 4096, "ROWS": 1, "num_warps": 4, "SPLIT": True, "LATE_WB": True,
-            "maxnreg": None if dtype == torch.float32 else 40}
+    if dtype == torch.float32:
+        return {**base, "BLOCK_N": 4096, "ROWS": 1, "num_warps": 4, "SPLIT": True,
+                "LATE_WB": True}
+    return {**base, "BLOCK_N": 8192, "ROWS": 1, "num_warps": 4, "SPLIT": True, "LATE_WB": True,
+            "maxnreg": 72}
 
 
 def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
@@ -548,11 +493,9 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
 
     mean and rstd = 1 / sqrt(var + eps) are float32, one per row (shape x.shape[:-1]), as
     layernorm_backward takes them. config: overrides of _layernorm_config's launch parameters
-    (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, LATE_WB, PERSISTENT, programs_per_sm,
-    maxnreg), for tuning sweeps; BLOCK_N below the row width splits rows over programs
-    (SPLIT=True; RELOAD=True reads each chunk again after the exchange; PERSISTENT=True runs the
-    chunks on programs_per_sm programs per SM, each holding the next chunk's load in flight while
-    it waits) or loops over them (SPLIT=False).
+    (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, LATE_WB, programs_per_sm, maxnreg), for
+    tuning sweeps; BLOCK_N below the row width splits rows over programs (SPLIT=True; RELOAD=True
+    reads each chunk again after the exchange) or loops over them (SPLIT=False).
     """
     where = "layernorm"
     _check(where, x, weight=weight, bias=bias)
@@ -574,19 +517,15 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
                                     EVICT=cfg["EVICT"], LATE_WB=cfg["LATE_WB"],
                                     num_warps=cfg["num_warps"])
     elif cfg["SPLIT"]:
+        if cfg["BLOCK_N"] < 2:
+            raise ValueError(f"{where}: config BLOCK_N={cfg['BLOCK_N']} with SPLIT=True: a split "
+                             "chunk is normalised in two halves, so BLOCK_N must be >= 2")
         n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
         sync = sync_buffer(x.device, n_rows * 2 * n_chunks)
-        common = {"BLOCK_N": cfg["BLOCK_N"], "MAX_CHUNKS": triton.next_power_of_2(n_chunks),
-                  "LATE_WB": cfg["LATE_WB"], "num_warps": cfg["num_warps"], **register_cap(cfg)}
-        if cfg["PERSISTENT"]:
-            # At least a row's chunks: they must all be running for the row to finish.
-            grid = min(n_rows * n_chunks,
-                       max(n_chunks, (cfg["programs_per_sm"] or 1) * device_size(x.device)[0]))
-            _layernorm_fwd_split_persistent_kernel[(grid,)](
-                *args[:6], sync, sync[SYNC_HEADER:], *args[6:], **common)
-        else:
-            _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
-                *args[:6], sync, sync[SYNC_HEADER:], *args[6:], RELOAD=cfg["RELOAD"], **common)
+        _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
+            *args[:6], sync, sync[SYNC_HEADER:], *args[6:], BLOCK_N=cfg["BLOCK_N"],
+            MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
+            LATE_WB=cfg["LATE_WB"], num_warps=cfg["num_warps"], **register_cap(cfg))
     else:
         grid = (looped_grid(n_rows, n_cols * x.element_size(), x.device,
                             cfg["programs_per_sm"]),)

@@ -39,8 +39,6 @@ SPLIT_GAP = pytest.mark.interpreter_gap(
 SPLIT_BWD = {"BLOCK_N": 32, "SUMS_BLOCK_N": 32, "rows_per_chunk": 8}
 # w and b loaded after the statistics (after the exchange, split), not with x.
 LATE_WB = {"LATE_WB": True}
-# Split rows on a persistent grid (each program holds two chunks), w and b after the exchange.
-PERSISTENT = {"PERSISTENT": True, "LATE_WB": True}
 # The split kernel with one chunk per row, which the interpreter can run.
 SPLIT_ONE_FWD = {"BLOCK_N": 256, "SPLIT": True}
 FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LATE_WB, id="single-late-wb"),
@@ -50,11 +48,7 @@ FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LATE_WB, id="single-l
                           marks=SPLIT_GAP),
              pytest.param(SPLIT_ONE_FWD, id="split-one-chunk"),
              pytest.param({**SPLIT_ONE_FWD, **LATE_WB, "RELOAD": True},
-                          id="split-one-chunk-late-wb-reload"),
-             pytest.param({**SPLIT_FWD, **PERSISTENT}, id="split-persistent", marks=SPLIT_GAP),
-             pytest.param({**SPLIT_ONE_FWD, **PERSISTENT}, id="split-one-chunk-persistent"),
-             pytest.param({**SPLIT_ONE_FWD, **PERSISTENT, "LATE_WB": False},
-                          id="split-one-chunk-persistent-early-wb")]
+                          id="split-one-chunk-late-wb-reload")]
 BWD_PATHS = [pytest.param(None, id="whole-rows"), pytest.param(SPLIT_BWD, id="split")]
 
 
@@ -148,19 +142,6 @@ def test_split_backward_matches_torch(dtype, shape, make_tensor):
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_split_forward_matches_torch(dtype, shape, config, make_tensor):
     check_forward(make_tensor, shape, dtype, config=config)
-
-
-@SPLIT_GAP
-@pytest.mark.parametrize("programs_per_sm", [1, 8])
-@pytest.mark.parametrize("shape", [(1, 33), (9, 129), (37, 1000), (3, 8191), (200, 4097)],
-                         ids=lambda s: f"{s[0]}x{s[1]}")
-@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-def test_split_persistent_forward_matches_torch(dtype, shape, programs_per_sm, make_tensor):
-    # 32-column chunks: up to 257 per row against one program per SM, so that a program's next
-    # chunk often lies in the row it waits for (published before the wait), and rows finish on
-    # few programs; 200 rows of 129 chunks give each program many rows.
-    check_forward(make_tensor, shape, dtype,
-                  config={**SPLIT_FWD, **PERSISTENT, "programs_per_sm": programs_per_sm})
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
@@ -260,6 +241,8 @@ def test_rejects_bad_input(make_tensor):
         layernorm(x, w, b, -1.0)
     with pytest.raises(ValueError, match="unknown config key"):
         layernorm(x, w, b, config={"ROW": 2})
+    with pytest.raises(ValueError, match="BLOCK_N=1 with SPLIT=True.*must be >= 2"):
+        layernorm(x, w, b, config={"BLOCK_N": 1, "SPLIT": True})
     _, mean, rstd = layernorm(x, w, b)
     with pytest.raises(ValueError, match="mean must be a contiguous float32"):
         layernorm_backward(x, x, w, mean.half(), rstd)
