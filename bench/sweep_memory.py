@@ -20,6 +20,8 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
   softmax       64K split rows: chunk width, warps, held vs reread chunks, register caps
                 (maxnreg); softmax_persistent at 16K (strided and pipelined vs tickets) and 1K
                 (rows per tile, programs per SM) (fp32, fp16)
+  softmax_1k    softmax_persistent at 1K columns, float32 (torch's best case): rows per tile,
+                warps (1-warp programs reduce within a warp), programs per SM
   layernorm     forward, 64K split rows: chunk width, w and b before or after the exchange,
                 register caps; 16K: single pass with w and b loaded late vs early vs split;
                 4K fp16 w and b late (fp32, fp16)
@@ -44,8 +46,8 @@ import sys
 import time
 from pathlib import Path
 
-PHASES = ("defaults", "vector_add", "softmax", "layernorm", "layernorm_wide", "layernorm_bwd",
-          "fused")
+PHASES = ("defaults", "vector_add", "softmax", "softmax_1k", "layernorm", "layernorm_wide",
+          "layernorm_bwd", "fused")
 
 
 def _args():
@@ -426,6 +428,24 @@ def phase_softmax(sw):
             sw.run(case, variant, shown,
                    lambda f=launcher, c=over: f(x, out=out, config=c), [out])
         del x, out
+
+
+def phase_softmax_1k(sw):
+    case, x, out = _softmax_case(sw, torch.float32, NARROW)
+    sw.run(case, "default", _shipped(softmax._softmax_config, *x.shape, torch.float32, False),
+           lambda: softmax.softmax(x, out=out), [out])
+    sw.run(case, "default persistent",
+           _shipped(softmax._softmax_config, *x.shape, torch.float32, True),
+           lambda: softmax.softmax_persistent(x, out=out), [out])
+    # Run 14: then shipped (2 rows, 4 warps, 4 per SM) 2884 GB/s vs torch 2896; 2 rows on 2
+    # warps, 8 per SM 2918; 1-2 warp programs with one row 2754-2802; 8 warps 2390-2787. Run 15:
+    # 4 rows on 2 warps 2924 (4 or 8 per SM), now shipped; the rest 2903-2923.
+    for r, w, p in ((2, 2, 8), (2, 2, 12), (2, 2, 16), (4, 2, 8), (4, 4, 6), (4, 4, 8),
+                    (2, 4, 8), (4, 2, 4)):
+        over = {"ROWS": r, "num_warps": w, "programs_per_sm": p}
+        sw.run(case, "persistent", over,
+               lambda c=over: softmax.softmax_persistent(x, out=out, config=c), [out])
+    del x, out
 
 
 def _layernorm_variants(cols, dtype):

@@ -343,10 +343,13 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
     16 warps at 16K columns (64 registers: 2 programs per SM, 2912 GB/s fp16); no eviction hint
     (1-2% faster than evict_first at every width).
     Persistent (softmax_persistent): tiles are tickets and a program holds two (the next one's
-    load in flight). Rows up to 1K wide: 8 KB tiles over 4 warps, 4 programs per SM in fp32 and
-    8 in 16-bit dtypes (fp16: 2908 and 2916 GB/s in runs 8 and 9, 1.26x torch). fp32 1K is
-    torch's best case (2844-2895 GB/s): 4 per SM ran 1.018x and 1.001x torch in runs 8 and 9,
-    8 per SM 0.997x and 1.010x, 6 per SM 1.011x (run 9): within the runs' noise of each other.
+    load in flight). Rows up to 1K wide, 16-bit dtypes: 8 KB tiles over 4 warps, 8 programs per
+    SM (fp16: 2908 and 2916 GB/s in runs 8 and 9, 1.26x torch). fp32 1K is torch's best case
+    (2893-2896 GB/s, runs 14-15): 16 KB tiles (4 rows) over 2 warps, 4 programs per SM, 2924
+    GB/s, 1.011x (run 15; 8 per SM the same; 2 rows on 2 warps 2903-2920; the former 8 KB tiles
+    over 4 warps 2884-2895, 0.996-1.001x, inconclusive in the perf suite three times of three;
+    one-row tiles on 1-2 warps 2754-2802). The ticketed loop tops out ~1% below the one-tile
+    programs of softmax (2944-2954) at this width.
     4K: one row on 8 warps, 4 per SM.
     16K fp32: 32 warps, one program per SM (2808-2821 GB/s; the strided kernel below 2726-2771).
     16K 16-bit rows are half the bytes for the same registers, and the ticketed kernel reached
@@ -374,10 +377,12 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
             return {**base, "BLOCK_N": block, "ROWS": 1, "num_warps": 16, "EVICT": True,
                     "NUM_STAGES": 2, "programs_per_sm": 2}
         if persistent and block <= 1024:
-            rows = max(1, min(8192 // dtype.itemsize // block,
+            fp32 = dtype == torch.float32
+            tile_bytes = 16384 if fp32 else 8192
+            rows = max(1, min(tile_bytes // dtype.itemsize // block,
                               triton.next_power_of_2(max(n_rows, 1))))
-            return {**base, "BLOCK_N": block, "ROWS": rows, "num_warps": 4,
-                    "programs_per_sm": 4 if dtype == torch.float32 else 8}
+            return {**base, "BLOCK_N": block, "ROWS": rows, "num_warps": 2 if fp32 else 4,
+                    "programs_per_sm": 4 if fp32 else 8}
         tile = 2048 if block <= 1024 or persistent else 8192
         rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
         tile = rows * block
