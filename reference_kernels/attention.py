@@ -30,7 +30,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
-from ._checks import require_dtype, require_tensor
+from ._checks import output, require_dtype, require_tensor
 from .matmul import TensorDescriptor, _autotune_kwargs, tma_available
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -311,12 +311,7 @@ def _check_operands(q, k, v, out, where: str):
     if q.shape[3] not in HEAD_DIMS:
         raise ValueError(f"{where}: head dim {q.shape[3]} is not supported; expected one of "
                          f"{HEAD_DIMS}")
-    if out is None:
-        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        raise ValueError(f"{where}: out must be {tuple(q.shape)} {q.dtype} on {q.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    return out
+    return output(where, "out", out, q.shape, q.dtype, q.device)
 
 
 def _tma_problem(q, k, v) -> str | None:

@@ -45,7 +45,7 @@ from triton.runtime.errors import OutOfResources
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
-from ._checks import require_dtype, require_tensor
+from ._checks import output, require_dtype, require_tensor
 from .matmul import (
     TensorDescriptor,
     _autotune_kwargs,
@@ -427,13 +427,8 @@ def _check_operands(x, weight, bias, stride, padding, dilation, out):
         raise ValueError(f"conv2d: the output would be {P} x {Q}: the (dilated) filter is larger "
                          f"than the padded input {tuple(x.shape[2:])}")
     shape = (x.shape[0], K, P, Q)
-    if out is None:
-        return torch.empty(shape, dtype=x.dtype, device=x.device,
-                           memory_format=torch.channels_last)
-    if out.shape != shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"conv2d: out must be {shape} {x.dtype} on {x.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    return out
+    return output("conv2d", "out", out, shape, x.dtype, x.device,
+                  memory_format=torch.channels_last)
 
 
 def _is_gemm(x, weight, stride, padding) -> bool:

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
-from ._checks import require_dtype, require_tensor
+from ._checks import output, require_dtype, require_tensor
 from .softmax import row_view
 from .vector_add import DTYPES, INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
 
@@ -127,11 +127,7 @@ def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tens
                              f"{getattr(t, 'dtype', '')}")
     if not bias.is_contiguous():
         raise ValueError(f"{where}: bias must be contiguous")
-    if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    elif out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"{where}: out must be {tuple(x.shape)} {x.dtype} on {x.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    out = output(where, "out", out, x.shape, x.dtype, x.device)
     x2, r2, o2 = (row_view(n, t, where) for n, t in (("x", x), ("residual", residual),
                                                      ("out", out)))
     n_rows, n_cols = x2.shape

@@ -29,7 +29,7 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
-from ._checks import require_dtype, require_tensor
+from ._checks import output, require_dtype, require_tensor
 from .softmax import (
     gather_chunks,
     looped_grid,
@@ -478,15 +478,6 @@ def _check(where: str, x: torch.Tensor, **vectors: torch.Tensor) -> None:
                             f"{v.dtype} on {v.device}")
 
 
-def _out(name: str, given: torch.Tensor | None, shape, dtype, device, where: str) -> torch.Tensor:
-    if given is None:
-        return torch.empty(shape, dtype=dtype, device=device)
-    if tuple(given.shape) != tuple(shape) or given.dtype != dtype or given.device != device:
-        raise ValueError(f"{where}: {name} must be {tuple(shape)} {dtype} on {device}, got "
-                         f"{tuple(given.shape)} {given.dtype} on {given.device}")
-    return given
-
-
 def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5, *,
               out: torch.Tensor | None = None, config: dict | None = None):
     """LayerNorm of x over its last dimension: returns (y, mean, rstd).
@@ -501,7 +492,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     _check(where, x, weight=weight, bias=bias)
     if not eps >= 0:
         raise ValueError(f"{where}: eps={eps!r} must be >= 0")
-    y = _out("out", out, x.shape, x.dtype, x.device, where)
+    y = output(where, "out", out, x.shape, x.dtype, x.device)
     x2, y2 = row_view("x", x, where), row_view("out", y, where)
     n_rows, n_cols = x2.shape
     mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
@@ -552,9 +543,9 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                 or s.dtype != torch.float32 or s.device != x.device or not s.is_contiguous():
             raise ValueError(f"{where}: {name} must be a contiguous float32 tensor of shape "
                              f"{tuple(x.shape[:-1])} on {x.device}, as layernorm returns it")
-    dx = _out("dx", dx, x.shape, x.dtype, x.device, where)
-    dw = _out("dw", dw, weight.shape, weight.dtype, x.device, where)
-    db = _out("db", db, weight.shape, weight.dtype, x.device, where)
+    dx = output(where, "dx", dx, x.shape, x.dtype, x.device)
+    dw = output(where, "dw", dw, weight.shape, weight.dtype, x.device)
+    db = output(where, "db", db, weight.shape, weight.dtype, x.device)
     x2, dy2, dx2 = row_view("x", x, where), row_view("dy", dy, where), row_view("dx", dx, where)
     n_rows, n_cols = x2.shape
     if n_rows == 0:

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
-from ._checks import require_dtype, require_tensor
+from ._checks import output, require_dtype, require_tensor
 
 try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -334,12 +334,7 @@ def _check_operands(a, b, bias, activation, out, where: str):
                          f"{a.device}, got {bias!r:.80}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"{where}: activation={activation!r}; expected one of {ACTIVATIONS}")
-    if out is None:
-        return torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if out.shape != (M, N) or out.dtype != a.dtype or out.device != a.device:
-        raise ValueError(f"{where}: out must be {(M, N)} {a.dtype} on {a.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
-    return out
+    return output(where, "out", out, (M, N), a.dtype, a.device)
 
 
 def _choose_variant(a, b, out, variant: str | None) -> str:

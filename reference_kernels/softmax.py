@@ -24,7 +24,7 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
-from ._checks import require_dtype, require_tensor
+from ._checks import output, require_dtype, require_tensor
 from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -444,11 +444,7 @@ def _as_rows(x: torch.Tensor, out: torch.Tensor | None, where: str):
     require_dtype(where, x.dtype, DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{where}: x must have at least one dimension")
-    if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    elif out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"{where}: out must be {tuple(x.shape)} {x.dtype} on {x.device}, got "
-                         f"{tuple(out.shape)} {out.dtype} on {out.device}")
+    out = output(where, "out", out, x.shape, x.dtype, x.device)
     return row_view("x", x, where), row_view("out", out, where), out
 
 

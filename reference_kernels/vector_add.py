@@ -20,7 +20,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, interpreting
 
-from ._checks import require_tensor
+from ._checks import output, require_tensor
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -258,11 +258,7 @@ def elementwise_operands(where: str, out: torch.Tensor | None, **inputs: torch.T
         if t.device != first.device:
             raise ValueError(f"{where}: {first_name} and {name} are on different devices "
                              f"({first.device}, {t.device})")
-    if out is None:
-        out = torch.empty(first.shape, dtype=first.dtype, device=first.device)
-    elif out.shape != first.shape or out.dtype != first.dtype or out.device != first.device:
-        raise ValueError(f"{where}: out must be {tuple(first.shape)} {first.dtype} on "
-                         f"{first.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    out = output(where, "out", out, first.shape, first.dtype, first.device)
     flat = []
     for name, t in (*inputs.items(), ("out", out)):
         if t.is_contiguous():
