@@ -29,6 +29,15 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
                 register caps; prints the compiled kernels' registers and spills
   layernorm_bwd backward configs, whole-row vs split backward (fp16)
   fused         add_mul and bias_gelu_residual tile configs
+  ceiling       the device's copy ceiling (pytest_triton.calibrate, as --triton-perf-peak
+                measured takes it) and torch.add's bandwidth, for reading the rows against
+  grid          a broad grid of single-pass tiles (rows per program x warps) and split-row
+                chunks (width x warps x register cap) for softmax and the layernorm forward at
+                every width, fp32 and fp16, and softmax_persistent's 1K tiles: what a new GPU
+                prefers, without the H100's sweeps as a starting point
+  wide          16K and 64K rows (fp32, fp16): split rows whose chunks are streamed twice
+                (CHUNK columns per program, BLOCK_N per step, pipelined: the split-looped
+                kernels) against held chunks (register caps, RELOAD) and single passes
 A variant whose first result is wrong, or whose second call takes over a second (a split row
 waiting on programs that never come), is reported and not timed.
 About 3-4 minutes on an H100 with a cold Triton cache. Prints one line per measurement, then one
@@ -47,7 +56,7 @@ import time
 from pathlib import Path
 
 PHASES = ("defaults", "vector_add", "softmax", "softmax_1k", "layernorm", "layernorm_wide",
-          "layernorm_bwd", "fused")
+          "layernorm_bwd", "fused", "ceiling", "grid", "wide")
 
 
 def _args():
@@ -576,6 +585,148 @@ def phase_fused(sw):
                        x, bias, res, out, m, n, n, n, n, BLOCK_M=bm, BLOCK_N=bn, num_warps=w),
                    [out])
         del x, bias, res, out
+
+
+def phase_ceiling(sw):
+    if SMOKE:
+        return
+    from pytest_triton.calibrate import measure_ceilings
+
+    c = measure_ceilings(DEVICE)
+    print(f"ceiling: copy {c['dram_gbps']:.0f} GB/s; cuBLAS {c['tflops']}", flush=True)
+    sw.rows.append({"kernel": "ceiling", "shape": [], "dtype": "-", "variant": "copy",
+                    "config": c["how"], "ms": None, "gbps": c["dram_gbps"], "x_torch": None,
+                    "max_err": None, "status": "ok", "first_call_s": None, "tflops": c["tflops"]})
+    case, x, y, out = _vector_add_case(sw, torch.float32)
+    del x, y, out
+
+
+def _grid_single(cols):
+    """(ROWS, num_warps) of one-tile-per-program launches for a width (smoke: stand-ins)."""
+    if cols <= NARROW:
+        return ((1, 4), (2, 4), (4, 4), (2, 8), (4, 8), (8, 8), (8, 16), (16, 16))
+    if cols < MID:
+        return ((1, 4), (1, 8), (2, 8), (1, 16), (2, 16), (4, 16))
+    return ((1, 8), (1, 16), (1, 32), (2, 32))
+
+
+def _grid_split(dtype):
+    """(BLOCK_N, num_warps, maxnreg) of split-row launches at the widest width."""
+    if dtype == torch.float32:
+        return ((2048, 4, None), (4096, 4, None), (4096, 4, 56), (4096, 8, None),
+                (8192, 8, None), (8192, 16, None), (16384, 16, None))
+    return ((4096, 4, None), (8192, 4, 72), (8192, 4, None), (8192, 8, None),
+            (16384, 8, None), (16384, 16, None))
+
+
+def phase_grid(sw):
+    for dtype in SWEPT_DTYPES:
+        for cols in COLS:
+            wide = cols > SINGLE_MAX
+            case, x, out = _softmax_case(sw, dtype, cols)
+            sw.run(case, "default", _shipped(softmax._softmax_config, *x.shape, dtype, False),
+                   lambda: softmax.softmax(x, out=out), [out])
+            if wide:
+                over_list = [{"BLOCK_N": b, "num_warps": w, "maxnreg": m, "SPLIT": True}
+                             for b, w, m in _grid_split(dtype)]
+            else:
+                block = triton.next_power_of_2(cols)
+                over_list = [{"ROWS": r, "num_warps": w, "BLOCK_N": block} for r, w in
+                             _grid_single(cols)]
+            for over in over_list:
+                if SMOKE and wide:
+                    over = {**over, "BLOCK_N": triton.next_power_of_2(cols)}
+                sw.run(case, "grid", over, lambda c=over: softmax.softmax(x, out=out, config=c),
+                       [out])
+            if cols == NARROW and dtype == torch.float32:
+                sw.run(case, "default persistent",
+                       _shipped(softmax._softmax_config, *x.shape, dtype, True),
+                       lambda: softmax.softmax_persistent(x, out=out), [out])
+                for r, w, p in ((4, 2, 4), (4, 2, 8), (8, 4, 4), (8, 4, 8), (2, 2, 8), (4, 4, 8),
+                                (8, 8, 4), (16, 8, 2)):
+                    over = {"ROWS": r, "num_warps": w, "programs_per_sm": p}
+                    sw.run(case, "grid persistent", over,
+                           lambda c=over: softmax.softmax_persistent(x, out=out, config=c), [out])
+            del x, out
+            case, x, w_, b_, y = _layernorm_case(sw, dtype, cols)
+            sw.run(case, "default", _shipped(layernorm._layernorm_config, *x.shape, dtype),
+                   lambda: layernorm.layernorm(x, w_, b_, out=y), [y])
+            if wide:
+                over_list = [{"BLOCK_N": b, "num_warps": w, "maxnreg": m, "SPLIT": True,
+                              "LATE_WB": True} for b, w, m in _grid_split(dtype)]
+            else:
+                block = triton.next_power_of_2(cols)
+                over_list = [{"ROWS": r, "num_warps": w, "BLOCK_N": block, "LATE_WB": late}
+                             for r, w in _grid_single(cols) for late in (False, True)]
+            for over in over_list:
+                if SMOKE and wide:
+                    over = {**over, "BLOCK_N": triton.next_power_of_2(cols)}
+                sw.run(case, "grid", over,
+                       lambda c=over: layernorm.layernorm(x, w_, b_, out=y, config=c), [y])
+            del x, w_, b_, y
+    if not SMOKE:
+        _register_report(softmax._softmax_kernel, softmax._softmax_split_kernel,
+                         softmax._softmax_persistent_kernel, layernorm._layernorm_fwd_kernel,
+                         layernorm._layernorm_fwd_split_kernel)
+
+
+def _wide_variants(cols, dtype, layer):
+    """(launcher, config) for the wide phase at 16K or 64K columns."""
+    out = [("default", None)]
+    looped = [(c, b, w, st) for c, b, w, st in (
+        (8192, 1024, 4, 2), (8192, 2048, 4, 2), (8192, 2048, 8, 3), (16384, 2048, 4, 2),
+        (16384, 2048, 4, 3), (16384, 4096, 8, 2), (16384, 1024, 4, 3), (32768, 2048, 4, 2),
+        (32768, 4096, 8, 2), (4096, 1024, 4, 2), (4096, 2048, 4, 2))
+        if c < cols or (c == cols and cols <= MID)]
+    for c, b, w, st in looped:
+        if SMOKE:
+            c, b = triton.next_power_of_2(cols), min(b, triton.next_power_of_2(cols))
+        out.append(("split looped", {"SPLIT": True, "CHUNK": c, "BLOCK_N": b, "num_warps": w,
+                                     "NUM_STAGES": st}))
+    held = [(4096, 4, None, False), (4096, 4, 40, False), (4096, 2, None, False),
+            (8192, 4, 64, True), (8192, 8, None, False), (2048, 2, None, False)]
+    if dtype == torch.float32:
+        held = [(4096, 4, 56, False), (4096, 4, 48, True), (2048, 2, None, False),
+                (8192, 8, None, False), (8192, 8, 64, True)]
+    for b, w, m, r in held:
+        if SMOKE:
+            b = triton.next_power_of_2(cols)
+        cfg = {"SPLIT": True, "BLOCK_N": b, "num_warps": w, "maxnreg": m, "RELOAD": r}
+        if layer:
+            cfg["LATE_WB"] = True
+        out.append(("split held", cfg))
+    if cols == MID:
+        for w, ev in ((32, True), (16, True)):
+            cfg = {"num_warps": w, "EVICT": ev}
+            out.append(("single", cfg))
+        if not layer:
+            for st, w, p in ((2, 16, 2), (3, 16, 2), (2, 32, 1), (2, 8, 2)):
+                out.append(("persistent", {"NUM_STAGES": st, "num_warps": w,
+                                           "programs_per_sm": p, "EVICT": True}))
+    return out
+
+
+def phase_wide(sw):
+    for cols in (WIDE, MID):
+        for dtype in SWEPT_DTYPES:
+            case, x, out = _softmax_case(sw, dtype, cols)
+            for variant, over in _wide_variants(cols, dtype, False):
+                launcher = softmax.softmax_persistent if variant == "persistent" \
+                    else softmax.softmax
+                shown = over or _shipped(softmax._softmax_config, *x.shape, dtype, False)
+                sw.run(case, variant, shown,
+                       lambda f=launcher, c=over: f(x, out=out, config=c), [out])
+            del x, out
+            case, x, w_, b_, y = _layernorm_case(sw, dtype, cols)
+            for variant, over in _wide_variants(cols, dtype, True):
+                shown = over or _shipped(layernorm._layernorm_config, *x.shape, dtype)
+                sw.run(case, variant, shown,
+                       lambda c=over: layernorm.layernorm(x, w_, b_, out=y, config=c), [y])
+            del x, w_, b_, y
+    if not SMOKE:
+        _register_report(softmax._softmax_split_looped_kernel, softmax._softmax_split_kernel,
+                         layernorm._layernorm_fwd_split_looped_kernel,
+                         layernorm._layernorm_fwd_split_kernel)
 
 
 # --- report ----------------------------------------------------------------------------------

@@ -1,14 +1,25 @@
-"""--triton-perf-calibrate: this device's real ceilings, measured once and cached per fingerprint.
+"""This device's real ceilings, measured once per device fingerprint and cached on disk.
 
 A large device-to-device copy gives the DRAM ceiling (bytes read plus bytes written); a large
 cuBLAS matmul per dtype gives the tensor-core ceiling. Both are timed like any kernel (bench.py),
 on random data: zeros can run faster than real data.
+
+The cache is one JSON file per fingerprint (device name, SMs, memory, UUID, driver, CUDA) in
+$PYTEST_TRITON_CACHE_DIR, else $XDG_CACHE_HOME/pytest-triton, else ~/.cache/pytest-triton:
+independent of pytest's cache plugin (so `-p no:cacheprovider` runs reuse it too), shared by
+pytest-xdist workers (the first to need it measures, under a file lock, the others read it).
+A new driver or CUDA is a new fingerprint, measured again; --triton-perf-calibrate measures
+again regardless.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
+import os
 import statistics
+from pathlib import Path
 
 COPY_BYTES = 1 << 30
 MATMUL_N = 8192
@@ -47,3 +58,52 @@ def measure_ceilings(device) -> dict:
     return {"dram_gbps": dram, "tflops": tflops,
             "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
             "how": f"copy of {COPY_BYTES >> 20} MiB (read + write); torch.matmul {MATMUL_N}^3 per dtype"}
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("PYTEST_TRITON_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pytest-triton"
+
+
+def _path(fingerprint: str) -> Path:
+    return cache_dir() / f"ceilings-{fingerprint}.json"
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, at worst two processes both measure
+        yield
+        return
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | None, str]:
+    """(ceilings, where they came from) for the device `fingerprint`: the cached ones, or
+    measure() (which may return None: nothing to measure on) stored for the next run."""
+    path = _path(fingerprint)
+    with _locked(path):
+        if not force and path.is_file():
+            try:
+                return json.loads(path.read_text()), f"cached in {path}"
+            except (OSError, ValueError):
+                pass  # unreadable: measure again
+        found = measure()
+        if found is None:
+            return None, "not measured"
+        found = {**found, "fingerprint": fingerprint}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(found, indent=1))
+        tmp.replace(path)
+        return found, f"measured now, cached in {path}"

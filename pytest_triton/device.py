@@ -82,18 +82,34 @@ class DeviceInfo:
     def label(self) -> str:
         return self.sku or self.name
 
-    def peak_gbps(self) -> tuple[float, str]:
-        """The bandwidth fractions are taken against, and how it was obtained."""
-        if self.use_measured and self.measured:
-            return self.measured["dram_gbps"], f"{self.label} measured"
-        return self.dram_gbps, f"{self.label} {'datasheet' if self.sku else 'estimated'}"
+    def _kind(self, peak: str | None) -> str:
+        if peak is None:
+            return "measured" if self.use_measured and self.measured else "datasheet"
+        return peak
 
-    def peak_tflops(self, dtype: str) -> tuple[float | None, str]:
+    def peak_gbps(self, peak: str | None = None) -> tuple[float | None, str]:
+        """The DRAM bandwidth fractions are taken against, and what it is. peak: "datasheet",
+        "measured" (None when this device has no measured ceilings), or None for the run's
+        setting (--triton-perf-peak, which falls back to the datasheet where nothing was
+        measured)."""
+        if self._kind(peak) == "measured":
+            if self.measured and self.measured.get("dram_gbps"):
+                return self.measured["dram_gbps"], f"{self.label} measured copy ceiling"
+            if peak == "measured":
+                return None, f"{self.label} measured copy ceiling (not measured)"
+        return self.dram_gbps, f"{self.label} {'datasheet' if self.sku else 'estimated'} peak"
+
+    def peak_tflops(self, dtype: str, peak: str | None = None) -> tuple[float | None, str]:
+        """The dense tensor-core rate of `dtype` fractions are taken against, and what it is."""
         key = "float8" if dtype.startswith("float8") else ("tf32" if dtype == "float32" else dtype)
-        if self.use_measured and self.measured and self.measured["tflops"].get(key):
-            return self.measured["tflops"][key], f"{self.label} {key} measured"
+        if self._kind(peak) == "measured":
+            got = (self.measured or {}).get("tflops", {}).get(key)
+            if got:
+                return got, f"{self.label} {key} measured cuBLAS ceiling"
+            if peak == "measured":
+                return None, f"{self.label} {key} measured cuBLAS ceiling (not measured)"
         kind = "datasheet" if self.sku else "estimated"
-        return self.tflops.get(key), f"{self.label} {key} {kind}"
+        return self.tflops.get(key), f"{self.label} {key} {kind} peak"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -265,4 +281,4 @@ def gpu_settings(device) -> dict:
 
 
 def with_calibration(info: DeviceInfo, measured: dict | None, use_measured: bool) -> DeviceInfo:
-    return replace(info, measured=measured, use_measured=use_measured and measured is not None)
+    return replace(info, measured=measured, use_measured=use_measured)

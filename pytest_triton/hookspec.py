@@ -13,3 +13,10 @@ def pytest_triton_device_info(config):
 @pytest.hookspec(firstresult=True)
 def pytest_triton_measure(config, request, fn, baseline, settings):
     """Time `fn` (and `baseline`, interleaved, if given) and return a bench.Timings."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_calibrate(config, device):
+    """Measure `device`'s (a DeviceInfo) ceilings: {"dram_gbps": float, "tflops": {"float16": ...,
+    "bfloat16": ..., "tf32": ...}}, or None when there is nothing to measure on. Called at most
+    once per device fingerprint (the result is cached on disk: calibrate.cache_dir())."""

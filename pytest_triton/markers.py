@@ -16,9 +16,11 @@ GAP_KEY = pytest.StashKey["str | None"]()  # per item: the interpreter_gap skip 
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
-    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None): with --triton-perf, "
-    "time the kernel passed to triton_bench on the GPU and fail the test unless every target "
-    "holds. `name` picks an entry of the performance checklist."
+    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None, peak=None): with "
+    "--triton-perf, time the kernel passed to triton_bench on the GPU and fail the test unless "
+    "every target holds. `name` picks an entry of the performance checklist; peak='measured' "
+    "takes the fractions against this device's measured ceilings, 'datasheet' against its "
+    "datasheet (default: --triton-perf-peak)."
 )
 INTERPRETER_GAP_HELP = (
     "interpreter_gap(gap, *, reason=None): skip the test under Triton's interpreter, which lacks "
@@ -35,6 +37,7 @@ FRACTIONS = ("bandwidth_frac", "tflops_frac")
 POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
 TARGETS = FRACTIONS + POSITIVE
 FLOAT_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+PEAKS = ("datasheet", "measured")
 
 
 class PerfTargetError(Exception):
@@ -65,6 +68,9 @@ class PerfTarget:
     geomean_speedup: float | None = None  # geometric mean of the speedups of all triton_bench calls
     dtype: str | None = None  # the operands' dtype, for tflops_frac
     l2: str | None = None  # "cold" or "warm"; None: the --triton-perf-l2 setting
+    # What bandwidth_frac and tflops_frac are fractions of: "datasheet" (the SKU's peaks) or
+    # "measured" (this device's copy and cuBLAS ceilings); None: the --triton-perf-peak setting.
+    peak: str | None = None
 
     def targets(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TARGETS if getattr(self, k) is not None}
@@ -100,7 +106,7 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
     if len(args) > 1:
         raise PerfTargetError(f"{where}takes at most one positional argument (a checklist name), "
                               f"got {len(args)}: {args!r}")
-    allowed = set(TARGETS) | {"dtype", "l2"}
+    allowed = set(TARGETS) | {"dtype", "l2", "peak"}
     for key in kwargs:
         if key not in allowed:
             raise PerfTargetError(f"{where}perf_target can't have {key!r} keyword argument; "
@@ -132,12 +138,19 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
             if value not in ("cold", "warm"):
                 raise PerfTargetError(f"{where}l2={value!r}: expected 'cold' or 'warm'")
             values[key] = value
+        elif key == "peak":
+            if value not in PEAKS:
+                raise PerfTargetError(f"{where}peak={value!r}: expected 'datasheet' or 'measured'")
+            values[key] = value
         else:
             values[key] = _check_number(key, value, where)
     target = PerfTarget(**values)
     if not target.targets():
         raise PerfTargetError(f"{where}perf_target needs at least one target "
                               f"({', '.join(TARGETS)}) or a checklist name")
+    if target.peak is not None and target.bandwidth_frac is None and target.tflops_frac is None:
+        raise PerfTargetError(f"{where}peak={target.peak!r} applies to bandwidth_frac and "
+                              "tflops_frac, and this perf_target has neither")
     return target
 
 

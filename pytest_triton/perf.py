@@ -27,6 +27,7 @@ class PerfSession:
     results: list = field(default_factory=list)  # measurement dicts, gathered from reports
     unchecked: list = field(default_factory=list)  # perf tests skipped for want of a GPU
     controller: bool = True  # writes the table and JSON (False on xdist workers)
+    calibration: str = ""  # where the device's measured ceilings came from, once looked for
 
 
 def configure(config: pytest.Config) -> None:
@@ -40,7 +41,8 @@ def configure(config: pytest.Config) -> None:
     if not xdist_controller:  # the workers time; the controller must not start CUDA
         info = config.hook.pytest_triton_device_info(config=config)
     if info is not None:
-        info = _calibrated(config, info)
+        info = device_mod.with_calibration(
+            info, None, options.get(config, "triton_perf_peak") == "measured")
     retries = options.get_float(config, "triton_perf_retries")
     real_gpu = info is not None and not st.runtime.interpret
     st.perf_session = PerfSession(
@@ -52,6 +54,8 @@ def configure(config: pytest.Config) -> None:
         json_path=options.get(config, "triton_perf_json"),
         controller=not hasattr(config, "workerinput"),
     )
+    if info is not None and options.get(config, "triton_perf_calibrate"):
+        ensure_ceilings(config, force=True)
 
 
 class _DefaultHooks:
@@ -65,6 +69,15 @@ class _DefaultHooks:
         from .device import cuda_device_info
 
         return cuda_device_info(rt.device)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_triton_calibrate(self, config, device):
+        rt = state.get(config).runtime
+        if rt.interpret:
+            return None
+        from .calibrate import measure_ceilings
+
+        return measure_ceilings(rt.device)
 
     @pytest.hookimpl(trylast=True)
     def pytest_triton_measure(self, config, request, fn, baseline, settings):
@@ -89,19 +102,27 @@ class _ReportCollector:
             ps.unchecked.append({"nodeid": report.nodeid, "target": unchecked})
 
 
-def _calibrated(config: pytest.Config, info: DeviceInfo) -> DeviceInfo:
+def ensure_ceilings(config: pytest.Config, *, force: bool = False) -> None:
+    """Give the session's device its measured ceilings: from the disk cache of its fingerprint,
+    else measured now (pytest_triton_calibrate). Once per process; a failure is kept as a note
+    and only an error for the targets that ask for measured ceilings."""
     from . import calibrate
     from .device import with_calibration
 
-    key = f"pytest-triton/calibration/{info.fingerprint}"
-    cache = getattr(config, "cache", None)  # None with -p no:cacheprovider
-    cached = cache.get(key, None) if cache is not None else None
-    want = options.get(config, "triton_perf_peak") == "measured"
-    if options.get(config, "triton_perf_calibrate") or (want and cached is None):
-        cached = calibrate.measure_ceilings(state.get(config).runtime.device)
-        if cache is not None:
-            cache.set(key, cached)
-    return with_calibration(info, cached, want)
+    ps = session(config)
+    if ps.device is None or (ps.calibration and not force):
+        return
+    info = ps.device
+
+    def measure():
+        return config.hook.pytest_triton_calibrate(config=config, device=info)
+
+    try:
+        found, how = calibrate.ceilings(info.fingerprint or info.name, measure, force=force)
+    except Exception as exc:  # noqa: BLE001 - a failed calibration must not lose the run
+        found, how = None, f"calibration failed: {type(exc).__name__}: {exc}"
+    ps.calibration = how
+    ps.device = with_calibration(info, found, info.use_measured)
 
 
 def session(config: pytest.Config) -> PerfSession:
@@ -136,6 +157,10 @@ class TritonBench:
     def _error(self, text: str) -> PerfTargetError:
         return PerfTargetError(f"{self._item.nodeid}: {text}")
 
+    def _calibration_note(self) -> str:
+        how = session(self._config).calibration
+        return f"; {how}" if how else ""
+
     def _check_args(self, fn, bytes, flops, baseline, dtype, name) -> str | None:
         if not callable(fn):
             raise self._error(f"triton_bench(fn={fn!r}): fn must be a zero-argument callable")
@@ -162,11 +187,15 @@ class TritonBench:
             if t.tflops_frac is not None and dt is None:
                 raise self._error(f"tflops_frac={t.tflops_frac:g} needs the operands' dtype: "
                                   "triton_bench(..., dtype=torch.float16) or perf_target(dtype=...)")
+            ps = session(self._config)
             if t.tflops_frac is not None:
-                peak, _ = session(self._config).device.peak_tflops(dt)
+                peak, what = ps.device.peak_tflops(dt, t.peak)
                 if not peak:
-                    raise self._error(f"tflops_frac: {session(self._config).device.label} has no "
-                                      f"{dt} tensor-core peak")
+                    raise self._error(f"tflops_frac: {ps.device.label} has no {dt} tensor-core "
+                                      f"peak ({what}{self._calibration_note()})")
+            if t.bandwidth_frac is not None and not ps.device.peak_gbps(t.peak)[0]:
+                raise self._error(f"bandwidth_frac with peak={t.peak!r}: {ps.device.label} has no "
+                                  f"measured copy ceiling{self._calibration_note()}")
             for key in ("speedup", "geomean_speedup"):
                 if getattr(t, key) is not None and baseline is None:
                     raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., baseline=...)")
@@ -179,6 +208,7 @@ class TritonBench:
     def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
                  name=None):
         __tracebackhide__ = True
+        ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
         dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
         ps = session(self._config)
         from .bench import Settings

@@ -42,6 +42,8 @@ def header(config: pytest.Config) -> list[str]:
         lines.append(f"pytest-triton perf: {d.name} ({d.sms} SMs, L2 {d.l2_bytes >> 20} MiB), driver "
                      f"{d.driver}; peaks: {bw:.0f} GB/s ({bw_src}), fp16 "
                      f"{fp16 or 0:.1f} TFLOP/s ({fp16_src}); L2 {ps.l2}")
+        if ps.calibration:
+            lines.append(f"pytest-triton perf: measured ceilings {ps.calibration}")
         lines.extend(f"pytest-triton perf: note: {n}" for n in d.notes)
     return lines
 
@@ -50,17 +52,28 @@ def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
+def _fractions(m: dict) -> str:
+    """'85.8% bw, 95.9% of copy': of the datasheet peak, then of the measured ceiling (when this
+    device's were measured); TFLOP/s where flops= was given, else bandwidth."""
+    fr = m.get("fractions") or {}
+    kind = "tflops" if m["tflops"] is not None and (fr.get("tflops") or {}).get("datasheet") \
+        else "bandwidth"
+    ds, meas = ((fr.get(kind) or {}).get(k) for k in ("datasheet", "measured"))
+    if ds is None and meas is None:
+        return ""
+    unit, ceiling = ("bw", "copy") if kind == "bandwidth" else (m["dtype"], "cuBLAS")
+    text = f"{100 * ds:.1f}% {unit}" if ds is not None else ""
+    if meas is not None:
+        text += f"{', ' if text else ''}{100 * meas:.1f}% of {ceiling}"
+    return text
+
+
 def _rows(results: list[dict]) -> list[tuple]:
     rows = []
     for r in results:
         for m in r["measurements"]:
             test = m["nodeid"].split("::", 1)[-1] + (f" [{m['name']}]" if m["name"] else "")
-            peaks = m["peaks"]
-            pct = ""
-            if m["gbps"] is not None and peaks.get("dram_gbps"):
-                pct = f"{100 * m['gbps'] / peaks['dram_gbps']:.1f}% bw"
-            if m["tflops"] is not None and peaks.get("tflops"):
-                pct = f"{100 * m['tflops'] / peaks['tflops']:.1f}% {m['dtype']}"
+            pct = _fractions(m)
             speed = f"{m['speedup']['median']:.3f}x" if m["speedup"] else ""
             gpu = m["gpu_before"] or {}
             noise = f"{100 * m['time_ms']['noise']:.1f}%"
@@ -79,7 +92,8 @@ def _rows(results: list[dict]) -> list[tuple]:
     return rows
 
 
-HEADERS = ("test", "median ms", "GB/s", "TFLOP/s", "of peak", "speedup", "target", "verdict",
+HEADERS = ("test", "median ms", "GB/s", "TFLOP/s", "of peak (datasheet, measured)", "speedup",
+           "target", "verdict",
            "noise", "method", "SM MHz", "config")
 
 
@@ -117,9 +131,12 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         gpu = first.get("gpu_before") or {}
         clocks = (f"SM {gpu.get('sm_clock_mhz', '?')} MHz, memory {gpu.get('mem_clock_mhz', '?')} "
                   f"MHz, {gpu.get('temperature_c', '?')} C" if gpu else "clocks unknown (no NVML)")
+        peaks = first["peaks"]
+        measured = peaks.get("dram_gbps_measured")
         tr.write_line(f"{dev['name']} ({dev['sms']} SMs), driver {dev['driver']}; torch "
                       f"{env['torch']}, triton {env['triton']}; {clocks}; L2 {ps.l2}; peaks: "
-                      f"{first['peaks'].get('dram_source', '?')}")
+                      f"{peaks.get('dram_source', '?')}"
+                      + (f"; measured copy ceiling {measured:.0f} GB/s" if measured else ""))
     for line in table(ps.results):
         tr.write_line(line)
     verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
@@ -170,7 +187,7 @@ def write_json(config: pytest.Config) -> None:
         "environment": _environment(config),
         "device": ps.device.to_dict() if ps.device else None,
         "settings": {"l2": ps.l2, "max_time_s": ps.max_time, "retries": ps.retries,
-                     "base_seed": st.base_seed},
+                     "base_seed": st.base_seed, "calibration": ps.calibration},
         "gpu_settings_before": ps.settings_before,
         "gpu_settings_after": ps.settings_after,
         "results": ps.results,

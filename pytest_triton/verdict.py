@@ -91,6 +91,17 @@ class Measurement:
         peak = self.peaks.get("tflops")
         return self.tflops / peak if self.tflops is not None and peak else None
 
+    def fractions(self) -> dict:
+        """{"bandwidth": {"datasheet": f, "measured": f}, "tflops": {...}}: what was achieved as a
+        fraction of each kind of peak (None where there is no such peak or no bytes=/flops=)."""
+        out = {}
+        for kind, achieved in (("bandwidth", self.gbps), ("tflops", self.tflops)):
+            key = "dram_gbps" if kind == "bandwidth" else "tflops"
+            out[kind] = {src: (achieved / self.peaks[f"{key}_{src}"]
+                               if achieved is not None and self.peaks.get(f"{key}_{src}") else None)
+                         for src in ("datasheet", "measured")}
+        return out
+
     @property
     def gbps(self) -> float | None:
         return self.bytes / self.time.median / 1e6 if self.bytes else None
@@ -117,6 +128,7 @@ class Measurement:
             "rounds": self.rounds, "throttled": self.timings.throttled,
             "gpu_before": self.timings.gpu_before, "gpu_after": self.timings.gpu_after,
             "notes": self.timings.notes, "peaks": self.peaks, "roofline": self.roofline,
+            "fractions": self.fractions(),
             "baseline_ms": self.baseline.to_dict() if self.baseline else None,
             "speedup": self.speedup.to_dict() if self.speedup else None,
             "checks": [asdict(c) for c in self.checks], "device": self.device,
@@ -172,15 +184,26 @@ def roofline(m: Measurement, device: DeviceInfo) -> str:
     return f"roofline: compute-bound ({where}): {_pct(frac)} of {m.dtype} peak, {_grade(frac, 0.8, 0.5)}"
 
 
+def _peaks(device: DeviceInfo, dtype: str | None) -> dict:
+    """The peaks a measurement is shown against: the run's (dram_gbps, tflops: what the roofline
+    and the table's first fraction use) and both kinds, datasheet and measured (None where this
+    device has no measured ceiling)."""
+    out = {}
+    out["dram_gbps"], out["dram_source"] = device.peak_gbps()
+    out["dram_gbps_datasheet"] = device.peak_gbps("datasheet")[0]
+    out["dram_gbps_measured"] = device.peak_gbps("measured")[0]
+    if dtype:
+        out["tflops"], out["tflops_source"] = device.peak_tflops(dtype)
+        out["tflops_datasheet"] = device.peak_tflops(dtype, "datasheet")[0]
+        out["tflops_measured"] = device.peak_tflops(dtype, "measured")[0]
+    return out
+
+
 def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
              checklist_note: str | None = None) -> None:
     """Fill m.checks, m.peaks and m.roofline for `target` on `device`."""
     t = m.time
-    peak_bw, bw_src = device.peak_gbps()
-    m.peaks["dram_gbps"], m.peaks["dram_source"] = peak_bw, bw_src
-    peak_tf, tf_src = device.peak_tflops(m.dtype) if m.dtype else (None, "")
-    if m.dtype:
-        m.peaks["tflops"], m.peaks["tflops_source"] = peak_tf, tf_src
+    m.peaks.update(_peaks(device, m.dtype))
     m.roofline = roofline(m, device)
     m.checks = []
     note = f" [checklist {target.name!r}{': ' + checklist_note if checklist_note else ''}]" \
@@ -204,29 +227,35 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
         m.checks.append(Check(key, asked, achieved, (lo, hi), verdict, text + note, short))
 
     if target.bandwidth_frac is not None:
+        peak_bw, bw_src = device.peak_gbps(target.peak)
         f, flo, fhi = m.gbps / peak_bw, m.bytes / t.ci_hi / 1e6 / peak_bw, m.bytes / t.ci_lo / 1e6 / peak_bw
         add("bandwidth_frac", target.bandwidth_frac, f, flo, fhi,
-            f"{m.gbps:.0f} GB/s = {_pct(f)} of {bw_src} peak {peak_bw:.0f} GB/s; target "
+            f"{m.gbps:.0f} GB/s = {_pct(f)} of {bw_src} {peak_bw:.0f} GB/s; target "
             f"{_pct(target.bandwidth_frac)} = {target.bandwidth_frac * peak_bw:.0f} GB/s "
             f"(bandwidth_frac={target.bandwidth_frac:g}); 99% CI {_pct(flo)}-{_pct(fhi)}",
-            f"bw>={_pct(target.bandwidth_frac)} ({target.bandwidth_frac * peak_bw:.0f} GB/s)")
+            f"bw>={_pct(target.bandwidth_frac)}{' of copy' if 'measured' in bw_src else ''} "
+            f"({target.bandwidth_frac * peak_bw:.0f} GB/s)")
+    peak_bw, bw_src = device.peak_gbps()
     if target.gbps is not None:
         lo, hi = m.bytes / t.ci_hi / 1e6, m.bytes / t.ci_lo / 1e6
         add("gbps", target.gbps, m.gbps, lo, hi,
-            f"{m.gbps:.0f} GB/s = {_pct(m.gbps / peak_bw)} of {bw_src} peak {peak_bw:.0f} GB/s; "
+            f"{m.gbps:.0f} GB/s = {_pct(m.gbps / peak_bw)} of {bw_src} {peak_bw:.0f} GB/s; "
             f"target {target.gbps:g} GB/s (gbps={target.gbps:g}); 99% CI {lo:.0f}-{hi:.0f} GB/s",
             f">={target.gbps:g} GB/s")
     if target.tflops_frac is not None:
+        peak_tf, tf_src = device.peak_tflops(m.dtype, target.peak)
         tf = m.tflops
         f, flo, fhi = tf / peak_tf, m.flops / t.ci_hi / 1e9 / peak_tf, m.flops / t.ci_lo / 1e9 / peak_tf
         add("tflops_frac", target.tflops_frac, f, flo, fhi,
-            f"{tf:.1f} TFLOP/s = {_pct(f)} of {tf_src} peak {peak_tf:.1f} TFLOP/s; target "
+            f"{tf:.1f} TFLOP/s = {_pct(f)} of {tf_src} {peak_tf:.1f} TFLOP/s; target "
             f"{_pct(target.tflops_frac)} = {target.tflops_frac * peak_tf:.1f} TFLOP/s "
             f"(tflops_frac={target.tflops_frac:.4g}); 99% CI {_pct(flo)}-{_pct(fhi)}",
-            f"{m.dtype}>={_pct(target.tflops_frac)} ({target.tflops_frac * peak_tf:.1f} TFLOP/s)")
+            f"{m.dtype}>={_pct(target.tflops_frac)}{' of cuBLAS' if 'measured' in tf_src else ''} "
+            f"({target.tflops_frac * peak_tf:.1f} TFLOP/s)")
+    peak_tf, tf_src = device.peak_tflops(m.dtype) if m.dtype else (None, "")
     if target.tflops is not None:
         lo, hi = m.flops / t.ci_hi / 1e9, m.flops / t.ci_lo / 1e9
-        of_peak = f" = {_pct(m.tflops / peak_tf)} of {tf_src} peak {peak_tf:.1f}" if peak_tf else ""
+        of_peak = f" = {_pct(m.tflops / peak_tf)} of {tf_src} {peak_tf:.1f}" if peak_tf else ""
         add("tflops", target.tflops, m.tflops, lo, hi,
             f"{m.tflops:.1f} TFLOP/s{of_peak}; target {target.tflops:g} TFLOP/s "
             f"(tflops={target.tflops:g}); 99% CI {lo:.1f}-{hi:.1f}", f">={target.tflops:g} TFLOP/s")

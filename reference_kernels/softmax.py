@@ -281,6 +281,66 @@ def _softmax_split_kernel(
              mask=inside)
 
 
+@triton.jit
+def _softmax_split_looped_kernel(
+    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
+    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
+    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
+    n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
+    n_cols,  # row width
+    stride_xm,  # elements between rows of x
+    stride_ym,  # elements between rows of y
+    CHUNK: tl.constexpr,  # columns per program: a multiple of BLOCK_N
+    BLOCK_N: tl.constexpr,  # columns per step of the two loops over the chunk
+    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, CHUNK)
+    NUM_STAGES: tl.constexpr,  # steps in flight per program, through shared memory
+):
+    # A split row whose chunks are streamed rather than held: pass 1 takes the chunk's max and
+    # sum of exponentials step by step (loads pipelined through shared memory, no registers for
+    # the chunk), the chunks exchange them, and pass 2 reads the chunk again, from L2 (pass 1
+    # asked to keep it there), to normalise it. The chunk's bytes in flight are bounded by the
+    # stages, not by registers: a wide chunk per program, many programs per SM.
+    n_chunks = tl.cdiv(n_cols, CHUNK)
+    row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
+    first = chunk * CHUNK
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
+    y_row = y_ptr + row.to(tl.int64) * stride_ym
+    cols = tl.arange(0, BLOCK_N)
+    m = tl.full([BLOCK_N], float("-inf"), tl.float32)
+    s = tl.zeros([BLOCK_N], tl.float32)
+    for step in tl.range(0, CHUNK, BLOCK_N, num_stages=NUM_STAGES):
+        offs = first + step + cols
+        x = tl.load(x_row + offs, mask=offs < n_cols, other=float("-inf"),
+                    eviction_policy="evict_last").to(tl.float32)
+        # Per lane, as in _softmax_looped_kernel: one exponential serves either update.
+        hi = tl.maximum(m, x)
+        e = tl.exp(tl.minimum(m, x) - tl.where(hi == float("-inf"), 0.0, hi))
+        s = tl.where(x > m, s * e + 1.0, s + e)
+        m = hi
+    chunk_max = tl.max(m, axis=0)
+    base = tl.where(chunk_max == float("-inf"), 0.0, chunk_max)
+    chunk_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - base)), axis=0)
+    words = words_ptr + row.to(tl.int64) * 2 * n_chunks
+    publish_chunk(words, chunk, n_chunks, chunk_max, chunk_sum, epoch)
+    ms, ss, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
+    ms = tl.where(valid, ms, float("-inf"))
+    row_max = tl.max(ms, axis=0)
+    empty = row_max == float("-inf")  # fully masked: NaN, like torch
+    row_max = tl.where(empty, 0.0, row_max)
+    row_sum = tl.sum(tl.where(ms == float("-inf"), 0.0, ss * tl.exp(ms - row_max)), axis=0)
+    bad = empty | ~arrived
+    inv_sum = tl.where(bad, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
+    # Last step first: the steps read last in pass 1 are the likeliest to still be in L2.
+    for i in tl.range(0, CHUNK // BLOCK_N, num_stages=NUM_STAGES):
+        offs = first + (CHUNK - BLOCK_N) - i * BLOCK_N + cols
+        inside = offs < n_cols
+        x = tl.load(x_row + offs, mask=inside, other=float("-inf"),
+                    eviction_policy="evict_first").to(tl.float32)
+        y = tl.exp(x - row_max) * inv_sum
+        tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=inside)
+
+
 # --- wide rows looped in one program (softmax_persistent) ---------------------------------
 
 @triton.jit
@@ -371,7 +431,8 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
     that the rows in flight fill about half of L2 (softmax.looped_grid), for the second read.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
-    base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
+    base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None,
+            "CHUNK": None}
     if block <= SINGLE_PASS_MAX_COLS:
         if persistent and block >= 16384 and dtype != torch.float32:
             return {**base, "BLOCK_N": block, "ROWS": 1, "num_warps": 16, "EVICT": True,
@@ -465,6 +526,17 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
                 _softmax_persistent_kernel[grid](x2, y2, sync_buffer(x2.device), *args, **meta)
         else:
             _softmax_kernel[(n_tiles,)](x2, y2, *args, **meta)
+    elif cfg["SPLIT"] and cfg["CHUNK"]:
+        chunk = cfg["CHUNK"]
+        if chunk % cfg["BLOCK_N"]:
+            raise ValueError(f"{where}: config CHUNK={chunk} must be a multiple of BLOCK_N="
+                             f"{cfg['BLOCK_N']}")
+        n_chunks = split_chunks(n_cols, chunk, where)
+        sync = sync_buffer(x2.device, n_rows * 2 * n_chunks)
+        _softmax_split_looped_kernel[(n_rows * n_chunks,)](
+            x2, y2, sync, sync[SYNC_HEADER:], *args, CHUNK=chunk, BLOCK_N=cfg["BLOCK_N"],
+            MAX_CHUNKS=triton.next_power_of_2(n_chunks), NUM_STAGES=cfg["NUM_STAGES"],
+            num_warps=cfg["num_warps"], **register_cap(cfg))
     elif cfg["SPLIT"]:
         n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
         sync = sync_buffer(x2.device, n_rows * 2 * n_chunks)

@@ -1,6 +1,13 @@
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _calibration_cache(tmp_path, monkeypatch):
+    """Measured ceilings are cached on disk per device fingerprint: each test gets its own cache,
+    so no test sees another's (nor the user's ~/.cache)."""
+    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(tmp_path / "pytest-triton-cache"))
+
+
 @pytest.fixture
 def run_interpreted(pytester, monkeypatch):
     """Run pytester in-process with --triton-interpret, on a GPU machine too. The inner run sets

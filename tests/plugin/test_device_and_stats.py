@@ -45,9 +45,15 @@ def test_peaks_measured_or_datasheet():
     d = DeviceInfo(name="X", sms=1, dram_gbps=100.0, tflops={"float16": 10.0, "tf32": 5.0},
                    sku="X", measured={"dram_gbps": 90.0, "tflops": {"float16": 8.0}},
                    use_measured=True)
-    assert d.peak_gbps() == (90.0, "X measured")
-    assert d.peak_tflops("float16") == (8.0, "X float16 measured")
-    assert d.peak_tflops("float32") == (5.0, "X tf32 datasheet")  # float32 dots run as tf32
+    assert d.peak_gbps() == (90.0, "X measured copy ceiling")
+    assert d.peak_tflops("float16") == (8.0, "X float16 measured cuBLAS ceiling")
+    # The run's default falls back to the datasheet where nothing was measured; a target that
+    # asks for measured explicitly gets None (and its test an error), never the datasheet.
+    assert d.peak_tflops("float32") == (5.0, "X tf32 datasheet peak")  # float32 dots run as tf32
+    assert d.peak_tflops("float32", "measured") == (None, "X tf32 measured cuBLAS ceiling (not measured)")
+    assert d.peak_gbps("datasheet") == (100.0, "X datasheet peak")
+    unmeasured = DeviceInfo(name="X", sms=1, dram_gbps=100.0, tflops={}, sku="X")
+    assert unmeasured.peak_gbps("measured")[0] is None and unmeasured.peak_gbps()[0] == 100.0
 
 
 def test_median_ci_covers_the_median_and_narrows_with_samples():

@@ -65,7 +65,7 @@ def test_markers_are_registered_and_strict_markers_is_clean(pytester, run_interp
     result = run_interpreted("--strict-markers", "-rs", "-W", "error::pytest.PytestUnknownMarkWarning")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
-        "*perf test (perf_target('vector_add', bandwidth_frac=0.8)): run with --triton-perf to time it*",
+        "*perf test (perf_target('vector_add', bandwidth_frac=0.8, peak='datasheet')): run with --triton-perf to time it*",
         "*interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly*",
     ])
     markers = pytester.runpytest("--markers")

@@ -1,0 +1,136 @@
+"""Targets that mean the same on every GPU: fractions of this device's measured ceilings
+(perf_target(peak="measured")), calibrated once per device fingerprint and cached on disk; both
+fractions (datasheet, measured) in the table and the JSON. Devices and ceilings are injected
+through pytest_triton_device_info and pytest_triton_calibrate."""
+
+import json
+
+import pytest
+
+# Two devices whose datasheets differ more than their real ceilings do (as an H100's and an
+# H200's: 3352 vs 4800 GB/s on paper, 3000 vs 4245 measured), and a kernel that reaches 95% of
+# each device's measured copy ceiling.
+DEVICES = '''
+import os
+from pytest_triton.device import DeviceInfo
+from pytest_triton.verdict import Timings
+
+DEVICES = {
+    "a": dict(datasheet=1000.0, measured=900.0),
+    "b": dict(datasheet=2000.0, measured=1500.0),
+}
+NAME = os.environ.get("FAKE_DEVICE", "a")
+DEV = DEVICES[NAME]
+
+def pytest_triton_device_info(config):
+    return DeviceInfo(name=f"GPU {NAME}", sms=100, dram_gbps=DEV["datasheet"], sku=f"GPU {NAME}",
+                      tflops={"float16": 100.0, "bfloat16": 100.0, "tf32": 50.0, "float8": None},
+                      fingerprint=os.environ.get("FAKE_FINGERPRINT", f"fp-{NAME}"))
+
+def pytest_triton_calibrate(config, device):
+    with open(os.environ["CALIBRATION_LOG"], "a") as f:
+        f.write(device.fingerprint + "\\n")
+    if os.environ.get("NO_CEILINGS"):
+        return None
+    return {"dram_gbps": DEV["measured"], "tflops": {"float16": 80.0, "bfloat16": 80.0}}
+
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    gbps = 0.95 * DEV["measured"]
+    ms = request.module.BYTES / gbps / 1e6
+    jitter = [1 + 0.001 * ((i * 7) % 5 - 2) for i in range(40)]
+    return Timings(ms=[ms * j for j in jitter], method="injected", l2=settings.l2)
+'''
+
+BODY = '''
+from pytest_triton import perf_target
+BYTES = 1e9
+
+@perf_target(bandwidth_frac=0.9, peak="measured")
+def test_of_measured(triton_bench): triton_bench(lambda: None, bytes=BYTES)
+
+@perf_target(bandwidth_frac=0.8, peak="datasheet")
+def test_of_datasheet(triton_bench): triton_bench(lambda: None, bytes=BYTES)
+'''
+
+
+@pytest.fixture
+def run(pytester, monkeypatch, tmp_path):
+    pytester.makeconftest(DEVICES)
+    pytester.makepyfile(test_k=BODY)
+    log = tmp_path / "calibrations.log"
+    log.touch()
+    monkeypatch.setenv("CALIBRATION_LOG", str(log))
+
+    def go(device, *args, fingerprint=None):
+        monkeypatch.setenv("FAKE_DEVICE", device)
+        if fingerprint:
+            monkeypatch.setenv("FAKE_FINGERPRINT", fingerprint)
+        else:
+            monkeypatch.delenv("FAKE_FINGERPRINT", raising=False)
+        result = pytester.runpytest("--triton-perf", "-p", "no:cacheprovider", *args)
+        return result, log.read_text().split()
+
+    return go
+
+
+def test_a_measured_target_gives_one_verdict_on_devices_whose_datasheets_differ(run):
+    # 95% of the measured ceiling on both devices: 855 GB/s on "a" is 85.5% of its datasheet,
+    # 1425 GB/s on "b" is 71.2% of its. The measured target passes on both; the datasheet one
+    # fails on "b" (the negative control: a datasheet fraction does not travel).
+    a, _ = run("a")
+    a.assert_outcomes(passed=2)
+    b, _ = run("b")
+    b.assert_outcomes(passed=1, failed=1)
+    b.stdout.fnmatch_lines([
+        "*FAIL bandwidth_frac: 1425 GB/s = 71.2% of GPU b datasheet peak 2000 GB/s; target 80.0%*"])
+    for result, ceiling in ((a, 900), (b, 1500)):
+        result.stdout.fnmatch_lines([f"*measured copy ceiling {ceiling} GB/s*",
+                                     "*test_of_measured *95.0% of copy*bw>=90.0% of copy (* GB/s)*pass*"])
+
+
+def test_ceilings_are_measured_once_per_fingerprint_and_again_when_it_changes(run):
+    _, calls = run("a")
+    assert calls == ["fp-a"]
+    _, calls = run("a")  # cached on disk: not measured again
+    assert calls == ["fp-a"]
+    result, calls = run("a", fingerprint="fp-a-new-driver")
+    assert calls == ["fp-a", "fp-a-new-driver"]
+    result.assert_outcomes(passed=2)
+    _, calls = run("a", "--triton-perf-calibrate", fingerprint="fp-a-new-driver")
+    assert calls == ["fp-a", "fp-a-new-driver", "fp-a-new-driver"]  # asked for: measured again
+
+
+def test_a_measured_target_without_ceilings_is_an_error_naming_the_test(run, monkeypatch):
+    monkeypatch.setenv("NO_CEILINGS", "1")
+    result, _ = run("a")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines([
+        "*test_k.py::test_of_measured: bandwidth_frac with peak='measured': GPU a has no "
+        "measured copy ceiling; not measured*"])
+
+
+def test_the_json_holds_both_fractions_and_the_run_default_can_be_measured(run, pytester):
+    result, _ = run("b", "--triton-perf-peak", "measured", "--triton-perf-json", "perf.json")
+    # The run's default is measured now, but the datasheet target keeps its datasheet meaning.
+    result.assert_outcomes(passed=1, failed=1)
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    m = {r["nodeid"]: r["measurements"][0] for r in doc["results"]}["test_k.py::test_of_measured"]
+    assert m["fractions"]["bandwidth"]["datasheet"] == pytest.approx(0.7125, rel=1e-3)
+    assert m["fractions"]["bandwidth"]["measured"] == pytest.approx(0.95, rel=1e-3)
+    assert m["peaks"]["dram_gbps"] == 1500 and m["peaks"]["dram_gbps_datasheet"] == 2000
+    assert doc["settings"]["calibration"].startswith("measured now, cached in ")
+
+
+@pytest.mark.parametrize("marker, needle", [
+    ('perf_target(bandwidth_frac=0.9, peak="nominal")', "peak='nominal': expected 'datasheet' or 'measured'"),
+    ('perf_target(speedup=1.0, peak="measured")', "peak='measured' applies to bandwidth_frac and tflops_frac"),
+])
+def test_bad_peak_is_a_collection_error(pytester, marker, needle):
+    pytester.makepyfile(test_k=f"""
+        from pytest_triton import perf_target
+        @{marker}
+        def test_k(triton_bench): pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"*test_k.py::test_k: {needle}*"])
