@@ -29,8 +29,10 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
+from . import _tuning
 from ._checks import output, require_dtype, require_tensor
 from .softmax import (
+    _tile_rows,
     gather_chunks,
     looped_grid,
     publish_chunk,
@@ -208,70 +210,6 @@ def _layernorm_fwd_split_kernel(
     y_row = y_ptr + row.to(tl.int64) * stride_ym
     _normalise_half(x0, x_row, w_ptr, b_ptr, y_row, cols0, in0, mean, rstd, ~arrived, w0, b0)
     _normalise_half(x1, x_row, w_ptr, b_ptr, y_row, cols1, in1, mean, rstd, ~arrived, w1, b1)
-    tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
-    tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
-
-
-@triton.jit
-def _layernorm_fwd_split_looped_kernel(
-    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
-    w_ptr,  # *in* n_cols
-    b_ptr,  # *in* n_cols
-    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
-    mean_ptr,  # *out* n_rows, float32
-    rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
-    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
-    n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
-    n_cols,  # row width
-    stride_xm,  # elements between rows of x
-    stride_ym,  # elements between rows of y
-    eps,  # added to the variance
-    CHUNK: tl.constexpr,  # columns per program: a multiple of BLOCK_N
-    BLOCK_N: tl.constexpr,  # columns per step of the two loops over the chunk
-    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, CHUNK)
-    NUM_STAGES: tl.constexpr,  # steps in flight per program, through shared memory
-):
-    # softmax._softmax_split_looped_kernel's scheme: pass 1 streams the chunk (Welford per lane,
-    # as in the looped kernel), the chunks exchange (mean, M2), pass 2 reads the chunk again
-    # from L2 and normalises it.
-    n_chunks = tl.cdiv(n_cols, CHUNK)
-    row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
-    first = chunk * CHUNK
-    x_row = x_ptr + row.to(tl.int64) * stride_xm
-    y_row = y_ptr + row.to(tl.int64) * stride_ym
-    cols = tl.arange(0, BLOCK_N)
-    # Lane c sees column first + c + i * BLOCK_N for each step i inside the row and the chunk.
-    steps_in = tl.minimum(tl.maximum(n_cols - first - cols + BLOCK_N - 1, 0) // BLOCK_N,
-                          CHUNK // BLOCK_N)
-    mean_l = tl.zeros([BLOCK_N], tl.float32)
-    m2_l = tl.zeros([BLOCK_N], tl.float32)
-    for i in tl.range(0, CHUNK // BLOCK_N, num_stages=NUM_STAGES):
-        offs = first + i * BLOCK_N + cols
-        inside = offs < n_cols
-        x = tl.load(x_row + offs, mask=inside, other=0.0,
-                    eviction_policy="evict_last").to(tl.float32)
-        delta = x - mean_l
-        mean_l += tl.where(inside, delta * (1.0 / (i + 1)), 0.0)
-        m2_l += tl.where(inside, delta * (x - mean_l), 0.0)
-    count = tl.minimum(n_cols - first, CHUNK).to(tl.float32)
-    lanes = steps_in.to(tl.float32)
-    chunk_mean = tl.sum(lanes * mean_l, axis=0) / count
-    dev = mean_l - chunk_mean
-    chunk_m2 = tl.sum(m2_l + lanes * dev * dev, axis=0)
-    words = words_ptr + row.to(tl.int64) * 2 * n_chunks
-    publish_chunk(words, chunk, n_chunks, chunk_mean, chunk_m2, epoch)
-    mean, rstd, arrived = _row_stats(words, n_cols, eps, epoch, CHUNK, MAX_CHUNKS)
-    # Last step first: the steps read last in pass 1 are the likeliest to still be in L2.
-    for i in tl.range(0, CHUNK // BLOCK_N, num_stages=NUM_STAGES):
-        offs = first + (CHUNK - BLOCK_N) - i * BLOCK_N + cols
-        inside = offs < n_cols
-        x = tl.load(x_row + offs, mask=inside, other=0.0,
-                    eviction_policy="evict_first")
-        w = tl.load(w_ptr + offs, mask=inside, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + offs, mask=inside, other=0.0).to(tl.float32)
-        y = (reconvert(x, ~arrived) - mean) * rstd * w + b
-        tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=inside)
     tl.store(mean_ptr + row, tl.where(arrived, mean, float("nan")), mask=chunk == 0)
     tl.store(rstd_ptr + row, rstd, mask=chunk == 0)
 
@@ -483,7 +421,7 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "LATE_WB": False,
-            "programs_per_sm": None, "maxnreg": None, "CHUNK": None, "NUM_STAGES": 1}
+            "programs_per_sm": None, "maxnreg": None}
     if block <= SINGLE_PASS_MAX_COLS:
         tile = 8192 if dtype == torch.float32 else 4096
         rows = max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
@@ -500,6 +438,35 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
                 "LATE_WB": True}
     return {**base, "BLOCK_N": 8192, "ROWS": 1, "num_warps": 4, "SPLIT": True, "LATE_WB": True,
             "maxnreg": 72}
+
+
+def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
+    """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
+    heuristic of _layernorm_config first, then what won elsewhere (softmax._softmax_space says
+    why they differ between GPUs). From the H200 grid (bench/sweep_memory.py, do_bench): 1K
+    one row on 4 warps (fp32 4065 GB/s vs the heuristic's 8 rows on 8 warps 3998; fp16 two rows
+    4057 vs 3971); 4K 16-bit w and b loaded late (4008 vs 3781); 16K float32 two rows on 32
+    warps, w and b late (3848 vs 3538), 16-bit one row on 8 warps (3882 vs 3806); 64K split
+    rows in 2048-column chunks on 2 warps as the alternative to the heuristic's chunks."""
+    base = _layernorm_config(n_rows, n_cols, dtype)
+    block = base["BLOCK_N"]
+    half = dtype != torch.float32
+    if base["SPLIT"]:
+        if half:
+            return _tuning.space(base, {"BLOCK_N": 4096, "num_warps": 2, "maxnreg": None})
+        return _tuning.space(base, {"BLOCK_N": 2048, "num_warps": 2})
+    if block <= 1024:
+        return _tuning.space(base, {"ROWS": _tile_rows(1024, block, n_rows), "num_warps": 4},
+                             {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 4})
+    if block <= 4096:
+        if half:
+            return _tuning.space(base, {"LATE_WB": True},
+                                 {"ROWS": _tile_rows(2 * block, block, n_rows), "LATE_WB": True})
+        return _tuning.space(base, {"ROWS": 1, "num_warps": 4})
+    if half:
+        return _tuning.space(base, {"num_warps": 8, "LATE_WB": True})
+    return _tuning.space(base, {"ROWS": _tile_rows(2 * block, block, n_rows), "num_warps": 32,
+                                "LATE_WB": True}, {"num_warps": 32})
 
 
 def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
@@ -563,41 +530,47 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
     if n_rows == 0:
         return y, mean, rstd
-    cfg = with_overrides(_layernorm_config(n_rows, n_cols, x.dtype), config, where,
-                         powers_of_two=("BLOCK_N", "ROWS"))
     args = (x2, weight, bias, y2, mean, rstd, n_rows, n_cols, x2.stride(0), y2.stride(0), eps)
+    if config:
+        cfg = with_overrides(_layernorm_config(n_rows, n_cols, x.dtype), config, where,
+                             powers_of_two=("BLOCK_N", "ROWS"))
+    else:
+        cfg = LAYERNORM_TUNER.choose(
+            x.device, (triton.next_power_of_2(n_cols), x.element_size()),
+            _layernorm_space(n_rows, n_cols, x.dtype), lambda c: _forward(args, c, where),
+            layernorm_bytes(x2))
+    _forward(args, cfg, where)
+    return y, mean, rstd
+
+
+# The launch choices of the forward on this process's GPUs (reports read best_config).
+LAYERNORM_TUNER = _tuning.LaunchTuner("layernorm")
+
+
+def _forward(args: tuple, cfg: dict, where: str) -> None:
+    """Launch the forward kernel that cfg selects (single pass, split rows or looped)."""
+    x2 = args[0]
+    n_rows, n_cols = args[6], args[7]
     if cfg["BLOCK_N"] >= n_cols and not cfg["SPLIT"]:
         grid = (triton.cdiv(n_rows, cfg["ROWS"]),)
         _layernorm_fwd_kernel[grid](*args, BLOCK_N=cfg["BLOCK_N"], ROWS=cfg["ROWS"],
                                     EVICT=cfg["EVICT"], LATE_WB=cfg["LATE_WB"],
                                     num_warps=cfg["num_warps"])
-    elif cfg["SPLIT"] and cfg["CHUNK"]:
-        chunk = cfg["CHUNK"]
-        if chunk % cfg["BLOCK_N"]:
-            raise ValueError(f"{where}: config CHUNK={chunk} must be a multiple of BLOCK_N="
-                             f"{cfg['BLOCK_N']}")
-        n_chunks = split_chunks(n_cols, chunk, where)
-        sync = sync_buffer(x.device, n_rows * 2 * n_chunks)
-        _layernorm_fwd_split_looped_kernel[(n_rows * n_chunks,)](
-            *args[:6], sync, sync[SYNC_HEADER:], *args[6:], CHUNK=chunk, BLOCK_N=cfg["BLOCK_N"],
-            MAX_CHUNKS=triton.next_power_of_2(n_chunks), NUM_STAGES=cfg["NUM_STAGES"],
-            num_warps=cfg["num_warps"], **register_cap(cfg))
     elif cfg["SPLIT"]:
         if cfg["BLOCK_N"] < 2:
             raise ValueError(f"{where}: config BLOCK_N={cfg['BLOCK_N']} with SPLIT=True: a split "
                              "chunk is normalised in two halves, so BLOCK_N must be >= 2")
         n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
-        sync = sync_buffer(x.device, n_rows * 2 * n_chunks)
+        sync = sync_buffer(x2.device, n_rows * 2 * n_chunks)
         _layernorm_fwd_split_kernel[(n_rows * n_chunks,)](
             *args[:6], sync, sync[SYNC_HEADER:], *args[6:], BLOCK_N=cfg["BLOCK_N"],
             MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
             LATE_WB=cfg["LATE_WB"], num_warps=cfg["num_warps"], **register_cap(cfg))
     else:
-        grid = (looped_grid(n_rows, n_cols * x.element_size(), x.device,
+        grid = (looped_grid(n_rows, n_cols * x2.element_size(), x2.device,
                             cfg["programs_per_sm"]),)
         _layernorm_fwd_looped_kernel[grid](*args, BLOCK_N=cfg["BLOCK_N"], EVICT=cfg["EVICT"],
                                            num_warps=cfg["num_warps"])
-    return y, mean, rstd
 
 
 def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,

@@ -24,6 +24,7 @@ import triton.language as tl
 
 from pytest_triton import interpreting
 
+from . import _tuning
 from ._checks import output, require_dtype, require_tensor
 from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
 
@@ -236,6 +237,39 @@ def gather_chunks(
 
 
 @triton.jit
+def _exp_sum(
+    x,  # a half chunk as loaded, -inf in padding lanes
+    poison,  # True: NaN (the chunk's max is NaN)
+    base,  # subtracted before exponentiating
+):
+    return tl.sum(tl.exp(reconvert(x, poison) - base), axis=0)
+
+
+@triton.jit
+def _normalise(
+    x,  # a half chunk as loaded, or None: read it again (RELOAD)
+    x_row,  # *in* the row of x
+    y_row,  # *out* the row of y
+    start,  # the half's first column
+    n_cols,  # row width
+    row_max,  # the row's max (0 for an empty row)
+    inv_sum,  # 1 / the row's sum of exponentials (NaN: poison)
+    poison,  # True: write NaN
+    HALF: tl.constexpr,  # columns of the half
+):
+    # The columns are formed again here, not kept from before the exchange: a column tensor held
+    # across it costs a register per element (sm_90, Triton 3.6: 8192-column fp16 chunks 95
+    # registers with the columns held, 80 formed again).
+    cols = start + tl.arange(0, HALF)
+    inside = cols < n_cols
+    if x is None:
+        # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
+        x = tl.load(x_row + cols, mask=inside, other=float("-inf"))
+    y = tl.exp(reconvert(x, poison) - row_max) * inv_sum
+    tl.store(y_row + cols, y.to(y_row.dtype.element_ty), mask=inside)
+
+
+@triton.jit
 def _softmax_split_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
     y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
@@ -245,23 +279,35 @@ def _softmax_split_kernel(
     n_cols,  # row width
     stride_xm,  # elements between rows of x
     stride_ym,  # elements between rows of y
-    BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row
+    BLOCK_N: tl.constexpr,  # columns per chunk: one program's share of a row, >= 2
     MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, BLOCK_N)
     RELOAD: tl.constexpr,  # True: read the chunk again after the exchange instead of holding it
 ):
+    # The chunk is two halves, loaded together, summed and normalised one after the other: only
+    # one half's exponentials are live at a time (as in layernorm's split kernel). sm_90, Triton
+    # 3.6 (bench/regcount.py): 8192-column fp16 chunks on 4 warps take 80 registers where the
+    # whole chunk took 96; 4096-column fp32 chunks 56 where they took 64; 4096 fp16 48 either way.
+    HALF: tl.constexpr = BLOCK_N // 2
     n_chunks = tl.cdiv(n_cols, BLOCK_N)
     row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
-    cols = chunk * BLOCK_N + tl.arange(0, BLOCK_N)
-    inside = cols < n_cols
-    x_chunk = x_ptr + row.to(tl.int64) * stride_xm + cols
+    cols0 = chunk * BLOCK_N + tl.arange(0, HALF)
+    cols1 = cols0 + HALF
+    in0 = cols0 < n_cols
+    in1 = cols1 < n_cols
+    x_row = x_ptr + row.to(tl.int64) * stride_xm
     # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use.
-    x = tl.load(x_chunk, mask=inside, other=float("-inf"))
+    x0 = tl.load(x_row + cols0, mask=in0, other=float("-inf"))
+    x1 = tl.load(x_row + cols1, mask=in1, other=float("-inf"))
     # The chunk's max m and sum s of exp(x - m); an all -inf chunk subtracts 0 instead (s = 0).
-    # m is NaN only if every x is: poisoning x then changes nothing.
-    m = tl.max(x.to(tl.float32), axis=0)
-    s = tl.sum(tl.exp(reconvert(x, m != m) - tl.where(m == float("-inf"), 0.0, m)), axis=0)
+    # m is NaN only if some x is: poisoning x then changes nothing.
+    m = tl.maximum(tl.max(x0.to(tl.float32), axis=0), tl.max(x1.to(tl.float32), axis=0))
+    base = tl.where(m == float("-inf"), 0.0, m)
+    s = _exp_sum(x0, m != m, base) + _exp_sum(x1, m != m, base)
     words = words_ptr + row.to(tl.int64) * 2 * n_chunks
     publish_chunk(words, chunk, n_chunks, m, s, epoch)
+    if RELOAD:
+        x0 = None
+        x1 = None
     ms, ss, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
     ms = tl.where(valid, ms, float("-inf"))
     row_max = tl.max(ms, axis=0)
@@ -272,73 +318,10 @@ def _softmax_split_kernel(
     row_sum = tl.sum(tl.where(ms == float("-inf"), 0.0, ss * tl.exp(ms - row_max)), axis=0)
     bad = empty | ~arrived
     inv_sum = tl.where(bad, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
-    if RELOAD:
-        # Read microseconds after the first time: from this SM's L1 or from L2, not from DRAM.
-        # Nothing row-sized is live across the wait.
-        x = tl.load(x_chunk, mask=inside, other=float("-inf"))
-    y = tl.exp(reconvert(x, bad) - row_max) * inv_sum
-    tl.store(y_ptr + row.to(tl.int64) * stride_ym + cols, y.to(y_ptr.dtype.element_ty),
-             mask=inside)
-
-
-@triton.jit
-def _softmax_split_looped_kernel(
-    x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
-    y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
-    words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
-    n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
-    n_cols,  # row width
-    stride_xm,  # elements between rows of x
-    stride_ym,  # elements between rows of y
-    CHUNK: tl.constexpr,  # columns per program: a multiple of BLOCK_N
-    BLOCK_N: tl.constexpr,  # columns per step of the two loops over the chunk
-    MAX_CHUNKS: tl.constexpr,  # power of two >= cdiv(n_cols, CHUNK)
-    NUM_STAGES: tl.constexpr,  # steps in flight per program, through shared memory
-):
-    # A split row whose chunks are streamed rather than held: pass 1 takes the chunk's max and
-    # sum of exponentials step by step (loads pipelined through shared memory, no registers for
-    # the chunk), the chunks exchange them, and pass 2 reads the chunk again, from L2 (pass 1
-    # asked to keep it there), to normalise it. The chunk's bytes in flight are bounded by the
-    # stages, not by registers: a wide chunk per program, many programs per SM.
-    n_chunks = tl.cdiv(n_cols, CHUNK)
-    row, chunk, epoch = take_row_chunk(sync_ptr, n_rows, n_chunks)
-    first = chunk * CHUNK
-    x_row = x_ptr + row.to(tl.int64) * stride_xm
     y_row = y_ptr + row.to(tl.int64) * stride_ym
-    cols = tl.arange(0, BLOCK_N)
-    m = tl.full([BLOCK_N], float("-inf"), tl.float32)
-    s = tl.zeros([BLOCK_N], tl.float32)
-    for step in tl.range(0, CHUNK, BLOCK_N, num_stages=NUM_STAGES):
-        offs = first + step + cols
-        x = tl.load(x_row + offs, mask=offs < n_cols, other=float("-inf"),
-                    eviction_policy="evict_last").to(tl.float32)
-        # Per lane, as in _softmax_looped_kernel: one exponential serves either update.
-        hi = tl.maximum(m, x)
-        e = tl.exp(tl.minimum(m, x) - tl.where(hi == float("-inf"), 0.0, hi))
-        s = tl.where(x > m, s * e + 1.0, s + e)
-        m = hi
-    chunk_max = tl.max(m, axis=0)
-    base = tl.where(chunk_max == float("-inf"), 0.0, chunk_max)
-    chunk_sum = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - base)), axis=0)
-    words = words_ptr + row.to(tl.int64) * 2 * n_chunks
-    publish_chunk(words, chunk, n_chunks, chunk_max, chunk_sum, epoch)
-    ms, ss, valid, arrived = gather_chunks(words, n_chunks, epoch, MAX_CHUNKS)
-    ms = tl.where(valid, ms, float("-inf"))
-    row_max = tl.max(ms, axis=0)
-    empty = row_max == float("-inf")  # fully masked: NaN, like torch
-    row_max = tl.where(empty, 0.0, row_max)
-    row_sum = tl.sum(tl.where(ms == float("-inf"), 0.0, ss * tl.exp(ms - row_max)), axis=0)
-    bad = empty | ~arrived
-    inv_sum = tl.where(bad, float("nan"), 1.0 / tl.where(empty, 1.0, row_sum))
-    # Last step first: the steps read last in pass 1 are the likeliest to still be in L2.
-    for i in tl.range(0, CHUNK // BLOCK_N, num_stages=NUM_STAGES):
-        offs = first + (CHUNK - BLOCK_N) - i * BLOCK_N + cols
-        inside = offs < n_cols
-        x = tl.load(x_row + offs, mask=inside, other=float("-inf"),
-                    eviction_policy="evict_first").to(tl.float32)
-        y = tl.exp(x - row_max) * inv_sum
-        tl.store(y_row + offs, y.to(y_ptr.dtype.element_ty), mask=inside)
+    first = chunk * BLOCK_N
+    _normalise(x0, x_row, y_row, first, n_cols, row_max, inv_sum, bad, HALF)
+    _normalise(x1, x_row, y_row, first + HALF, n_cols, row_max, inv_sum, bad, HALF)
 
 
 # --- wide rows looped in one program (softmax_persistent) ---------------------------------
@@ -431,8 +414,7 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
     that the rows in flight fill about half of L2 (softmax.looped_grid), for the second read.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
-    base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None,
-            "CHUNK": None}
+    base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
     if block <= SINGLE_PASS_MAX_COLS:
         if persistent and block >= 16384 and dtype != torch.float32:
             return {**base, "BLOCK_N": block, "ROWS": 1, "num_warps": 16, "EVICT": True,
@@ -454,8 +436,51 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
         return {**base, "BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True,
                 "programs_per_sm": None}
     return {**base, "BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
-            "SPLIT": True, "programs_per_sm": None,
-            "maxnreg": 56 if dtype == torch.float32 else None}
+            "SPLIT": True, "programs_per_sm": None}
+
+
+def _tile_rows(tile: int, block: int, n_rows: int) -> int:
+    """Rows of a tile of about `tile` elements of `block`-wide rows (at least one, at most the
+    rows there are)."""
+    return max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
+
+
+def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> list[dict]:
+    """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
+    heuristic of _softmax_config first, then what won elsewhere. Single-pass tiles hold 8 to 32
+    values per thread; which suits a GPU depends on how many bytes each SM must keep in flight
+    (its bandwidth over its SM count) against what its registers hold. The H200 (1.43x an
+    H100's bandwidth on the same 132 SMs) preferred smaller tiles where the H100 preferred
+    larger (bench/sweep_memory.py grid, H200, triton.testing.do_bench: float32 1K one row on 4
+    warps 4133 GB/s vs the heuristic's two rows 4043; 4K one row on 16 warps 4050 vs 4024).
+    Split rows (64K): the held chunk's bytes per SM set the speed (fp32 4096-column chunks on 4
+    warps: 9 programs x 16 KB; 16-bit 8192-column chunks capped at 80 registers: 6 x 16 KB,
+    against 10 x 8 KB for 4096 columns)."""
+    base = _softmax_config(n_rows, n_cols, dtype, persistent)
+    block = base["BLOCK_N"]
+    if base["SPLIT"]:
+        if dtype == torch.float32:
+            return _tuning.space(base, {"BLOCK_N": 2048, "num_warps": 2})
+        return _tuning.space(base, {"BLOCK_N": 8192, "num_warps": 4, "maxnreg": 80},
+                             {"BLOCK_N": 8192, "num_warps": 8})
+    if persistent:
+        if block <= 1024 and base["NUM_STAGES"] == 1:
+            return _tuning.space(base,
+                                 {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 2,
+                                  "programs_per_sm": 8},
+                                 {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 4,
+                                  "programs_per_sm": 8})
+        return [base]
+    if block > SINGLE_PASS_MAX_COLS:  # the looped path (sweeps only)
+        return [base]
+    if block <= 1024:
+        return _tuning.space(base, {"ROWS": _tile_rows(1024, block, n_rows), "num_warps": 4},
+                             {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 8})
+    if block <= 4096:
+        return _tuning.space(base, {"ROWS": 1, "num_warps": min(32, block // 256)},
+                             {"ROWS": _tile_rows(2 * block, block, n_rows),
+                              "num_warps": min(32, block // 128)})
+    return _tuning.space(base, {"ROWS": 1, "num_warps": 32})
 
 
 def register_cap(cfg: dict) -> dict:
@@ -526,18 +551,10 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
                 _softmax_persistent_kernel[grid](x2, y2, sync_buffer(x2.device), *args, **meta)
         else:
             _softmax_kernel[(n_tiles,)](x2, y2, *args, **meta)
-    elif cfg["SPLIT"] and cfg["CHUNK"]:
-        chunk = cfg["CHUNK"]
-        if chunk % cfg["BLOCK_N"]:
-            raise ValueError(f"{where}: config CHUNK={chunk} must be a multiple of BLOCK_N="
-                             f"{cfg['BLOCK_N']}")
-        n_chunks = split_chunks(n_cols, chunk, where)
-        sync = sync_buffer(x2.device, n_rows * 2 * n_chunks)
-        _softmax_split_looped_kernel[(n_rows * n_chunks,)](
-            x2, y2, sync, sync[SYNC_HEADER:], *args, CHUNK=chunk, BLOCK_N=cfg["BLOCK_N"],
-            MAX_CHUNKS=triton.next_power_of_2(n_chunks), NUM_STAGES=cfg["NUM_STAGES"],
-            num_warps=cfg["num_warps"], **register_cap(cfg))
     elif cfg["SPLIT"]:
+        if cfg["BLOCK_N"] < 2:
+            raise ValueError(f"{where}: config BLOCK_N={cfg['BLOCK_N']} with SPLIT=True: a split "
+                             "chunk is handled in two halves, so BLOCK_N must be >= 2")
         n_chunks = split_chunks(n_cols, cfg["BLOCK_N"], where)
         sync = sync_buffer(x2.device, n_rows * 2 * n_chunks)
         _softmax_split_kernel[(n_rows * n_chunks,)](
@@ -553,18 +570,38 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
                                      num_warps=cfg["num_warps"])
 
 
+# The launch choices of each launcher on this process's GPUs (reports read best_config).
+SOFTMAX_TUNER = _tuning.LaunchTuner("softmax")
+SOFTMAX_PERSISTENT_TUNER = _tuning.LaunchTuner("softmax_persistent")
+
+
+def _choose(x2: torch.Tensor, y2: torch.Tensor, config: dict | None, persistent: bool,
+            where: str) -> dict:
+    """The launch config: the caller's overrides of the heuristic, or the device's choice in
+    _softmax_space (timed at first use on a large problem)."""
+    n_rows, n_cols = x2.shape
+    if config:
+        return with_overrides(_softmax_config(n_rows, n_cols, x2.dtype, persistent), config,
+                              where, powers_of_two=("BLOCK_N", "ROWS"))
+    tuner = SOFTMAX_PERSISTENT_TUNER if persistent else SOFTMAX_TUNER
+    key = (triton.next_power_of_2(max(n_cols, 1)), x2.element_size())
+    return tuner.choose(x2.device, key, _softmax_space(n_rows, n_cols, x2.dtype, persistent),
+                        lambda c: _launch(x2, y2, c, persistent, where), softmax_bytes(x2))
+
+
 def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None,
             config: dict | None = None) -> torch.Tensor:
     """softmax(x, dim=-1): one tile of rows per program, or one chunk of a wide row.
 
+    Without config, the launch config is this GPU's choice in _softmax_space, timed at the
+    first call on a large problem (reference_kernels/_tuning.py).
     config: overrides of _softmax_config's launch parameters (BLOCK_N, ROWS, num_warps, EVICT,
     SPLIT, RELOAD, NUM_STAGES, programs_per_sm), for tuning sweeps; BLOCK_N below the row width
     splits rows (SPLIT=True; RELOAD=True reads each chunk again after the exchange instead of
     holding it) or loops over them (SPLIT=False; NUM_STAGES and programs_per_sm apply).
     """
     x2, y2, out = _as_rows(x, out, "softmax")
-    cfg = with_overrides(_softmax_config(*x2.shape, x.dtype, persistent=False), config,
-                         "softmax", powers_of_two=("BLOCK_N", "ROWS"))
+    cfg = _choose(x2, y2, config, False, "softmax")
     _launch(x2, y2, cfg, False, "softmax")
     return out
 
@@ -578,8 +615,7 @@ def softmax_persistent(x: torch.Tensor, *, out: torch.Tensor | None = None,
     in one program each (config as for softmax).
     """
     x2, y2, out = _as_rows(x, out, "softmax_persistent")
-    cfg = with_overrides(_softmax_config(*x2.shape, x.dtype, persistent=True), config,
-                         "softmax_persistent", powers_of_two=("BLOCK_N", "ROWS"))
+    cfg = _choose(x2, y2, config, True, "softmax_persistent")
     _launch(x2, y2, cfg, True, "softmax_persistent")
     return out
 

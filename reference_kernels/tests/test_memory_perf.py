@@ -20,6 +20,22 @@ TENSOR_BYTES = 256 * 2**20
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 COLS = (1024, 4096, 16384, 65536)
 
+# Targets that mean the same on every GPU: fractions of this device's measured copy ceiling
+# (peak="measured": a 1 GiB device-to-device copy, calibrated once per device and cached), and
+# torch measured in the same run. Every kernel here reads its inputs once and writes its
+# outputs once, as the copy does, so the copy's bandwidth is what each of them could reach.
+# Rows held whole by one program, and the elementwise kernels: 95% of it (the H100 reached
+# 96-100%: softmax 2915-2950 GB/s, layernorm 2893-2924, against a 3000 GB/s copy). Rows split
+# over programs that wait for each other's statistics (softmax.py) move the same bytes with
+# fewer in flight: 85% (H100: 0.86-0.95).
+COPY_FRAC = 0.95
+SPLIT_COPY_FRAC = 0.85
+
+
+def _copy_frac(cols: int) -> float:
+    return COPY_FRAC if cols <= softmax.SINGLE_PASS_MAX_COLS else SPLIT_COPY_FRAC
+
+
 # Fused chains vs their unfused torch sequences, both near the same bandwidth: the ideal speedup
 # is the ratio of their transfers (fused.py: 6/4 = 1.5 for add_mul, 7/3 = 2.33 for
 # bias_gelu_residual). The targets leave 13% and 23% of it to kernels that run a little below
@@ -39,20 +55,13 @@ def _rows(n_cols: int, dtype: torch.dtype) -> int:
 DTYPE_PARAMS = [pytest.param(d, id=_name(d)) for d in DTYPES]
 
 
-def _softmax_cases():
-    # Rows past 16K columns are split over programs that wait for each other's statistics
-    # (softmax.py): one read and one write still, but each program lives longer than a
-    # single-pass one (a ticket, then a round trip to publish and collect the statistics), so
-    # fewer bytes are in flight per SM: 75% of peak there, 85% for the single-pass widths.
-    for dtype in DTYPES:
-        for cols in COLS:
-            frac = 0.85 if cols <= 16384 else 0.75
-            yield pytest.param(dtype, cols, marks=perf_target(speedup=1.0, bandwidth_frac=frac),
-                               id=f"{_name(dtype)}-{cols}")
-
-
 def _row_cases(**targets):
-    return [pytest.param(dtype, cols, marks=perf_target(**targets), id=f"{_name(dtype)}-{cols}")
+    """(dtype, cols) at every width, each with perf_target(**targets) and the copy fraction of
+    its width (copy=True)."""
+    copy = targets.pop("copy", False)
+    return [pytest.param(dtype, cols, id=f"{_name(dtype)}-{cols}", marks=perf_target(
+                **targets, **({"bandwidth_frac": _copy_frac(cols), "peak": "measured"} if copy
+                              else {})))
             for dtype in DTYPES for cols in COLS]
 
 
@@ -66,15 +75,17 @@ def _bench_vector_add(launcher, dtype, make_tensor, triton_bench, **kwargs):
     assert_close(out, vector_add.vector_add_reference(x.double(), y.double()))
 
 
+# Elementwise add streams like the copy does, and so does torch.add: parity with it (within the
+# 0.5% a run's CI is never narrower than) and the copy fraction.
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@perf_target(bandwidth_frac=0.88, speedup=0.98)
+@perf_target(bandwidth_frac=COPY_FRAC, peak="measured", speedup=0.98)
 def test_vector_add_speed(dtype, make_tensor, triton_bench):
     _bench_vector_add(vector_add.vector_add, dtype, make_tensor, triton_bench,
                       kernel=vector_add._vector_add_kernel)
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@perf_target(bandwidth_frac=0.88, speedup=0.98)
+@perf_target(bandwidth_frac=COPY_FRAC, peak="measured", speedup=0.98)
 def test_vector_add_persistent_speed(dtype, make_tensor, triton_bench):
     _bench_vector_add(vector_add.vector_add_persistent, dtype, make_tensor, triton_bench)
 
@@ -87,8 +98,8 @@ def test_checklist_vector_add(make_tensor, triton_bench):
 
 @pytest.mark.xfail(raises=PerfTargetMissed, strict=True,
                    reason="negative control: 32-element programs of 1 warp (controls.add_slow) "
-                          "cannot stream anywhere near 88% of peak bandwidth")
-@perf_target(bandwidth_frac=0.88)
+                          "cannot stream anywhere near 95% of the copy ceiling")
+@perf_target(bandwidth_frac=COPY_FRAC, peak="measured")
 def test_slow_vector_add_misses_target(make_tensor, triton_bench):
     _bench_vector_add(controls.add_slow, torch.float32, make_tensor, triton_bench)
 
@@ -98,12 +109,14 @@ def test_slow_vector_add_misses_target(make_tensor, triton_bench):
 def _bench_softmax(launcher, dtype, cols, make_tensor, triton_bench):
     (x,) = softmax.softmax_inputs(make_tensor, _rows(cols, dtype), cols, dtype=dtype)
     out = torch.empty_like(x)
+    tuner = softmax.SOFTMAX_PERSISTENT_TUNER if launcher is softmax.softmax_persistent \
+        else softmax.SOFTMAX_TUNER
     triton_bench(lambda: launcher(x, out=out), bytes=softmax.softmax_bytes(x),
-                 baseline=lambda: torch.softmax(x, dim=-1), dtype=dtype)
+                 baseline=lambda: torch.softmax(x, dim=-1), dtype=dtype, kernel=tuner)
     assert_close(out, softmax.softmax_reference(x.double()))
 
 
-@pytest.mark.parametrize("dtype, cols", list(_softmax_cases()))
+@pytest.mark.parametrize("dtype, cols", _row_cases(speedup=1.0, copy=True))
 def test_softmax_speed(dtype, cols, make_tensor, triton_bench):
     _bench_softmax(softmax.softmax, dtype, cols, make_tensor, triton_bench)
 
@@ -125,17 +138,16 @@ def _bench_layernorm_forward(dtype, cols, make_tensor, triton_bench, **kwargs):
     y = torch.empty_like(x)
     triton_bench(lambda: layernorm.layernorm(x, w, b, out=y), bytes=layernorm.layernorm_bytes(x),
                  baseline=lambda: torch.nn.functional.layer_norm(x, (cols,), w, b),
-                 dtype=dtype, **kwargs)
+                 dtype=dtype, kernel=layernorm.LAYERNORM_TUNER, **kwargs)
     y_ref, _, _ = layernorm.layernorm_reference(x.double(), w.double(), b.double())
     assert_close(y, y_ref)
 
 
-@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@perf_target(geomean_speedup=1.1, bandwidth_frac=0.80)
-def test_layernorm_forward_speed(dtype, make_tensor, triton_bench):
-    # One sweep over the widths: the geometric mean of the speedups is the target.
-    for cols in COLS:
-        _bench_layernorm_forward(dtype, cols, make_tensor, triton_bench, name=f"{cols} cols")
+# torch's layer_norm runs at 60-80% of the copy ceiling: the forward must beat it by 10% at
+# every width, as well as reach the copy fraction.
+@pytest.mark.parametrize("dtype, cols", _row_cases(speedup=1.1, copy=True))
+def test_layernorm_forward_speed(dtype, cols, make_tensor, triton_bench):
+    _bench_layernorm_forward(dtype, cols, make_tensor, triton_bench)
 
 
 def _torch_layernorm_backward(x, w, b, dy):
@@ -170,7 +182,7 @@ def test_checklist_layernorm(make_tensor, triton_bench):
 # --- fused chains ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@perf_target(speedup=ADD_MUL_SPEEDUP)
+@perf_target(speedup=ADD_MUL_SPEEDUP, bandwidth_frac=COPY_FRAC, peak="measured")
 def test_add_mul_speed(dtype, make_tensor, triton_bench):
     a, b, c = fused.add_mul_inputs(make_tensor, TENSOR_BYTES // dtype.itemsize, dtype=dtype)
     out = torch.empty_like(a)
@@ -181,7 +193,7 @@ def test_add_mul_speed(dtype, make_tensor, triton_bench):
 
 
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
-@perf_target(speedup=BIAS_GELU_RESIDUAL_SPEEDUP)
+@perf_target(speedup=BIAS_GELU_RESIDUAL_SPEEDUP, bandwidth_frac=COPY_FRAC, peak="measured")
 def test_bias_gelu_residual_speed(dtype, make_tensor, triton_bench):
     x, bias, res = fused.bias_gelu_residual_inputs(make_tensor, _rows(4096, dtype), 4096,
                                                    dtype=dtype)

@@ -1,0 +1,101 @@
+"""Launch configurations chosen on the GPU they run on.
+
+A launcher names a small space of candidate configs (dicts of its launch parameters) beside its
+kernel: the launch heuristic first, then the alternatives that won on some GPU. The first call on
+a large problem times every candidate with the plugin's own timing (pytest_triton.bench: cold
+L2, CUDA graphs for short kernels, no launch overhead) and keeps the fastest for that device and
+key for the rest of the process, as triton.autotune does for a kernel's configs. A new GPU thus
+picks what suits it among configs that each won somewhere, instead of inheriting the constants
+of the GPU they were swept on.
+
+Without timing (the space's first candidate): small problems (under TUNE_MIN_BYTES of traffic:
+tuning would cost more than it saves, and correctness tests stay quick and deterministic),
+Triton's interpreter, CUDA-graph capture (nothing may be timed inside one), and
+PYTEST_TRITON_TUNE=0 (every launch on its heuristic).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from pytest_triton import interpreting
+
+# Traffic below which the heuristic is taken untimed: at 32 MB a launch takes ~10 us on an
+# H100 and tuning (a compile and ~50 ms of timing per candidate) could not pay for itself.
+TUNE_MIN_BYTES = 32 * 2**20
+
+
+def _cfg_text(cfg: dict) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in cfg.items())
+
+
+class LaunchTuner:
+    """The choices of one launcher, per (device, key). Mirrors the attributes of Triton's
+    Autotuner that reports read: `best_config` (the last choice), `configs_timings` (the
+    candidates of that choice and their median ms) and `cache` (every choice)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.cache: dict = {}  # (device name, SMs, key) -> chosen config
+        self.timings: dict = {}  # same key -> [(config, ms)]
+        self.best_config: str | None = None
+        self.configs_timings: dict | None = None
+
+    def choose(self, device: torch.device, key: tuple, space: list[dict], run, nbytes: int) -> dict:
+        """The config to launch with: space[0] untimed (see the module doc), else the fastest
+        candidate for (device, key), timed now if it never was. run(cfg) launches with cfg."""
+        if not space:
+            raise ValueError(f"{self.name}: empty launch space")
+        if len(space) == 1 or not _may_time(device, nbytes):
+            return self._chosen(space[0], None)
+        props = torch.cuda.get_device_properties(device)
+        k = (props.name, props.multi_processor_count, key)
+        if k not in self.cache:
+            self.timings[k] = [(cfg, _median_ms(run, cfg, device)) for cfg in space]
+            timed = [(ms, i) for i, (_, ms) in enumerate(self.timings[k]) if math.isfinite(ms)]
+            if not timed:  # every candidate failed: launch the heuristic and let it raise
+                return self._chosen(space[0], None)
+            self.cache[k] = space[min(timed)[1]]
+        return self._chosen(self.cache[k], self.timings.get(k))
+
+    def _chosen(self, cfg: dict, timings) -> dict:
+        self.best_config = _cfg_text(cfg)
+        self.configs_timings = {_cfg_text(c): ms for c, ms in timings} if timings else None
+        return cfg
+
+    def __repr__(self) -> str:
+        return f"LaunchTuner({self.name!r}, {len(self.cache)} choices)"
+
+
+def _may_time(device: torch.device, nbytes: int) -> bool:
+    if device.type != "cuda" or interpreting() or nbytes < TUNE_MIN_BYTES:
+        return False
+    if os.environ.get("PYTEST_TRITON_TUNE", "1").strip().lower() in ("0", "false", "off", "no"):
+        return False
+    return not torch.cuda.is_current_stream_capturing()
+
+
+def _median_ms(run, cfg: dict, device: torch.device) -> float:
+    """Median ms of run(cfg); inf when the candidate cannot run here (too many registers or too
+    much shared memory for this GPU, say): it is then never chosen."""
+    from pytest_triton.bench import AUTOTUNE, measure
+
+    try:
+        ms = sorted(measure(lambda: run(cfg), None, AUTOTUNE, device).ms)
+    except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is not chosen
+        torch.cuda.synchronize(device)
+        return math.inf
+    return ms[len(ms) // 2] if ms else math.inf
+
+
+def space(defaults: dict, *alternatives: dict) -> list[dict]:
+    """[defaults, defaults | alternative, ...] without duplicates, in that order."""
+    out = [dict(defaults)]
+    for alt in alternatives:
+        cfg = {**defaults, **alt}
+        if cfg not in out:
+            out.append(cfg)
+    return out

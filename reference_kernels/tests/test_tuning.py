@@ -1,0 +1,95 @@
+"""The launch tuner (reference_kernels/_tuning.py): which candidate it launches, and when it times.
+Timing itself needs a GPU; here it is replaced by given medians."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from reference_kernels import _tuning, layernorm, softmax
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """A 'GPU' on which timing is allowed and candidate i takes MS[i] ms (inf: fails to run)."""
+    timed = []
+    ms = {}
+
+    def median_ms(run, cfg, device):
+        timed.append(cfg["id"])
+        return ms[cfg["id"]]
+
+    monkeypatch.setattr(_tuning, "_may_time", lambda device, nbytes: nbytes >= _tuning.TUNE_MIN_BYTES)
+    monkeypatch.setattr(_tuning, "_median_ms", median_ms)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: SimpleNamespace(name=f"GPU {device}", multi_processor_count=132))
+    return SimpleNamespace(ms=ms, timed=timed)
+
+
+SPACE = [{"id": 0}, {"id": 1}, {"id": 2}]
+BIG = _tuning.TUNE_MIN_BYTES
+
+
+def test_the_fastest_candidate_is_chosen_once_per_device_and_key(fake_gpu):
+    tuner = _tuning.LaunchTuner("k")
+    fake_gpu.ms.update({0: 1.0, 1: 0.5, 2: 0.7})
+    assert tuner.choose("gpu0", ("w", 4), SPACE, None, BIG)["id"] == 1
+    assert tuner.choose("gpu0", ("w", 4), SPACE, None, BIG)["id"] == 1
+    assert fake_gpu.timed == [0, 1, 2]  # timed once, then cached
+    assert tuner.best_config == "id: 1"
+    assert tuner.configs_timings == {"id: 0": 1.0, "id: 1": 0.5, "id: 2": 0.7}
+    fake_gpu.ms.update({0: 0.1})
+    assert tuner.choose("gpu1", ("w", 4), SPACE, None, BIG)["id"] == 0  # another GPU chooses anew
+    assert tuner.choose("gpu0", ("w", 2), SPACE, None, BIG)["id"] == 0  # another key too
+
+
+def test_small_problems_take_the_heuristic_untimed(fake_gpu):
+    tuner = _tuning.LaunchTuner("k")
+    fake_gpu.ms.update({0: 1.0, 1: 0.5, 2: 0.7})
+    assert tuner.choose("gpu0", ("w",), SPACE, None, BIG - 1)["id"] == 0
+    assert fake_gpu.timed == [] and tuner.configs_timings is None
+
+
+def test_a_candidate_that_cannot_run_is_never_chosen(fake_gpu):
+    tuner = _tuning.LaunchTuner("k")
+    fake_gpu.ms.update({0: math.inf, 1: math.inf, 2: 3.0})
+    assert tuner.choose("gpu0", ("w",), SPACE, None, BIG)["id"] == 2
+    fake_gpu.ms.update({2: math.inf})
+    assert tuner.choose("gpu0", ("v",), SPACE, None, BIG)["id"] == 0  # none ran: the heuristic raises
+
+
+def test_untimed_under_the_interpreter_and_when_switched_off(monkeypatch):
+    monkeypatch.setattr(_tuning, "interpreting", lambda: False)
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    assert _tuning._may_time(cuda, BIG)
+    monkeypatch.setenv("PYTEST_TRITON_TUNE", "0")
+    assert not _tuning._may_time(cuda, BIG)
+    monkeypatch.delenv("PYTEST_TRITON_TUNE")
+    monkeypatch.setattr(_tuning, "interpreting", lambda: True)
+    assert not _tuning._may_time(cuda, BIG)
+    assert not _tuning._may_time(torch.device("cpu"), BIG)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("cols", [100, 1024, 4096, 16384, 65536])
+def test_spaces_start_with_the_heuristic_and_hold_valid_configs(dtype, cols, monkeypatch):
+    monkeypatch.setattr(softmax, "interpreting", lambda: False)  # the GPU's spaces
+    monkeypatch.setattr(layernorm, "interpreting", lambda: False)
+    rows = 1 << 20
+    cases = [(softmax._softmax_space(rows, cols, dtype, p), softmax._softmax_config(rows, cols, dtype, p))
+             for p in (False, True)]
+    cases.append((layernorm._layernorm_space(rows, cols, dtype),
+                  layernorm._layernorm_config(rows, cols, dtype)))
+    for spaces, heuristic in cases:
+        assert spaces[0] == heuristic
+        assert len(spaces) == len({tuple(sorted(c.items())) for c in spaces})  # no duplicates
+        for cfg in spaces:
+            assert set(cfg) == set(heuristic)
+            for key in ("BLOCK_N", "ROWS", "num_warps"):
+                assert cfg[key] & (cfg[key] - 1) == 0, cfg  # powers of two
+            assert 1 <= cfg["num_warps"] <= 32
+            assert cfg["SPLIT"] or cfg["BLOCK_N"] >= cols or cfg["BLOCK_N"] == heuristic["BLOCK_N"]
