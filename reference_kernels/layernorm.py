@@ -446,8 +446,9 @@ def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]
     why they differ between GPUs). From the H200 grid (bench/sweep_memory.py, do_bench): 1K
     one row on 4 warps (fp32 4065 GB/s vs the heuristic's 8 rows on 8 warps 3998; fp16 two rows
     4057 vs 3971); 4K 16-bit w and b loaded late (4008 vs 3781); 16K float32 two rows on 32
-    warps, w and b late (3848 vs 3538), 16-bit one row on 8 warps (3882 vs 3806); 64K split
-    rows in 2048-column chunks on 2 warps as the alternative to the heuristic's chunks."""
+    warps, w and b late (3848 vs 3538), or split in 2048-column chunks on 2 warps (3709), 16-bit
+    one row on 8 warps (3882 vs 3806); 64K split rows in 2048-column chunks on 2 warps as the
+    alternative to the heuristic's chunks."""
     base = _layernorm_config(n_rows, n_cols, dtype)
     block = base["BLOCK_N"]
     half = dtype != torch.float32
@@ -466,7 +467,8 @@ def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]
     if half:
         return _tuning.space(base, {"num_warps": 8, "LATE_WB": True})
     return _tuning.space(base, {"ROWS": _tile_rows(2 * block, block, n_rows), "num_warps": 32,
-                                "LATE_WB": True}, {"num_warps": 32})
+                                "LATE_WB": True}, {"num_warps": 32},
+                         {"SPLIT": True, "BLOCK_N": 2048, "num_warps": 2, "LATE_WB": True})
 
 
 def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:

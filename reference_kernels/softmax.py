@@ -462,12 +462,15 @@ def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
         if dtype == torch.float32:
             return _tuning.space(base, {"BLOCK_N": 2048, "num_warps": 2})
         return _tuning.space(base, {"BLOCK_N": 8192, "num_warps": 4, "maxnreg": 80},
+                             {"BLOCK_N": 8192, "num_warps": 4, "maxnreg": 72},
                              {"BLOCK_N": 8192, "num_warps": 8})
     if persistent:
         if block <= 1024 and base["NUM_STAGES"] == 1:
             return _tuning.space(base,
                                  {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 2,
                                   "programs_per_sm": 8},
+                                 {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 2,
+                                  "programs_per_sm": 16},
                                  {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 4,
                                   "programs_per_sm": 8})
         return [base]
