@@ -472,7 +472,11 @@ def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
                                  {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 2,
                                   "programs_per_sm": 16},
                                  {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 4,
-                                  "programs_per_sm": 8})
+                                  "programs_per_sm": 8},
+                                 # A grid-stride loop pipelined through shared memory instead
+                                 # of tickets and a second tile in registers.
+                                 {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 4,
+                                  "programs_per_sm": 4, "NUM_STAGES": 3})
         return [base]
     if block > SINGLE_PASS_MAX_COLS:  # the looped path (sweeps only)
         return [base]
