@@ -57,9 +57,11 @@ class _Gpu:
 
         self.torch = torch
         self.device = torch.device(device)
+        from .device import flush_bytes
+
         props = torch.cuda.get_device_properties(self.device)
-        # At least twice the L2: after writing it, nothing the kernel touched before is left there.
-        n = max(2 * props.L2_cache_size, 64 * 2**20) // 4
+        # After writing twice the caches, nothing the kernel touched before is left there.
+        n = flush_bytes(props.name, props.multi_processor_count, props.L2_cache_size) // 4
         self.flush_buf = torch.empty(n, dtype=torch.int32, device=self.device)
         try:
             import triton

@@ -13,26 +13,47 @@ PEAK_DTYPES = ("tf32", "float16", "bfloat16", "float8")
 @dataclass(frozen=True)
 class Sku:
     label: str
-    pattern: str  # regex searched in the CUDA device name
-    sms: int
+    pattern: str  # regex searched in the device name (torch.cuda.get_device_properties().name)
+    sms: int | None  # SMs (CUs on AMD) the name must come with; None: the name alone decides
     dram_gbps: float
     tflops: dict  # dense tensor-core TFLOP/s by PEAK_DTYPES (fp32 accumulation); None: no such unit
+    cache_mb: int | None = None  # a last-level cache beyond L2 (AMD's Infinity Cache) to flush
 
 
 # Datasheet numbers, dense (the vendor's sparse figures halved), tensor cores accumulating in FP32
-# (GeForce parts run FP16/BF16 at half rate with FP32 accumulation; that is the rate given).
-# Order matters: the first match wins, so longer names come before their prefixes.
+# (GeForce and RTX PRO Blackwell parts run FP16/BF16 at half rate with FP32 accumulation; that is
+# the rate given). Order matters: the first match wins, so longer names come before their
+# prefixes. Each row says where its numbers come from.
 SKUS: tuple[Sku, ...] = (
+    # NVIDIA H100 datasheet (SXM5, PCIe, NVL columns).
     Sku("H100 NVL", r"H100 NVL", 132, 3938.0,
         {"tf32": 417.5, "float16": 835.5, "bfloat16": 835.5, "float8": 1670.5}),
     Sku("H100 PCIe", r"H100 PCIe", 114, 2039.0,
         {"tf32": 378.0, "float16": 756.0, "bfloat16": 756.0, "float8": 1513.0}),
     Sku("H100 SXM", r"H100( 80GB HBM3| SXM)", 132, 3352.0,
         {"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9}),
+    # NVIDIA H200 datasheet (SXM, NVL): H100's compute, 4.8 TB/s of HBM3e.
     Sku("H200 NVL", r"H200 NVL", 132, 4800.0,
         {"tf32": 417.5, "float16": 835.5, "bfloat16": 835.5, "float8": 1670.5}),
     Sku("H200 SXM", r"H200", 132, 4800.0,
         {"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9}),
+    # NVIDIA H20 (export part of the Hopper die, 78 SMs): 4.0 TB/s, FP16/BF16 148 TFLOPS dense,
+    # TF32 74, FP8 296 (NVIDIA's H20 product brief).
+    Sku("H20", r"\bH20\b", None, 4000.0,
+        {"tf32": 74.0, "float16": 148.0, "bfloat16": 148.0, "float8": 296.0}),
+    # NVIDIA GB200 NVL72 datasheet, per GPU (1200 W): 8 TB/s; FP16/BF16 2.5 PFLOPS dense (5
+    # sparse), TF32 1.25, FP8 5.
+    Sku("GB200", r"GB200", None, 8000.0,
+        {"tf32": 1250.0, "float16": 2500.0, "bfloat16": 2500.0, "float8": 5000.0}),
+    # NVIDIA HGX B300 datasheet, per GPU (Blackwell Ultra, 288 GB): 8 TB/s; FP16/BF16 2.25
+    # PFLOPS dense, TF32 1.1, FP8 4.5 (its added throughput is FP4, which no target here uses).
+    Sku("B300", r"B300", None, 8000.0,
+        {"tf32": 1100.0, "float16": 2250.0, "bfloat16": 2250.0, "float8": 4500.0}),
+    # NVIDIA HGX B200 datasheet, per GPU (1000 W, 148 SMs): 8 TB/s; FP16/BF16 2.25 PFLOPS
+    # dense (4.5 sparse), TF32 1.1, FP8 4.5.
+    Sku("B200", r"B200", None, 8000.0,
+        {"tf32": 1100.0, "float16": 2250.0, "bfloat16": 2250.0, "float8": 4500.0}),
+    # NVIDIA A100 datasheet (SXM4 and PCIe, 40 and 80 GB).
     Sku("A100 SXM4 80GB", r"A100-SXM4?-80GB", 108, 2039.0,
         {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
     Sku("A100 SXM4 40GB", r"A100-SXM4?-40GB", 108, 1555.0,
@@ -41,16 +62,40 @@ SKUS: tuple[Sku, ...] = (
         {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
     Sku("A100 PCIe 40GB", r"A100-PCIE-40GB|A100 PCIe", 108, 1555.0,
         {"tf32": 156.0, "float16": 312.0, "bfloat16": 312.0, "float8": None}),
+    # NVIDIA L40S, L4 and A10 datasheets.
     Sku("L40S", r"L40S", 142, 864.0,
         {"tf32": 183.0, "float16": 362.05, "bfloat16": 362.05, "float8": 733.0}),
     Sku("L4", r"\bL4\b", 58, 300.0,
         {"tf32": 60.0, "float16": 121.0, "bfloat16": 121.0, "float8": 242.5}),
     Sku("A10", r"\bA10\b", 72, 600.0,
         {"tf32": 62.5, "float16": 125.0, "bfloat16": 125.0, "float8": None}),
+    # NVIDIA RTX PRO 6000 Blackwell (188 SMs, 96 GB GDDR7 at 1792 GB/s): its datasheet gives 4000
+    # AI TOPS (FP4, sparse); FP8 dense is a quarter of that, FP16 with FP32 accumulation a
+    # quarter of FP8 dense (as on every RTX Blackwell part), TF32 half of FP16.
+    Sku("RTX PRO 6000 Blackwell", r"RTX PRO 6000 Blackwell", None, 1792.0,
+        {"tf32": 125.0, "float16": 250.0, "bfloat16": 250.0, "float8": 1000.0}),
+    # NVIDIA RTX Blackwell GPU architecture whitepaper, GeForce RTX 5090 (170 SMs, 1792 GB/s):
+    # FP16 tensor with FP32 accumulation 209.5 TFLOPS dense, TF32 104.8, FP8 419 (FP32 acc).
+    Sku("RTX 5090", r"RTX 5090", 170, 1792.0,
+        {"tf32": 104.8, "float16": 209.5, "bfloat16": 209.5, "float8": 419.0}),
+    # NVIDIA Ada and Ampere GeForce whitepapers.
     Sku("RTX 4090", r"RTX 4090", 128, 1008.0,
         {"tf32": 82.6, "float16": 165.2, "bfloat16": 165.2, "float8": 330.3}),
     Sku("RTX 3090", r"RTX 3090\b", 82, 936.0,
         {"tf32": 35.6, "float16": 71.0, "bfloat16": 71.0, "float8": None}),
+    # AMD Instinct datasheets; "SMs" are compute units, as torch reports them on ROCm. Each
+    # has a 256 MB Infinity Cache behind its L2, which the L2 flush must cover too.
+    # MI355X (CDNA 4, 256 CUs): 8 TB/s HBM3E; FP16/BF16 2.5 PFLOPS dense, FP8 5.0; its
+    # datasheet lists no TF32 matrix rate.
+    Sku("MI355X", r"MI355X", None, 8000.0,
+        {"tf32": None, "float16": 2516.6, "bfloat16": 2516.6, "float8": 5033.2}, cache_mb=256),
+    # MI325X (CDNA 3, 304 CUs): 6 TB/s HBM3E, MI300X's compute.
+    Sku("MI325X", r"MI325X", None, 6000.0,
+        {"tf32": 653.7, "float16": 1307.4, "bfloat16": 1307.4, "float8": 2614.9}, cache_mb=256),
+    # MI300X (CDNA 3, 304 CUs): 5.3 TB/s HBM3; FP16/BF16 1307.4 TFLOPS dense, TF32 653.7, FP8
+    # 2614.9.
+    Sku("MI300X", r"MI300X", None, 5300.0,
+        {"tf32": 653.7, "float16": 1307.4, "bfloat16": 1307.4, "float8": 2614.9}, cache_mb=256),
 )
 
 # Dense FP16 tensor FLOP per SM per clock by compute capability (FP32 accumulation), for devices
@@ -117,9 +162,18 @@ class DeviceInfo:
 
 def match_sku(name: str, sms: int) -> Sku | None:
     for sku in SKUS:
-        if re.search(sku.pattern, name, re.IGNORECASE) and sku.sms == sms:
+        if re.search(sku.pattern, name, re.IGNORECASE) and sku.sms in (None, sms):
             return sku
     return None
+
+
+def flush_bytes(name: str, sms: int, l2_bytes: int) -> int:
+    """Bytes to overwrite between timed samples so that nothing a kernel read stays cached:
+    twice the L2, or twice a larger last-level cache the device has (AMD's Infinity Cache,
+    which torch's L2_cache_size does not count), at least 64 MB."""
+    sku = match_sku(name, sms)
+    cache = max(l2_bytes, (sku.cache_mb or 0) * 2**20 if sku else 0)
+    return max(2 * cache, 64 * 2**20)
 
 
 def estimate_peaks(cc: tuple[int, int], sms: int, sm_clock_khz: int, mem_clock_khz: int,

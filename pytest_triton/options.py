@@ -44,11 +44,12 @@ OPTIONS: tuple[Option, ...] = (
            "write every measurement, its statistics, the environment and the verdicts to PATH",
            metavar="PATH"),
     Option("triton_perf_calibrate", "bool", False,
-           "measure this device's real ceilings (a large copy; a large cuBLAS matmul per dtype) "
-           "and cache them per device fingerprint in pytest's cache"),
+           "measure this device's real ceilings again (a 1 GiB copy; an 8192^3 cuBLAS matmul per "
+           "dtype), replacing those cached for its fingerprint (they are measured once per "
+           "device fingerprint anyway, at the first perf test)"),
     Option("triton_perf_peak", "string", "datasheet",
-           "what fractions of peak are taken against: the SKU's datasheet, or the ceilings "
-           "measured by --triton-perf-calibrate",
+           "what fractions of peak are taken against where a perf_target does not say (peak=): "
+           "the SKU's datasheet, or this device's measured ceilings",
            choices=("datasheet", "measured")),
     Option("triton_perf_l2", "string", "cold",
            "L2 state while timing: cold (flushed before every sample) or warm",

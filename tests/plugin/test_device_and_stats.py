@@ -3,7 +3,7 @@
 import pytest
 
 from pytest_triton import stats
-from pytest_triton.device import DeviceInfo, estimate_peaks, match_sku
+from pytest_triton.device import DeviceInfo, estimate_peaks, flush_bytes, match_sku
 
 
 @pytest.mark.parametrize("name, sms, label, gbps, fp16", [
@@ -20,6 +20,16 @@ from pytest_triton.device import DeviceInfo, estimate_peaks, match_sku
     ("NVIDIA A10", 72, "A10", 600, 125),
     ("NVIDIA GeForce RTX 4090", 128, "RTX 4090", 1008, 165.2),
     ("NVIDIA GeForce RTX 3090", 82, "RTX 3090", 936, 71),
+    ("NVIDIA H20", 78, "H20", 4000, 148),
+    ("NVIDIA B200", 148, "B200", 8000, 2250),
+    ("NVIDIA GB200", 148, "GB200", 8000, 2500),
+    ("NVIDIA B300 SXM6 AC", 148, "B300", 8000, 2250),
+    ("NVIDIA GeForce RTX 5090", 170, "RTX 5090", 1792, 209.5),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 188, "RTX PRO 6000 Blackwell", 1792, 250),
+    # ROCm: torch reports the marketing name and the CU count.
+    ("AMD Instinct MI300X", 304, "MI300X", 5300, 1307.4),
+    ("AMD Instinct MI325X", 304, "MI325X", 6000, 1307.4),
+    ("AMD Instinct MI355X", 256, "MI355X", 8000, 2516.6),
 ])
 def test_sku_table(name, sms, label, gbps, fp16):
     sku = match_sku(name, sms)
@@ -30,7 +40,17 @@ def test_sku_table(name, sms, label, gbps, fp16):
 def test_name_and_sm_count_must_both_match():
     assert match_sku("NVIDIA H100 80GB HBM3", 114) is None  # a cut-down part is not an SXM
     assert match_sku("NVIDIA A100X", 108) is None
-    assert match_sku("NVIDIA B200", 148) is None
+    assert match_sku("NVIDIA GeForce RTX 5090 D", 170).label == "RTX 5090"
+    assert match_sku("NVIDIA GeForce RTX 5090 Laptop GPU", 82) is None  # another chip, same name
+    assert match_sku("NVIDIA H200", 114) is None
+
+
+def test_the_l2_flush_covers_amds_infinity_cache():
+    # torch's L2_cache_size on an MI300X counts its L2 (4 MB), not the 256 MB Infinity Cache
+    # behind it: a flush of twice the L2 would leave the kernel's data there.
+    assert flush_bytes("AMD Instinct MI300X", 304, 4 * 2**20) == 512 * 2**20
+    assert flush_bytes("NVIDIA H100 80GB HBM3", 132, 50 * 2**20) == 100 * 2**20
+    assert flush_bytes("Some small GPU", 8, 2 * 2**20) == 64 * 2**20
 
 
 def test_estimate_for_unknown_devices_matches_the_datasheet_of_known_ones():
