@@ -14,6 +14,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from pytest_triton.report import fractions_text  # noqa: E402
+
 
 def perf_section(path, cmd):
     doc = json.load(open(path))
@@ -28,19 +31,15 @@ def perf_section(path, cmd):
     gb, ga = doc.get("gpu_settings_before") or {}, doc.get("gpu_settings_after") or {}
     out.append(f"- GPU settings before: {gb}; after: {ga} ({'unchanged' if gb == ga else 'CHANGED'})")
     if dev.get("measured"):
-        out.append(f"- measured ceilings (--triton-perf-calibrate): {dev['measured']}")
+        cal = doc["settings"].get("calibration") or "--triton-perf-calibrate"
+        out.append(f"- measured ceilings ({cal}): {dev['measured']}")
     out.append("")
-    out.append("| test | shape | ms | torch ms | speedup | GB/s | TFLOP/s | % of peak | target | verdict | method | config |")
+    out.append("| test | shape | ms | torch ms | speedup | GB/s | TFLOP/s | of peak (datasheet, measured) | target | verdict | method | config |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["results"]:
         for m in r["measurements"]:
             test = m["nodeid"].split("::")[-1]
-            peaks = m["peaks"]
-            pct = ""
-            if m["tflops"] and peaks.get("tflops"):
-                pct = f"{100 * m['tflops'] / peaks['tflops']:.1f}% {m['dtype']}"
-            elif m["gbps"] and peaks.get("dram_gbps"):
-                pct = f"{100 * m['gbps'] / peaks['dram_gbps']:.1f}% bw"
+            pct = fractions_text(m)
             base = m["baseline_ms"]["median"] if m["baseline_ms"] else None
             target = ", ".join(c.get("short") or c["target"] for c in m["checks"] if c["target"] != "bytes")
             verdict = m["verdict"]

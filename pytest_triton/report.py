@@ -52,7 +52,7 @@ def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
-def _fractions(m: dict) -> str:
+def fractions_text(m: dict) -> str:
     """'85.8% bw, 95.9% of copy': of the datasheet peak, then of the measured ceiling (when this
     device's were measured); TFLOP/s where flops= was given, else bandwidth."""
     fr = m.get("fractions") or {}
@@ -73,7 +73,7 @@ def _rows(results: list[dict]) -> list[tuple]:
     for r in results:
         for m in r["measurements"]:
             test = m["nodeid"].split("::", 1)[-1] + (f" [{m['name']}]" if m["name"] else "")
-            pct = _fractions(m)
+            pct = fractions_text(m)
             speed = f"{m['speedup']['median']:.3f}x" if m["speedup"] else ""
             gpu = m["gpu_before"] or {}
             noise = f"{100 * m['time_ms']['noise']:.1f}%"
