@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import markers, options, runtime, seeding, state
+from . import markers, options, runtime, scope, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -79,16 +79,19 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     from . import gpulock
 
     token = seeding.CURRENT.set(seeding.test_seed(state.get(item.config).base_seed, item.nodeid))
+    scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
         with gpulock.for_item(item):
             return (yield)
     finally:
+        scope.CURRENT.reset(scope_token)
         seeding.CURRENT.reset(token)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     result = yield
+    scope.finish_call(item)
     if item.stash.get(markers.TARGET_KEY, None) is not None and state.get(item.config).perf:
         from . import perf
 
@@ -99,6 +102,7 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    scope.annotate_report(report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if state.get(item.config).perf:
