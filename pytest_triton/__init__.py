@@ -2,6 +2,7 @@
 
 from .bench import do_bench
 from .compare import TOLERANCES, assert_close, tolerance_for
+from .guards import check_guards
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .tensors import TensorFactory, poison_value
@@ -19,6 +20,7 @@ __all__ = [
     "__version__",
     "assert_close",
     "autotune_configs",
+    "check_guards",
     "do_bench",
     "interpreting",
     "perf_target",

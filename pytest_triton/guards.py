@@ -131,6 +131,10 @@ def _values(g: Guarded, idx: list[int]) -> str:
     return ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in vals.tolist())
 
 
+def _n(count: int, what: str = "element") -> str:
+    return f"{count} {what}{'' if count == 1 else 's'}"
+
+
 def _listing(offsets: list[int]) -> str:
     shown = ", ".join(f"{o:+d}" for o in offsets[:MAX_LISTED])
     return shown + (", ..." if len(offsets) > MAX_LISTED else "")
@@ -146,23 +150,25 @@ def check(g: Guarded) -> str | None:
     gaps = [i for i in idx if g.start <= i < g.start + g.span]
     n = len(idx)
     item = g.dtype.itemsize
-    lines = [f"out-of-bounds write: {n} element{'s' if n != 1 else ''} outside the {g.describe()} "
-             "no longer hold poison: a kernel wrote past the buffer."]
+    lines = [f"out-of-bounds write: {_n(n)} outside the {g.describe()} no longer "
+             f"hold{'s' if n == 1 else ''} poison: a kernel wrote past the buffer."]
     if after:
         # Offsets past the end: +0 is the first element after the buffer's last.
         offs = [i - (g.start + g.span) for i in after]
-        lines.append(f"  after its end: {len(after)} element(s) at offsets {_listing(offs)} past "
-                     f"the last element (+0 = element {g.span}, byte {g.span * item} from the "
-                     f"start); written: {_values(g, after[:MAX_LISTED])}")
+        lines.append(f"  after its end: {_n(len(after))} at offset{'s' if len(after) > 1 else ''} "
+                     f"{_listing(offs)} past the last element (+0 = element {g.span}, byte "
+                     f"{g.span * item} from the start); written: {_values(g, after[:MAX_LISTED])}")
     if before:
         offs = [i - g.start for i in reversed(before)]
-        lines.append(f"  before its start: {len(before)} element(s) at offsets {_listing(offs)} "
-                     f"(-1 = the element just before the first); written: "
+        lines.append(f"  before its start: {_n(len(before))} at offset"
+                     f"{'s' if len(before) > 1 else ''} {_listing(offs)} (-1 = the element just "
+                     "before the first); written: "
                      f"{_values(g, list(reversed(before))[:MAX_LISTED])}")
     if gaps:
         offs = [i - g.start for i in gaps]
-        lines.append(f"  in the gaps of its strided layout (strides {g.strides}): {len(gaps)} "
-                     f"element(s) at offsets {_listing(offs)} from its first element; written: "
+        lines.append(f"  in the gaps of its strided layout (strides {g.strides}): "
+                     f"{_n(len(gaps))} at offset{'s' if len(gaps) > 1 else ''} {_listing(offs)} "
+                     "from its first element; written: "
                      f"{_values(g, gaps[:MAX_LISTED])}")
     guard = g.start
     lines.append(f"  (guards: {guard} elements = {guard * item} bytes of poison on each side, in "
