@@ -16,6 +16,9 @@ import triton.language as tl
 
 MATMUL_BUGS = (None, "drops_last_k_tile", "writes_nothing")
 ATTENTION_BUGS = (None, "no_max_subtraction", "unmasked_diagonal")
+# A bug of precision, not of logic: its error is several times torch's at the same precision, yet
+# inside a fixed atol for most inputs. Only the comparison with a baseline rejects it.
+ATTENTION_PRECISION_BUGS = ("p_in_bfloat16",)
 
 # 16 x 16 x 16 tiles, one stage, one warp: every tile is re-read from L2 for each 16 columns and
 # nothing overlaps the loads; on an H100 at 4096^3 this is an order of magnitude under cuBLAS.
@@ -82,7 +85,7 @@ def _control_attention_kernel(
     qk_scale,  # sm_scale * log2(e)
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
-    BUG: tl.constexpr,  # "", "no_max_subtraction" or "unmasked_diagonal"
+    BUG: tl.constexpr,  # "", "no_max_subtraction", "unmasked_diagonal" or "p_in_bfloat16"
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -117,6 +120,8 @@ def _control_attention_kernel(
             p = tl.math.exp2(s - m_new[:, None])
             alpha = tl.math.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
+            if BUG == "p_in_bfloat16":  # P rounded to 8 mantissa bits, not 11, before P @ V
+                p = p.to(tl.bfloat16)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
     tl.store(o_ptr + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
@@ -125,10 +130,11 @@ def _control_attention_kernel(
 
 def control_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                       bug: str | None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v with `bug` (one of ATTENTION_BUGS; None: the correct plain
-    kernel)."""
-    if bug not in ATTENTION_BUGS:
-        raise ValueError(f"control_attention: bug={bug!r}; expected one of {ATTENTION_BUGS}")
+    """softmax(q k^T / sqrt(D)) v with `bug` (one of ATTENTION_BUGS or ATTENTION_PRECISION_BUGS;
+    None: the correct plain kernel)."""
+    if bug not in ATTENTION_BUGS + ATTENTION_PRECISION_BUGS:
+        raise ValueError(f"control_attention: bug={bug!r}; expected one of "
+                         f"{ATTENTION_BUGS + ATTENTION_PRECISION_BUGS}")
     B, H, S, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)
