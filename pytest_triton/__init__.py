@@ -2,6 +2,7 @@
 
 from .bench import do_bench
 from .compare import TOLERANCES, assert_close, tolerance_for
+from .configs import assert_every_config, config_id, config_params, pin_config
 from .guards import check_guards
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
@@ -19,11 +20,15 @@ __all__ = [
     "TensorFactory",
     "__version__",
     "assert_close",
+    "assert_every_config",
     "autotune_configs",
     "check_guards",
+    "config_id",
+    "config_params",
     "do_bench",
     "interpreting",
     "perf_target",
+    "pin_config",
     "poison_value",
     "skip_interpreter_gap",
     "tolerance_for",

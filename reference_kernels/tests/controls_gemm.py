@@ -35,7 +35,7 @@ def _control_matmul_kernel(
     stride_am, stride_ak,
     stride_bk, stride_bn,
     stride_cm, stride_cn,
-    BUG: tl.constexpr,  # "", "drops_last_k_tile" or "writes_nothing"
+    BUG: tl.constexpr,  # "", "drops_last_k_tile", "writes_nothing" or "k_tail_dropped"
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -46,6 +46,8 @@ def _control_matmul_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     if BUG == "drops_last_k_tile":
         k_tiles -= 1
+    if BUG == "k_tail_dropped":  # whole tiles only: right exactly when BLOCK_K divides K
+        k_tiles = K // BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(0, k_tiles):
         k = kt * BLOCK_K + offs_k
@@ -72,6 +74,27 @@ def control_matmul(a: torch.Tensor, b: torch.Tensor, *, bug: str | None,
     _control_matmul_kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
                                  b.stride(1), out.stride(0), out.stride(1), BUG=bug or "",
                                  BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return out
+
+
+# A config wrong only at some shapes: the kernel drops the K tail that a BLOCK_K not dividing K
+# leaves. With K = 64 both configs are right; with K = 48 the BLOCK_K=32 one drops 16 of 48 terms,
+# and autotuning, which times one config per shape, may well ship it unseen.
+K_TAIL_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": bk}, num_warps=4,
+                                num_stages=1) for bk in (16, 32)]
+control_matmul_k_tail_kernel = triton.autotune(configs=K_TAIL_CONFIGS, key=["M", "N", "K"])(
+    _control_matmul_kernel)
+
+
+def control_matmul_k_tail(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """a @ b through the autotuned control_matmul_k_tail_kernel, whose BLOCK_K=32 config is wrong
+    when 32 does not divide K."""
+    M, K = a.shape
+    N = b.shape[1]
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))
+    control_matmul_k_tail_kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                       b.stride(1), out.stride(0), out.stride(1),
+                                       BUG="k_tail_dropped")
     return out
 
 
