@@ -176,10 +176,10 @@ def test_a_store_one_past_the_end_is_reported_on_its_test_and_a_clean_kernel_on_
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines([
         "*_ test_planted_one_past_the_end _*",
-        "compute-sanitizer --tool memcheck reported 1 error while this test ran*",
+        "compute-sanitizer --tool memcheck reported * while this test ran*",
         "========= Invalid __global__ write of size 4 bytes",
         "*= pytest-triton --triton-sanitize memcheck =*",
-        "3 tests ran under compute-sanitizer --tool memcheck: 1 report on 1 test*",
+        "3 tests ran under compute-sanitizer --tool memcheck: * on 1 test*",
     ])
     assert "_ test_clean_kernel" not in result.stdout.str()
     assert shutil.which("compute-sanitizer") or sanitize.find_sanitizer()
