@@ -104,7 +104,10 @@ def find(t: torch.Tensor) -> Guarded | None:
     """The guarded allocation `t` is a view of, if any."""
     if not isinstance(t, torch.Tensor) or t.device.type == "meta":
         return None
-    key = _key(t)
+    try:
+        key = _key(t)
+    except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
+        return None
     sc = scope.CURRENT.get()
     for g in (sc.guarded if sc is not None else ()):
         if _key(g.flat) == key:
@@ -115,13 +118,14 @@ def find(t: torch.Tensor) -> Guarded | None:
 def _clobbered(g: Guarded) -> torch.Tensor:
     """Indices into g.flat of the elements outside the buffer that no longer hold poison."""
     raw = g.flat.detach().view(_BITS[g.dtype.itemsize])
+    end = g.start + g.span
+    if g.span == math.prod(g.shape):  # dense: only the guards lie outside (no full-size mask)
+        head = torch.nonzero(raw[:g.start] != g.pattern).flatten()
+        tail = torch.nonzero(raw[end:] != g.pattern).flatten() + end
+        return torch.cat([head, tail]).cpu()
     outside = torch.ones(raw.shape, dtype=torch.bool, device=raw.device)
-    if g.span == math.prod(g.shape):  # dense: everything but [start, start + span)
-        outside[g.start:g.start + g.span] = False
-    else:  # strided: the view's own elements are inside; its gaps are outside
-        outside.as_strided(g.shape, g.strides, g.start).fill_(False)
-    changed = outside & (raw != g.pattern)
-    return torch.nonzero(changed).flatten().cpu()
+    outside.as_strided(g.shape, g.strides, g.start).fill_(False)  # the view's own elements
+    return torch.nonzero(outside & (raw != g.pattern)).flatten().cpu()
 
 
 def _values(g: Guarded, idx: list[int]) -> str:

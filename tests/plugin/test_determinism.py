@@ -58,7 +58,7 @@ def _ticket_sum_kernel(
     BLOCK: tl.constexpr,
 ):
     start = tl.atomic_add(ticket_ptr, 1)
-    acc = tl.zeros((), dtype=tl.float32)
+    acc = 0.0
     for i in range(0, n_chunks):
         chunk = (start + i) % n_chunks
         acc += tl.sum(tl.load(x_ptr + chunk * BLOCK + tl.arange(0, BLOCK)), 0)
