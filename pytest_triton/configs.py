@@ -150,7 +150,7 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
     for i, cfg, exc in failed:
         lines.append(f"config {i} of {n}: {config_id(cfg)}")
         text = f"{type(exc).__name__}: {exc}".splitlines()
-        shown = text[:12] + ([f"... ({len(text) - 12} more lines)"] if len(text) > 12 else [])
+        shown = text[:16] + ([f"... ({len(text) - 16} more lines)"] if len(text) > 16 else [])
         lines.append(textwrap.indent("\n".join(shown), "    "))
     for i, cfg, exc in skipped:
         first = str(exc).splitlines()[0] if str(exc) else ""

@@ -122,6 +122,11 @@ def _child_command(config: pytest.Config, sanitizer: str, t: str) -> list[str]:
         cmd += ["--triton-device", device]
     if config.pluginmanager.hasplugin("xdist"):
         cmd += ["-n", "0"]
+    if getattr(config.option, "pyargs", False):
+        cmd.append("--pyargs")
+    mode = getattr(config.option, "importmode", None)
+    if mode:
+        cmd.append(f"--import-mode={mode}")
     return cmd + list(config.args)
 
 
