@@ -233,7 +233,7 @@ def _check_guards(actual: torch.Tensor) -> None:
         return
     report = guards.check(g)
     if report:
-        guards._forget(g)
+        guards.forget(g)
         record_comparison(False, False, None, None)
         raise AssertionError("assert_close: " + report)
 

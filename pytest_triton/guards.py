@@ -198,11 +198,11 @@ def check_guards(t: torch.Tensor) -> None:
                          "poison=True) and poisoned_like make them)")
     report = check(g)
     if report:
-        _forget(g)
+        forget(g)
         raise AssertionError(report)
 
 
-def _forget(g: Guarded) -> None:
+def forget(g: Guarded) -> None:
     """Stop checking `g` (its clobbering was reported once)."""
     sc = scope.CURRENT.get()
     if sc is not None and g in sc.guarded:
