@@ -63,6 +63,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_perf_checklist", "linelist", [],
            "overrides of the performance checklist, one per line: "
            "'NAME: key=value, key=value' (e.g. 'softmax: gbps=600')"),
+    # issue 11: correctness beyond assert_close
+    Option("triton_sanitize", "string", "off",
+           "run the selected tests first under NVIDIA compute-sanitizer --tool TOOL (with "
+           "PYTORCH_NO_CUDA_MEMORY_CACHING=1) and fail each test it reports errors on; needs a "
+           "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
+           metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import markers, options, runtime, seeding, state
+from . import markers, options, runtime, sanitize, scope, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    sanitize.configure(config)
     if st.perf:
         from . import benchbridge, perf
 
@@ -47,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from . import report
 
-    return report.header(config)
+    return report.header(config) + sanitize.header(config)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -61,6 +62,14 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
             except markers.PerfTargetError as exc:
                 raise collector.CollectError(str(exc)) from None
     return result
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    sanitize.child_select(config, items)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    sanitize.run_child(session)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -79,16 +88,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     from . import gpulock
 
     token = seeding.CURRENT.set(seeding.test_seed(state.get(item.config).base_seed, item.nodeid))
+    scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
-        with gpulock.for_item(item):
+        with gpulock.for_item(item), sanitize.child_markers(item):
             return (yield)
     finally:
+        scope.CURRENT.reset(scope_token)
         seeding.CURRENT.reset(token)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     result = yield
+    scope.finish_call(item)
+    sanitize.finish_call(item)
     if item.stash.get(markers.TARGET_KEY, None) is not None and state.get(item.config).perf:
         from . import perf
 
@@ -99,6 +112,7 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    scope.annotate_report(report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if state.get(item.config).perf:
@@ -109,6 +123,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
         from . import report
 
@@ -116,6 +131,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    sanitize.session_finish(session)
     if state.get(session.config).perf:
         from . import report
 

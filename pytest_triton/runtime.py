@@ -25,6 +25,8 @@ INTERPRETER_GAPS = {
     "inline_asm": "Triton's interpreter cannot run inline assembly",
     "autotune": "Triton's interpreter cannot autotune over several configs (no driver to time them)",
     "tensor_descriptor": "this Triton's interpreter does not support tensor descriptors (TMA)",
+    "bf16_rounding": "Triton's interpreter rounds float32 to bfloat16 toward zero, not to nearest "
+                     "as GPUs do: errors up to 1 ulp, twice a GPU's",
 }
 
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
+from . import guards
+
 DISTRIBUTIONS = ("normal", "uniform", "heavy", "constant")
 LAYOUTS = ("rows", "elements")
 
@@ -55,7 +57,8 @@ class TensorFactory:
           "elements"); "elements" gives an innermost stride of 2. The gaps hold poison, so a
           kernel that reads past a row reads NaN.
         poison: an output buffer filled with NaN (floats) or a sentinel (integers), so elements
-          a kernel never writes are caught by assert_close.
+          a kernel never writes are caught by assert_close; inside an allocation with poisoned
+          guard regions before and after it (guards.py), so writes past either end are caught.
         """
         __tracebackhide__ = True
         shape = self._check_shape(shape)
@@ -68,11 +71,11 @@ class TensorFactory:
         layout = self._layout(noncontiguous, shape)
 
         if poison:
-            out = torch.full(shape, poison_value(dtype), dtype=dtype, device=self.device)
+            out = guards.allocate(shape, dtype, self.device, poison_value(dtype), layout)
         else:
             out = self._values(shape, dtype, dist, low, high, scale, value)
-        if layout is not None:
-            out = self._strided_copy(out, layout)
+            if layout is not None:
+                out = self._strided_copy(out, layout)
         if requires_grad:
             out.requires_grad_(True)
         return out
@@ -82,8 +85,16 @@ class TensorFactory:
         return self(tuple(t.shape), kwargs.pop("dtype", t.dtype), **kwargs)
 
     def poisoned_like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
-        """An output buffer shaped like `t`, poisoned: NaN for floats, a sentinel for integers."""
+        """An output buffer shaped like `t`, poisoned: NaN for floats, a sentinel for integers;
+        guarded against writes past its ends (see make_tensor's poison)."""
         return self.like(t, poison=True, **kwargs)
+
+    @staticmethod
+    def check_guards(t: torch.Tensor) -> None:
+        """Raise AssertionError if a kernel wrote outside the poisoned buffer `t` (past either
+        end, or into the gaps of a non-contiguous layout)."""
+        __tracebackhide__ = True
+        guards.check_guards(t)
 
     # --- helpers ---------------------------------------------------------------------------
 

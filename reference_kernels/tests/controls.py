@@ -189,3 +189,26 @@ def layernorm_bwd_drops_term(dy: torch.Tensor, x: torch.Tensor, weight: torch.Te
     _layernorm_bwd_drops_term_kernel[(n_rows,)](dy, x, weight, mean, rstd, dx, n_cols,
                                                 BLOCK_N=triton.next_power_of_2(n_cols))
     return dx
+
+
+class LayerNormDropsTermFunction(torch.autograd.Function):
+    """layer_norm whose backward's dx drops the mean of weight * dy (layernorm_bwd_drops_term);
+    its dw and db, and its forward, are the real kernels': only x's gradient is wrong."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps):
+        from reference_kernels.layernorm import layernorm
+
+        y, mean, rstd = layernorm(x, weight, bias, eps)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        from reference_kernels.layernorm import layernorm_backward
+
+        x, weight, mean, rstd = ctx.saved_tensors
+        dy = dy.contiguous()
+        _, dw, db = layernorm_backward(dy, x, weight, mean, rstd)
+        dx = layernorm_bwd_drops_term(dy, x, weight, mean, rstd, dx=torch.empty_like(x))
+        return dx, dw, db, None

@@ -16,6 +16,9 @@ import triton.language as tl
 
 MATMUL_BUGS = (None, "drops_last_k_tile", "writes_nothing")
 ATTENTION_BUGS = (None, "no_max_subtraction", "unmasked_diagonal")
+# A bug of precision, not of logic: its error is several times torch's at the same precision, yet
+# inside a fixed atol for most inputs. Only the comparison with a baseline rejects it.
+ATTENTION_PRECISION_BUGS = ("p_in_bfloat16",)
 
 # 16 x 16 x 16 tiles, one stage, one warp: every tile is re-read from L2 for each 16 columns and
 # nothing overlaps the loads; on an H100 at 4096^3 this is an order of magnitude under cuBLAS.
@@ -32,7 +35,7 @@ def _control_matmul_kernel(
     stride_am, stride_ak,
     stride_bk, stride_bn,
     stride_cm, stride_cn,
-    BUG: tl.constexpr,  # "", "drops_last_k_tile" or "writes_nothing"
+    BUG: tl.constexpr,  # "", "drops_last_k_tile", "writes_nothing" or "k_tail_dropped"
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -43,6 +46,8 @@ def _control_matmul_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     if BUG == "drops_last_k_tile":
         k_tiles -= 1
+    if BUG == "k_tail_dropped":  # whole tiles only: right exactly when BLOCK_K divides K
+        k_tiles = K // BLOCK_K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(0, k_tiles):
         k = kt * BLOCK_K + offs_k
@@ -72,6 +77,27 @@ def control_matmul(a: torch.Tensor, b: torch.Tensor, *, bug: str | None,
     return out
 
 
+# A config wrong only at some shapes: the kernel drops the K tail that a BLOCK_K not dividing K
+# leaves. With K = 64 both configs are right; with K = 48 the BLOCK_K=32 one drops 16 of 48 terms,
+# and autotuning, which times one config per shape, may well ship it unseen.
+K_TAIL_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": bk}, num_warps=4,
+                                num_stages=1) for bk in (16, 32)]
+control_matmul_k_tail_kernel = triton.autotune(configs=K_TAIL_CONFIGS, key=["M", "N", "K"])(
+    _control_matmul_kernel)
+
+
+def control_matmul_k_tail(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """a @ b through the autotuned control_matmul_k_tail_kernel, whose BLOCK_K=32 config is wrong
+    when 32 does not divide K."""
+    M, K = a.shape
+    N = b.shape[1]
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))
+    control_matmul_k_tail_kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                       b.stride(1), out.stride(0), out.stride(1),
+                                       BUG="k_tail_dropped")
+    return out
+
+
 @triton.jit
 def _control_attention_kernel(
     q_ptr,  # *in* (B*H) x S x HEAD_DIM, contiguous
@@ -82,7 +108,7 @@ def _control_attention_kernel(
     qk_scale,  # sm_scale * log2(e)
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
-    BUG: tl.constexpr,  # "", "no_max_subtraction" or "unmasked_diagonal"
+    BUG: tl.constexpr,  # "", "no_max_subtraction", "unmasked_diagonal" or "p_in_bfloat16"
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
@@ -117,6 +143,8 @@ def _control_attention_kernel(
             p = tl.math.exp2(s - m_new[:, None])
             alpha = tl.math.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, 1)
+            if BUG == "p_in_bfloat16":  # P rounded to 8 mantissa bits, not 11, before P @ V
+                p = p.to(tl.bfloat16)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
     tl.store(o_ptr + base + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
@@ -125,10 +153,11 @@ def _control_attention_kernel(
 
 def control_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                       bug: str | None) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v with `bug` (one of ATTENTION_BUGS; None: the correct plain
-    kernel)."""
-    if bug not in ATTENTION_BUGS:
-        raise ValueError(f"control_attention: bug={bug!r}; expected one of {ATTENTION_BUGS}")
+    """softmax(q k^T / sqrt(D)) v with `bug` (one of ATTENTION_BUGS or ATTENTION_PRECISION_BUGS;
+    None: the correct plain kernel)."""
+    if bug not in ATTENTION_BUGS + ATTENTION_PRECISION_BUGS:
+        raise ValueError(f"control_attention: bug={bug!r}; expected one of "
+                         f"{ATTENTION_BUGS + ATTENTION_PRECISION_BUGS}")
     B, H, S, D = q.shape
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty_like(q)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import triton
 
-from pytest_triton import assert_close, interpreting, skip_interpreter_gap
+from pytest_triton import assert_close, assert_every_config, interpreting, skip_interpreter_gap
 from reference_kernels import conv2d as cv
 from reference_kernels.conv2d import conv2d, conv2d_inputs, conv2d_reference
 from reference_kernels.matmul import tma_available
@@ -218,6 +218,22 @@ def test_conv2d_heavy_tailed_inputs(make_tensor):
     x, weight, bias = conv2d_inputs(make_tensor, 1, 16, 7, 7, 16, 3, 3, dtype=torch.float16,
                                     dist="heavy", scale=1e-2)
     _check(conv2d(x, weight, padding=1), x, weight, None, padding=1)
+
+
+@pytest.mark.parametrize("name", ["3x3_s1_p1", "3x1_mixed"])
+def test_conv2d_every_config(make_tensor, name):
+    # Autotuning tests one config per shape; each config of the pointer kernel's autotuner (on a
+    # GPU all four of _conv2d_configs, pruned ones included; under the interpreter its one config)
+    # must be right here, into a re-poisoned output. 17-33 channels and a few hundred output
+    # pixels leave partial tiles in M, N and the channel steps of every config.
+    x, weight, bias, conv = _case(make_tensor, name, torch.float16)
+    shape = conv2d_reference(x, weight, **conv).shape
+    out = make_tensor(tuple(shape), torch.float16, poison=True).contiguous(memory_format=CL)
+    assert_every_config(
+        cv._conv2d_kernel,
+        lambda: _check(conv2d(x, weight, bias, out=out, variant="implicit_gemm", **conv), x,
+                       weight, bias, **conv),
+        outputs=[out])
 
 
 def test_conv2d_explicit_config(make_tensor):

@@ -7,11 +7,16 @@ import pytest
 import torch
 import triton
 
-from pytest_triton import assert_close, interpreting, skip_interpreter_gap
+from pytest_triton import assert_close, assert_every_config, interpreting, skip_interpreter_gap
 from reference_kernels import matmul as mm
 from reference_kernels.matmul import matmul, matmul_inputs, matmul_reference
 
-from .controls_gemm import MATMUL_BUGS, control_matmul
+from .controls_gemm import (
+    MATMUL_BUGS,
+    control_matmul,
+    control_matmul_k_tail,
+    control_matmul_k_tail_kernel,
+)
 
 DTYPES = [pytest.param(torch.float16, id="fp16"), pytest.param(torch.bfloat16, id="bf16")]
 
@@ -155,6 +160,25 @@ def test_matmul_tma_rejects_unaligned_operands(make_tensor):
         matmul(a, b, variant="tma")
 
 
+# Shapes that cross tile edges in M, N and K for every config (tiles of 32-256 rows and columns,
+# BLOCK_K of 32-128: none divides 257, 136 or 200), N and K multiples of 8 so that TMA takes them.
+EVERY_CONFIG_SHAPES = [(257, 136, 200), (1, 72, 40)]
+
+
+@pytest.mark.parametrize("variant", mm.VARIANTS)
+def test_matmul_every_config(make_tensor, triton_device, variant):
+    # Autotuning tests one config per shape; each config the autotuner holds (on a GPU all six
+    # of _matmul_configs, pruned ones included; under the interpreter its one config) must be
+    # right at every shape, into a re-poisoned output.
+    _need_variant(variant, triton_device)
+    for m, n, k in EVERY_CONFIG_SHAPES:
+        a, b, _ = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16)
+        out = make_tensor((m, n), torch.float16, poison=True)
+        assert_every_config(mm._AUTOTUNED[variant],
+                            lambda: _check(matmul(a, b, out=out, variant=variant), a, b),
+                            outputs=[out])
+
+
 def test_matmul_configs_fit_hopper_shared_memory():
     # A config that overflows shared memory fails only on the GPU; catch it here. Per stage an
     # A and a B tile (2 bytes per element), plus the output tile the TMA epilogue stages.
@@ -197,3 +221,22 @@ def test_control_matmul_bug_is_rejected(make_tensor, bug):
     out = make_tensor((65, 33), torch.float16, poison=True)
     with pytest.raises(AssertionError):
         _check(control_matmul(a, b, bug=bug, out=out), a, b)
+
+
+def test_every_config_check_names_the_config_wrong_only_at_some_shapes(make_tensor):
+    # At K = 64 both configs of the control are right (and pass); at K = 48 the BLOCK_K=32 one
+    # drops the K tail: the check must fail and name that config, and only that one.
+    for k in (64, 48):
+        a, b, _ = matmul_inputs(make_tensor, 40, 24, k, dtype=torch.float16)
+        out = make_tensor((40, 24), torch.float16, poison=True)
+        check = lambda: _check(control_matmul_k_tail(a, b, out), a, b)
+        if k == 64:
+            assert_every_config(control_matmul_k_tail_kernel, check, outputs=[out])
+            continue
+        with pytest.raises(AssertionError) as info:
+            assert_every_config(control_matmul_k_tail_kernel, check, outputs=[out])
+        text = str(info.value)
+        assert text.startswith("1 of 2 configs of _control_matmul_kernel fail this check")
+        assert ("config 1 of 2: BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1\n"
+                "    AssertionError: Tensors are not close") in text
+        assert text.endswith("passed: config 0 of 2")

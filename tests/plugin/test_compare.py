@@ -87,7 +87,9 @@ def test_nan_and_inf_handling():
     assert "1 NaN and 1 Inf in actual where expected is finite" in text
 
 
-def test_a_comparison_zeros_would_pass_fails():
+def test_outside_a_test_a_comparison_zeros_would_pass_fails_at_once(outside_a_test):
+    # Plain function use (a script): no test to judge as a whole, so each call is judged alone.
+    # Inside a test the rule applies to the test (test_trivial.py).
     tiny = torch.full((16,), 1e-7, dtype=torch.float64)
     with pytest.raises(AssertionError, match="cannot fail: an all-zeros output would pass"):
         assert_close(tiny.float(), tiny)

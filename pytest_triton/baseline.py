@@ -1,0 +1,149 @@
+"""assert_close(actual, expected, baseline=...): the kernel's error relative to a baseline's.
+
+FlashAttention tests its low-precision kernels this way: run the same op in a trusted low-precision
+implementation (the baseline: torch's own fp16/bf16 result), measure both against a float64
+reference, and require the kernel's error to be at most k times the baseline's. No fixed table
+fits such kernels (attention's error depends on the logits' scale, the sequence length, the
+head dim), but "no worse than torch at the same precision" always does.
+
+The rule, for both the largest and the mean absolute error over the finite elements:
+
+    error(actual, expected) <= k * error(baseline, expected) + floor
+
+with k = baseline_factor (default 2, FlashAttention's) and floor = atol (default: the tolerance
+table's atol for the precision, the same 1e-5 FlashAttention adds for fp16/bf16; reduction_size
+widens it as elsewhere). The max catches a few elements gone wrong (a mask, a tail); the mean
+catches an error spread thin over every element (an accumulator kept in low precision) that the
+max, dominated by one unlucky element of the baseline, can hide. Where `expected` is NaN or Inf,
+`actual` must be the same (NaN only with equal_nan=True).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import compare, scope, seeding
+
+DEFAULT_FACTOR = 2.0
+
+
+def _error_stats(x: torch.Tensor, e: torch.Tensor, finite: torch.Tensor):
+    """(max, index of max, mean) of |x - e| over `finite`; zeros when nothing is finite."""
+    err = torch.where(finite, (x - e).abs(), torch.zeros_like(e))
+    n = int(finite.sum())
+    if n == 0:
+        return 0.0, None, 0.0
+    flat = err.flatten()
+    i = int(torch.argmax(flat))
+    return float(flat[i]), i, float(err.sum()) / n
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _ratio(kernel: float, base: float) -> str:
+    if base == 0:
+        return "inf" if kernel > 0 else "-"
+    return f"{kernel / base:.3g}x"
+
+
+def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, reduction_size,
+                             precision, equal_nan, allow_trivial, msg) -> None:
+    __tracebackhide__ = True
+    if baseline is None:
+        raise ValueError("assert_close: baseline_factor= needs baseline= (a low-precision result "
+                         "of the same op to compare the kernel's error with)")
+    compare._check_operands(baseline, expected)
+    if baseline.shape != actual.shape:
+        raise AssertionError(f"assert_close: baseline has shape {tuple(baseline.shape)}, actual "
+                             f"{tuple(actual.shape)}")
+    if not actual.dtype.is_floating_point:
+        raise ValueError(f"assert_close: baseline= is for floating-point outputs; {actual.dtype} "
+                         "is compared exactly")
+    if rtol is not None:
+        raise ValueError("assert_close: rtol= does not apply with baseline= (the rule is error <= "
+                         "baseline_factor x the baseline's error + atol)")
+    factor = DEFAULT_FACTOR if factor is None else factor
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0 \
+            or math.isinf(factor):
+        raise ValueError(f"assert_close: baseline_factor={factor!r} must be a finite number > 0")
+    floor = compare.tolerance_for(actual.dtype, atol=atol, reduction_size=reduction_size,
+                                  precision=precision)
+    rule = (f"max and mean |error| <= {factor:g} x the baseline's + floor {floor.atol:.3g} "
+            f"({floor.atol_source})")
+
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    b = baseline.detach().to(torch.float64)
+    finite_e = torch.isfinite(e)
+    # Where the reference is NaN or Inf, the kernel must agree exactly.
+    special_ok = (a == e) | (torch.isnan(a) & torch.isnan(e) & equal_nan)
+    n_special_bad = int((~finite_e & ~special_ok).sum())
+    nonfinite_a = finite_e & ~torch.isfinite(a)
+    n_nonfinite = int(nonfinite_a.sum())
+    bad_baseline = int((finite_e & ~torch.isfinite(b)).sum())
+    if bad_baseline:
+        raise AssertionError(
+            f"assert_close: the baseline has {bad_baseline} NaN or Inf where expected is finite: "
+            "it is no baseline to measure the kernel's error against (an overflow in its "
+            "precision?)")
+    finite = finite_e & torch.isfinite(a)
+    k_max, k_at, k_mean = _error_stats(a, e, finite)
+    b_max, b_at, b_mean = _error_stats(b, e, finite_e)
+    z_max, _, z_mean = _error_stats(torch.zeros_like(e), e, finite_e)
+    allowed_max = factor * b_max + floor.atol
+    allowed_mean = factor * b_mean + floor.atol
+    failed = []
+    if k_max > allowed_max:
+        failed.append(f"max |error| {_fmt(k_max)} > {_fmt(allowed_max)}")
+    if k_mean > allowed_mean:
+        failed.append(f"mean |error| {_fmt(k_mean)} > {_fmt(allowed_mean)}")
+    if n_nonfinite:
+        failed.append(f"{n_nonfinite} NaN or Inf where expected is finite")
+    if n_special_bad:
+        failed.append(f"{n_special_bad} elements differ where expected is NaN or Inf")
+
+    if not failed:
+        if actual.numel() > 0:
+            trivial = z_max <= allowed_max and z_mean <= allowed_mean and bool(finite_e.all())
+            compare.record_comparison(
+                trivial, allow_trivial,
+                lambda: (f"{compare._shape_dtype(actual)} against a baseline, max |expected| "
+                         f"{_fmt(z_max)} <= {_fmt(allowed_max)} allowed"),
+                f"a kernel's max and mean |error| of all zeros, {_fmt(z_max)} and "
+                f"{_fmt(z_mean)}, are within {factor:g} x the baseline's + "
+                f"{floor.atol:.3g}")
+            scope.note(f"assert_close against a baseline ({compare._shape_dtype(actual)}): max "
+                       f"|error| {_fmt(k_max)} = {_ratio(k_max, b_max)} the baseline's "
+                       f"{_fmt(b_max)}; mean {_fmt(k_mean)} = "
+                       f"{_ratio(k_mean, b_mean)} the baseline's {_fmt(b_mean)} "
+                       f"(allowed {factor:g}x + {floor.atol:.3g})")
+        return
+    compare.record_comparison(False, allow_trivial, None, None)
+
+    shape = tuple(actual.shape)
+    where_k = compare._index(k_at, actual.shape) if k_at is not None else "-"
+    where_b = compare._index(b_at, actual.shape) if b_at is not None else "-"
+    rows = [("", "max |error|", "at index", "mean |error|"),
+            ("kernel", _fmt(k_max), str(where_k), _fmt(k_mean)),
+            ("baseline", _fmt(b_max), str(where_b), _fmt(b_mean)),
+            ("ratio", _ratio(k_max, b_max), "", _ratio(k_mean, b_mean)),
+            ("allowed", _fmt(allowed_max), "", _fmt(allowed_mean))]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    lines = [msg] if msg else []
+    lines.append(f"Kernel error exceeds {factor:g}x the baseline's ({actual.dtype}, shape {shape}, "
+                 f"on {actual.device}): {'; '.join(failed)}.")
+    lines += ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    if k_at is not None:
+        i = k_at
+        lines.append(f"At the kernel's largest error, index {where_k}: actual "
+                     f"{_fmt(float(a.flatten()[i]))}, expected "
+                     f"{_fmt(float(e.flatten()[i]))}, baseline "
+                     f"{_fmt(float(b.flatten()[i]))}")
+    lines.append(f"Rule: {rule}; errors against the float64 expected, over its finite elements.")
+    seed = seeding.CURRENT.get()
+    lines.append(f"Seed: {seed.describe()}" if seed else "Seed: none (not inside a pytest-triton test)")
+    raise AssertionError("\n".join(lines))

@@ -1,0 +1,162 @@
+"""Correctness under every config of an autotuned kernel, not only the one autotuning picks.
+
+Autotuning runs one config per tuning key, the fastest on the shape at hand; a config that is
+wrong at another shape (a BLOCK_K that does not divide K, a mask only some tiles exercise) ships
+unseen until a user's shape picks it. These helpers run a test's check under each config:
+
+- `assert_every_config(kernel, check, *, outputs=())`: `check()` once per config of the
+  autotuned `kernel` (pruned ones included: pruning depends on the shape), the `outputs`
+  re-poisoned before each (autotune candidates write into the same buffers, so one config's
+  writes would hide another's missing ones). Every config runs; the failure names each one that
+  failed, with its own report.
+- `pin_config(kernel, config)`: a context manager inside which every launch of `kernel` uses
+  `config`, untimed and unpruned (the autotuner's own single-config path).
+- `config_params(kernel)`: `pytest.param`s, one per config with its name as the id, for
+  `@pytest.mark.parametrize("config", config_params(kernel))` with `pin_config` in the test.
+
+Under Triton's interpreter an autotuner built with `autotune_configs(configs, interpreter=cfg)`
+holds only the interpreter's config, so that is the one checked there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import textwrap
+from typing import TYPE_CHECKING
+
+import pytest
+import torch
+
+from .tensors import poison_value
+
+if TYPE_CHECKING:
+    import triton
+
+# Triton is imported inside the functions, never when pytest_triton is: @triton.jit reads
+# TRITON_INTERPRET when triton.language is first imported, which the plugin must set first.
+
+
+def _skippable() -> tuple[type[BaseException], ...]:
+    """What makes Triton's autotuner skip a config (timed as inf, never chosen): not a bug."""
+    kinds = []
+    for module, name in (("triton.runtime.errors", "OutOfResources"),
+                         ("triton.runtime.errors", "PTXASError"),
+                         ("triton.compiler.errors", "CompileTimeAssertionFailure")):
+        try:
+            kinds.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):  # pragma: no cover - older Triton
+            pass
+    return tuple(kinds)
+
+
+def autotuner_of(kernel, where: str = "pin_config"):
+    """The triton Autotuner behind `kernel` (itself, or under @triton.heuristics wrappers)."""
+    from triton.runtime.autotuner import Autotuner
+
+    k = kernel
+    while not isinstance(k, Autotuner) and hasattr(k, "fn"):
+        k = k.fn
+    if not isinstance(k, Autotuner):
+        raise TypeError(f"{where}: kernel must be an @triton.autotune kernel (a "
+                        f"triton.runtime.Autotuner), got {type(kernel).__name__}")
+    return k
+
+
+def _name(kernel) -> str:
+    base = getattr(kernel, "base_fn", None)
+    return getattr(base, "__name__", type(kernel).__name__)
+
+
+def config_id(config: triton.Config) -> str:
+    """A config's name: its meta-parameters, then warps and stages (and ctas, maxnreg if set)."""
+    parts = [f"{k}={v}" for k, v in config.kwargs.items()]
+    parts.append(f"num_warps={config.num_warps}")
+    parts.append(f"num_stages={config.num_stages}")
+    if getattr(config, "num_ctas", 1) != 1:
+        parts.append(f"num_ctas={config.num_ctas}")
+    if getattr(config, "maxnreg", None) is not None:
+        parts.append(f"maxnreg={config.maxnreg}")
+    return ", ".join(parts)
+
+
+@contextlib.contextmanager
+def pin_config(kernel, config: triton.Config):
+    """Inside, every launch of the autotuned `kernel` runs `config`: no timing, no pruning."""
+    import triton
+
+    tuner = autotuner_of(kernel)
+    if not isinstance(config, triton.Config):
+        raise TypeError(f"pin_config: config must be a triton.Config, got {type(config).__name__}")
+    saved = tuner.configs
+    tuner.configs = [config]  # one config: the autotuner launches it as it is
+    try:
+        yield config
+    finally:
+        tuner.configs = saved
+
+
+def config_params(kernel) -> list:
+    """One pytest.param per config of the autotuned `kernel`, named by config_id."""
+    return [pytest.param(c, id=config_id(c).replace(", ", "-"))
+            for c in autotuner_of(kernel, "config_params").configs]
+
+
+def repoison(outputs) -> None:
+    """Fill each output buffer with its dtype's poison again (views keep their guards)."""
+    for t in outputs:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"assert_every_config: outputs must be tensors, got {type(t).__name__}")
+        t.detach().fill_(poison_value(t.dtype))
+
+
+def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
+    """Run `check()` under each config of the autotuned `kernel`, re-poisoning `outputs` first.
+
+    configs: the configs to check (default: all the autotuner holds, pruned ones included).
+    Fails if any config's check raised, naming each failing config with the start of its report;
+    a config that cannot run here (out of shared memory or registers, as the autotuner skips it)
+    is listed as skipped, and fails only if no config could run.
+    """
+    __tracebackhide__ = True
+    tuner = autotuner_of(kernel, "assert_every_config")
+    if not callable(check):
+        raise TypeError(f"assert_every_config: check must be callable, got {type(check).__name__}")
+    outputs = list(outputs)
+    todo = list(tuner.configs if configs is None else configs)
+    if not todo:
+        raise ValueError("assert_every_config: no configs to check")
+    skippable = _skippable()
+    failed, skipped, passed = [], [], []
+    for i, cfg in enumerate(todo):
+        repoison(outputs)
+        try:
+            with pin_config(tuner, cfg):
+                check()
+        except skippable as exc:
+            skipped.append((i, cfg, exc))
+        except Exception as exc:  # noqa: BLE001 - every failure of a config is reported
+            failed.append((i, cfg, exc))
+        else:
+            passed.append(i)
+    if not failed and passed:
+        return
+    n = len(todo)
+    name = _name(tuner)
+    if failed:
+        lines = [f"{len(failed)} of {n} configs of {name} fail this check (every config the "
+                 "autotuner holds, pruned ones included: any of them may be picked for some shape):"]
+    else:
+        lines = [f"none of the {n} configs of {name} could run here:"]
+    for i, cfg, exc in failed:
+        lines.append(f"config {i} of {n}: {config_id(cfg)}")
+        text = f"{type(exc).__name__}: {exc}".splitlines()
+        shown = text[:16] + ([f"... ({len(text) - 16} more lines)"] if len(text) > 16 else [])
+        lines.append(textwrap.indent("\n".join(shown), "    "))
+    for i, cfg, exc in skipped:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        lines.append(f"config {i} of {n}: {config_id(cfg)}: cannot run here, as the autotuner "
+                     f"would skip it ({type(exc).__name__}: {first})")
+    if passed:
+        lines.append(f"passed: config{'s' if len(passed) > 1 else ''} "
+                     f"{', '.join(map(str, passed))} of {n}")
+    raise AssertionError("\n".join(lines))

@@ -1,0 +1,179 @@
+"""assert_deterministic: the same inputs, run after run, give bit-identical outputs.
+
+Races (two programs writing one tile), order-dependent atomics (a float sum whose order follows
+the programs' arrival) and reads of stale or uninitialised memory all show up as outputs that
+differ between runs of the same call, usually in the last bits, where assert_close's tolerance
+hides them. Under Triton's interpreter programs run one at a time in a fixed order, so a race
+between programs cannot show there: run such checks on a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import seeding
+from .tensors import poison_value
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+MAX_LISTED = 8
+
+
+def _collect(value, name: str, into: list) -> None:
+    """(name, tensor) for every tensor in fn's result (tensors, tuples, lists, dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        into.append((name, value))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            _collect(v, f"{name}[{i}]", into)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _collect(v, f"{name}[{k!r}]", into)
+    elif value is not None:
+        raise TypeError(f"assert_deterministic: fn returned {type(value).__name__} at {name}; "
+                        "expected tensors (or tuples, lists, dicts of them, or None with outputs=)")
+
+
+def _snapshot(result, outputs) -> list[tuple[str, torch.Tensor]]:
+    found: list = []
+    _collect(result, "result", found)
+    for i, t in enumerate(outputs):
+        found.append((f"outputs[{i}]", t))
+    return [(name, t.detach().clone(memory_format=torch.contiguous_format)) for name, t in found]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype == torch.bool:
+        return t
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(_BITS[t.element_size()])
+
+
+def _index(flat: int, shape) -> tuple[int, ...]:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return tuple(reversed(idx))
+
+
+def _ulps(a: torch.Tensor, b: torch.Tensor) -> int | None:
+    """Units in the last place between two floats of the same sign (their bit patterns' distance)."""
+    if not a.dtype.is_floating_point or not (torch.isfinite(a) & torch.isfinite(b)):
+        return None
+    if bool(torch.signbit(a)) != bool(torch.signbit(b)):
+        return None
+    return abs(int(_bits(a.reshape(1))[0]) - int(_bits(b.reshape(1))[0]))
+
+
+def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, run: int,
+                         detail: bool) -> list[str]:
+    shape = tuple(first.shape)
+    dtype = str(first.dtype).removeprefix("torch.")
+    differ = (_bits(first) != _bits(other)).reshape(-1) if first.dim() else \
+        (_bits(first) != _bits(other)).reshape(1)
+    if differ.dim() > 1:  # complex: real and imaginary parts
+        differ = differ.any(-1)
+    n = int(differ.sum())
+    total = first.numel()
+    lines = [f"  {name} ({dtype}, shape {shape}): {n} / {total} elements differ "
+             f"({100.0 * n / max(total, 1):.3g}%)"]
+    if not detail:
+        return [f"{name}: {n} / {total} elements differ"]
+    idx = torch.nonzero(differ).flatten()
+    a = first.reshape(-1)
+    b = other.reshape(-1)
+    if a.dtype.is_floating_point or a.is_complex():
+        da, db = a[idx].to(torch.complex128 if a.is_complex() else torch.float64), \
+            b[idx].to(torch.complex128 if a.is_complex() else torch.float64)
+        gap = (da - db).abs()
+        finite = torch.isfinite(gap)
+        if bool(finite.any()):
+            k = int(torch.argmax(torch.where(finite, gap, torch.zeros_like(gap))))
+            i = int(idx[k])
+            rel = float(gap[k]) / abs(complex(da[k])) if complex(da[k]) != 0 else math.inf
+            ulps = _ulps(a[i], b[i])
+            far = f", {ulps} ulp" if ulps is not None else ""
+            lines.append(f"    farthest apart at index {_index(i, shape)}: run 1 {a[i].item():.9g}, "
+                         f"run {run} {b[i].item():.9g} (|difference| {float(gap[k]):.3g}, "
+                         f"relative {rel:.3g}{far})")
+        n_nan = int((~finite).sum())
+        if n_nan:
+            lines.append(f"    {n_nan} of them NaN or Inf in one run and not the other, or NaNs "
+                         "with different bits")
+    elif a.dtype != torch.bool:
+        gap = (a[idx].to(torch.int64) - b[idx].to(torch.int64)).abs()
+        k = int(torch.argmax(gap))
+        i = int(idx[k])
+        lines.append(f"    farthest apart at index {_index(i, shape)}: run 1 {a[i].item()}, "
+                     f"run {run} {b[i].item()}")
+    shown = [str(_index(int(i), shape)) for i in idx[:MAX_LISTED]]
+    more = ", ..." if n > MAX_LISTED else ""
+    lines.append(f"    first differing indices: {', '.join(shown)}{more}")
+    return lines
+
+
+def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = None):
+    """Run `fn()` `runs` times on the same inputs and assert bit-identical outputs.
+
+    fn returns a tensor, or tuples, lists or dicts of tensors (or None when it writes only into
+    `outputs`). outputs: buffers fn writes into; refilled with poison before each run, so that an
+    element one run leaves unwritten shows as a difference. Returns the first run's result.
+    """
+    __tracebackhide__ = True
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
+        raise ValueError(f"assert_deterministic: runs={runs!r} must be an int >= 2")
+    if not callable(fn):
+        raise TypeError(f"assert_deterministic: fn must be callable, got {type(fn).__name__}")
+    outputs = list(outputs)
+    for t in outputs:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"assert_deterministic: outputs must be tensors, got {type(t).__name__}")
+    snapshots, first_result = [], None
+    for r in range(runs):
+        for t in outputs:
+            t.detach().fill_(poison_value(t.dtype))
+        result = fn()
+        if r == 0:
+            first_result = result
+        snapshots.append(_snapshot(result, outputs))
+    if not snapshots[0]:
+        raise TypeError("assert_deterministic: fn returned no tensors and no outputs= were given: "
+                        "nothing to compare")
+    first = snapshots[0]
+    problems: list[str] = []
+    differing_runs = []
+    for r in range(1, runs):
+        other = snapshots[r]
+        if [n for n, _ in other] != [n for n, _ in first]:
+            problems.append(f"run {r + 1} returned {[n for n, _ in other]}, run 1 "
+                            f"{[n for n, _ in first]}")
+            differing_runs.append(r + 1)
+            continue
+        detail = not differing_runs  # the first run that differs in full, later ones in brief
+        lines = []
+        for (name, a), (_, b) in zip(first, other):
+            if a.shape != b.shape or a.dtype != b.dtype:
+                lines.append(f"  {name}: run 1 gave {a.dtype} {tuple(a.shape)}, run {r + 1} "
+                             f"{b.dtype} {tuple(b.shape)}")
+            elif not torch.equal(_bits(a), _bits(b)):
+                lines += _describe_difference(name, a, b, r + 1, detail)
+        if lines:
+            differing_runs.append(r + 1)
+            if detail:
+                problems.append(f"run {r + 1} differs from run 1:")
+                problems += lines
+            else:
+                problems.append(f"run {r + 1} differs from run 1 too: "
+                                + "; ".join(ln.strip() for ln in lines))
+    if not problems:
+        return first_result
+    head = [msg] if msg else []
+    head.append(f"Not deterministic: {len(differing_runs)} of {runs - 1} repeated runs of the same "
+                "call on the same inputs differ from the first, bit for bit (a race between "
+                "programs, an order-dependent atomic sum, or stale or uninitialised memory read):")
+    seed = seeding.CURRENT.get()
+    tail = [f"Seed: {seed.describe()}" if seed else "Seed: none (not inside a pytest-triton test)"]
+    raise AssertionError("\n".join(head + problems + tail))

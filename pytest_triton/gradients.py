@@ -1,0 +1,176 @@
+"""assert_grads_close: every input's gradient through a kernel's torch.autograd.Function against
+float64 autograd of a reference, with the reduction-aware tolerances, naming the input whose
+gradient is off.
+
+A gradient is a sum wherever the forward broadcast its input: a weight of shape (N,) applied to
+every row of a (M, N) output gets a gradient summed over M rows. So each input's reduction_size
+defaults to its broadcast count (output elements per input element: M for that weight; None, the
+elementwise tolerance, for an input the size of the output). Reductions inside the op (the row sums
+in a layernorm's dx) cannot be seen from shapes: give them in reduction_sizes={"x": N}.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import torch
+
+from . import compare, seeding
+
+
+def _names(reference, n: int, names) -> list[str]:
+    if names is not None:
+        names = list(names)
+        if len(names) != n:
+            raise ValueError(f"assert_grads_close: names has {len(names)} entries for {n} inputs")
+        return [str(x) for x in names]
+    try:
+        params = [p for p in inspect.signature(reference).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) >= n:
+        return [p.name for p in params[:n]]
+    return [f"inputs[{i}]" for i in range(n)]
+
+
+def _outputs(value, where: str) -> list[torch.Tensor]:
+    outs = list(value) if isinstance(value, (tuple, list)) else [value]
+    for o in outs:
+        if not isinstance(o, torch.Tensor):
+            raise TypeError(f"assert_grads_close: {where} returned {type(o).__name__}; expected a "
+                            "tensor or a tuple of tensors")
+    return outs
+
+
+def _differentiable(t) -> bool:
+    return isinstance(t, torch.Tensor) and (t.dtype.is_floating_point or t.is_complex())
+
+
+def _default_grad_outputs(outs: list[torch.Tensor]) -> list[torch.Tensor]:
+    seed = seeding.CURRENT.get()
+    g = torch.Generator(device=outs[0].device)
+    g.manual_seed((seed.seed if seed else 0) ^ 0x5EED)
+    return [torch.randn(o.shape, generator=g, device=o.device, dtype=torch.float32).to(o.dtype)
+            for o in outs]
+
+
+def _forward(fn, inputs, diff, dtype, where: str):
+    """fn on fresh leaves copied from inputs (the differentiable ones in `dtype`, or their own
+    when None): (outputs, leaves)."""
+    leaves, args = [], []
+    for t, d in zip(inputs, diff):
+        if d:
+            leaf = t.detach().to(dtype or t.dtype).clone().requires_grad_(True)
+            leaves.append(leaf)
+            args.append(leaf)
+        else:
+            args.append(t)
+    return _outputs(fn(*args), where), leaves
+
+
+def _backward(outs, leaves, grad_outputs, where: str) -> list:
+    if len(grad_outputs) != len(outs):
+        raise ValueError(f"assert_grads_close: {len(grad_outputs)} grad_outputs for {len(outs)} "
+                         f"outputs of {where}")
+    pairs = [(o, g.to(o.dtype)) for o, g in zip(outs, grad_outputs) if o.requires_grad]
+    if not pairs:
+        raise AssertionError(f"assert_grads_close: no output of {where} requires grad: is it a "
+                             "torch.autograd.Function (or differentiable torch ops)?")
+    return list(torch.autograd.grad([o for o, _ in pairs], leaves, [g for _, g in pairs],
+                                    allow_unused=True))
+
+
+def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, names=None,
+                       reduction_sizes=None, precision=None, baseline: bool = False,
+                       baseline_factor: float | None = None, msg: str | None = None):
+    """Assert that fn's gradients match float64 autograd of `reference`, input by input.
+
+    fn(*inputs): the kernel (e.g. MyFunction.apply); reference(*inputs): the same op in torch.
+    Every floating-point tensor among inputs is differentiated; other inputs pass through as they
+    are. grad_outputs: the gradient fed to each output (default: standard normal, seeded by the
+    test). names: one per input (default: reference's parameter names). reduction_sizes: {name:
+    K} (or one per input), the terms summed into each element of that input's gradient (default:
+    its broadcast count, see the module doc). baseline=True: instead of the tolerance table, each
+    gradient's error may be at most baseline_factor (default 2) times that of reference's own
+    gradients computed in the inputs' dtype (FlashAttention's rule; assert_close(baseline=)).
+
+    Fails naming every input whose gradient is off, with assert_close's report for each. Returns
+    fn's outputs (detached), for checking the forward too.
+    """
+    __tracebackhide__ = True
+    if not callable(fn) or not callable(reference):
+        raise TypeError("assert_grads_close: fn and reference must be callable")
+    inputs = list(inputs)
+    diff = [_differentiable(t) for t in inputs]
+    if not any(diff):
+        raise ValueError("assert_grads_close: no floating-point tensor among the inputs to "
+                         "differentiate")
+    labels = _names(reference, len(inputs), names)
+    if isinstance(reduction_sizes, dict):
+        unknown = set(reduction_sizes) - set(labels)
+        if unknown:
+            raise ValueError(f"assert_grads_close: reduction_sizes names {sorted(unknown)}, which "
+                             f"are not inputs ({', '.join(labels)})")
+        sizes = [reduction_sizes.get(n) for n in labels]
+    elif reduction_sizes is None:
+        sizes = [None] * len(inputs)
+    else:
+        sizes = list(reduction_sizes)
+        if len(sizes) != len(inputs):
+            raise ValueError(f"assert_grads_close: reduction_sizes has {len(sizes)} entries for "
+                             f"{len(inputs)} inputs")
+
+    outs, leaves = _forward(fn, inputs, diff, None, "fn")
+    if grad_outputs is None:
+        grad_outputs = _default_grad_outputs(outs)
+    grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (tuple, list)) \
+        else [grad_outputs]
+    got = _backward(outs, leaves, grad_outputs, "fn")
+    want = _backward(*_forward(reference, inputs, diff, torch.float64, "reference"),
+                     [g.to(torch.float64) for g in grad_outputs], "reference")
+    base = None
+    if baseline:
+        base = _backward(*_forward(reference, inputs, diff, None, "reference"), grad_outputs,
+                         "reference")
+    out_numel = max(o.numel() for o in outs)
+
+    failures, off, passed = [], [], []
+    k = 0
+    for i, (t, d) in enumerate(zip(inputs, diff)):
+        if not d:
+            continue
+        name, g, w = labels[i], got[k], want[k]
+        b = base[k] if base is not None else None
+        k += 1
+        size, source = sizes[i], "given"
+        if size is None and t.numel() and out_numel > t.numel():
+            size, source = out_numel // t.numel(), "broadcast"
+        how = f"reduction_size={size} ({source})" if size and size > 1 else "elementwise"
+        label = f"gradient of {name} ({str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}, {how})"
+        if g is None:
+            if w is not None and bool((w != 0).any()):
+                failures.append(f"{label}: fn gave none (its backward returned None), the "
+                                "reference's is not zero")
+                off.append(name)
+            continue
+        if w is None:
+            w = torch.zeros_like(g, dtype=torch.float64)
+        try:
+            compare.assert_close(g, w, reduction_size=size if size and size > 1 else None,
+                                 precision=precision, baseline=b, baseline_factor=baseline_factor,
+                                 allow_trivial=False)
+        except AssertionError as exc:
+            failures.append(f"{label}:\n{textwrap.indent(str(exc), '    ')}")
+            off.append(name)
+        else:
+            passed.append(f"{name} ({how})")
+    if failures:
+        lines = [msg] if msg else []
+        lines.append(f"Gradients off for {len(off)} of {sum(diff)} inputs: {', '.join(off)}")
+        lines += failures
+        if passed:
+            lines.append(f"Gradients that match: {', '.join(passed)}")
+        raise AssertionError("\n".join(lines))
+    return [o.detach() for o in outs] if len(outs) > 1 else outs[0].detach()

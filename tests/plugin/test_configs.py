@@ -1,0 +1,141 @@
+"""Every config of an autotuned kernel: pin_config, config_params, assert_every_config (each
+config run, outputs re-poisoned before each, failures named), and their errors."""
+
+import subprocess
+import sys
+
+import pytest
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+from pytest_triton import (
+    assert_close,
+    assert_every_config,
+    autotune_configs,
+    config_id,
+    config_params,
+    pin_config,
+)
+
+CONFIGS = [triton.Config({"BLOCK": 16, "WRITE": True}, num_warps=1, num_stages=1),
+           triton.Config({"BLOCK": 32, "WRITE": False}, num_warps=2, num_stages=1),
+           triton.Config({"BLOCK": 64, "WRITE": True}, num_warps=4, num_stages=2)]
+
+
+@triton.jit
+def _double_kernel(
+    x_ptr,  # *in* n
+    out_ptr,  # *out* n
+    n,
+    WRITE: tl.constexpr,  # the bug of CONFIGS[1]: it writes nothing
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if WRITE:
+        tl.store(out_ptr + offs, 2 * x, mask=offs < n)
+
+
+double_kernel = triton.autotune(configs=CONFIGS, key=["n"])(_double_kernel)
+
+
+def double(x, out):
+    double_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+    return out
+
+
+def test_config_ids_and_params():
+    assert config_id(CONFIGS[2]) == "BLOCK=64, WRITE=True, num_warps=4, num_stages=2"
+    params = config_params(double_kernel)
+    assert [p.id for p in params] == [
+        "BLOCK=16-WRITE=True-num_warps=1-num_stages=1", "BLOCK=32-WRITE=False-num_warps=2-num_stages=1",
+        "BLOCK=64-WRITE=True-num_warps=4-num_stages=2"]
+    assert [p.values[0] for p in params] == CONFIGS
+
+
+def test_pin_config_launches_that_config_and_restores_the_autotuner(make_tensor):
+    x = make_tensor(100)
+    out = make_tensor.poisoned_like(x)
+    with pin_config(double_kernel, CONFIGS[2]):
+        double(x, out)
+        assert double_kernel.best_config is CONFIGS[2]
+    assert double_kernel.configs == CONFIGS
+    assert_close(out, 2 * x.double())
+    with pytest.raises(RuntimeError), pin_config(double_kernel, CONFIGS[0]):
+        raise RuntimeError("a failing check")
+    assert double_kernel.configs == CONFIGS
+
+
+def test_every_config_is_checked_into_a_repoisoned_output_and_the_failure_names_it(make_tensor):
+    x = make_tensor(100)
+    out = make_tensor.poisoned_like(x)
+    check = lambda: assert_close(double(x, out), 2 * x.double())
+    with pytest.raises(AssertionError) as info:
+        assert_every_config(double_kernel, check, outputs=[out])
+    lines = str(info.value).splitlines()
+    assert lines[0] == ("1 of 3 configs of _double_kernel fail this check (every config the "
+                        "autotuner holds, pruned ones included: any of them may be picked for some "
+                        "shape):")
+    assert lines[1] == "config 1 of 3: BLOCK=32, WRITE=False, num_warps=2, num_stages=1"
+    assert lines[2] == "    AssertionError: Tensors are not close (torch.float32, shape (100,), on cpu)."
+    assert lines[3] == "    Mismatched elements: 100 / 100 (100%)"
+    assert lines[-1] == "passed: configs 0, 2 of 3"
+    # Without re-poisoning, the config that writes nothing passes on what the one before left.
+    assert_every_config(double_kernel, check)
+    # Only the given configs: both right.
+    assert_every_config(double_kernel, check, outputs=[out], configs=[CONFIGS[0], CONFIGS[2]])
+
+
+def test_a_config_that_cannot_run_is_listed_and_fails_only_if_none_can(make_tensor):
+    x = make_tensor(10)
+    out = make_tensor.poisoned_like(x)
+
+    def check():
+        if double_kernel.configs[0].kwargs["BLOCK"] == 64:
+            raise OutOfResources(300000, 232448, "shared memory")
+        assert_close(double(x, out), 2 * x.double())
+
+    configs = [CONFIGS[0], CONFIGS[2]]
+    assert_every_config(double_kernel, check, outputs=[out], configs=configs)
+    with pytest.raises(AssertionError) as info:
+        assert_every_config(double_kernel, check, outputs=[out], configs=[CONFIGS[2]])
+    assert str(info.value).splitlines() == [
+        "none of the 1 configs of _double_kernel could run here:",
+        "config 0 of 1: BLOCK=64, WRITE=True, num_warps=4, num_stages=2: cannot run here, as the "
+        "autotuner would skip it (OutOfResources: out of resource: shared memory, Required: "
+        "300000, Hardware limit: 232448. Reducing block sizes or `num_stages` may help.)"]
+
+
+def test_under_the_interpreter_an_autotune_configs_kernel_holds_the_interpreters_config():
+    one = triton.Config({"BLOCK": 16, "WRITE": True}, num_warps=1, num_stages=1)
+    tuned = triton.autotune(configs=autotune_configs(CONFIGS, interpreter=one), key=["n"])(
+        _double_kernel)
+    from pytest_triton import interpreting
+
+    assert [p.values[0] for p in config_params(tuned)] == ([one] if interpreting() else CONFIGS)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: pin_config(_double_kernel, CONFIGS[0]).__enter__(), TypeError,
+     "kernel must be an @triton.autotune kernel"),
+    (lambda: pin_config(double_kernel, {"BLOCK": 16}).__enter__(), TypeError,
+     "config must be a triton.Config"),
+    (lambda: assert_every_config(double_kernel, None), TypeError, "check must be callable"),
+    (lambda: assert_every_config(double_kernel, lambda: None, configs=[]), ValueError,
+     "no configs"),
+    (lambda: assert_every_config(double_kernel, lambda: None, outputs=[3]), TypeError,
+     "outputs must be tensors"),
+])
+def test_bad_arguments_are_named(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_importing_pytest_triton_imports_no_triton():
+    # @triton.jit picks interpreter or compiler when triton.language is first imported; the
+    # plugin sets TRITON_INTERPRET before that, so importing pytest_triton must not import it.
+    code = ("import sys, pytest_triton; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'triton'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

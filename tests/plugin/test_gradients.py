@@ -1,0 +1,109 @@
+"""assert_grads_close: every input's gradient through an autograd.Function against float64
+autograd of a reference, naming the inputs whose gradients are off."""
+
+import pytest
+import torch
+
+from pytest_triton import assert_grads_close
+
+
+class ScaledProduct(torch.autograd.Function):
+    """out = a * w (w broadcast over a's rows) + c; `bug` picks one input's gradient to get wrong."""
+
+    bug = None
+
+    @staticmethod
+    def forward(ctx, a, w, c, scale):
+        ctx.save_for_backward(a, w)
+        ctx.scale = scale
+        return (a * w + c) * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        a, w = ctx.saved_tensors
+        s = ctx.scale
+        da = g * w * s
+        dw = (g * a * s).sum(0)
+        dc = g * s
+        if ScaledProduct.bug == "w_twice":
+            dw = 2 * dw
+        if ScaledProduct.bug == "a_last_row":
+            da[-1] = 0
+        if ScaledProduct.bug == "no_c":
+            dc = None
+        return da, dw, dc, None
+
+
+def reference(a, w, c, scale):
+    return (a * w + c) * scale
+
+
+@pytest.fixture
+def operands(make_tensor):
+    ScaledProduct.bug = None
+    yield make_tensor((33, 8)), make_tensor(8), make_tensor((33, 8)), 0.5
+    ScaledProduct.bug = None
+
+
+def test_right_gradients_pass_and_the_outputs_come_back(operands):
+    out = assert_grads_close(ScaledProduct.apply, reference, operands)
+    a, w, c, s = operands
+    assert torch.equal(out, (a * w + c) * s)
+
+
+@pytest.mark.parametrize("bug, off, label", [
+    ("w_twice", "w", "gradient of w (float32 (8,), reduction_size=33 (broadcast)):"),
+    ("a_last_row", "a", "gradient of a (float32 (33, 8), elementwise):"),
+])
+def test_a_wrong_gradient_is_named(operands, bug, off, label):
+    ScaledProduct.bug = bug
+    with pytest.raises(AssertionError) as info:
+        assert_grads_close(ScaledProduct.apply, reference, operands)
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"Gradients off for 1 of 3 inputs: {off}"
+    assert lines[1] == label
+    assert lines[2].startswith("    Tensors are not close (torch.float32")
+    right = [n for n in ("a", "w", "c") if n != off]
+    assert lines[-1].startswith(f"Gradients that match: {right[0]} (")
+    assert f", {right[1]} (" in lines[-1]
+
+
+def test_a_missing_gradient_is_named(operands):
+    ScaledProduct.bug = "no_c"
+    with pytest.raises(AssertionError, match=r"Gradients off for 1 of 3 inputs: c\ngradient of c "
+                                             r"\(float32 \(33, 8\), elementwise\): fn gave none"):
+        assert_grads_close(ScaledProduct.apply, reference, operands)
+
+
+def test_names_and_reduction_sizes_can_be_given(operands):
+    ScaledProduct.bug = "w_twice"
+    with pytest.raises(AssertionError, match=r"inputs: weight\ngradient of weight \(float32 "
+                                             r"\(8,\), reduction_size=64 \(given\)\)"):
+        assert_grads_close(ScaledProduct.apply, lambda *args: reference(*args), operands,
+                           names=["x", "weight", "bias", "scale"],
+                           reduction_sizes={"weight": 64})
+    with pytest.raises(AssertionError, match=r"inputs\[1\]"):  # no names to be had: positions
+        assert_grads_close(ScaledProduct.apply, lambda *args: reference(*args), operands)
+
+
+def test_against_a_baseline(operands, make_tensor):
+    a, w, c, s = (t.half() if isinstance(t, torch.Tensor) else t for t in operands)
+    assert_grads_close(ScaledProduct.apply, reference, (a, w, c, s), baseline=True)
+    ScaledProduct.bug = "a_last_row"
+    with pytest.raises(AssertionError, match="Kernel error exceeds 2x the baseline's"):
+        assert_grads_close(ScaledProduct.apply, reference, (a, w, c, s), baseline=True)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"names": ["a"]}, ValueError, "names has 1 entries for 4 inputs"),
+    ({"reduction_sizes": {"z": 3}}, ValueError, r"reduction_sizes names \['z'\]"),
+    ({"reduction_sizes": [1]}, ValueError, "reduction_sizes has 1 entries for 4 inputs"),
+    ({"grad_outputs": [torch.ones(1), torch.ones(1)]}, ValueError, "2 grad_outputs for 1 outputs"),
+])
+def test_bad_arguments_are_named(operands, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        assert_grads_close(ScaledProduct.apply, reference, operands, **kwargs)
+    with pytest.raises(ValueError, match="no floating-point tensor"):
+        assert_grads_close(ScaledProduct.apply, reference, (1, 2, 3, 4))
+    with pytest.raises(AssertionError, match="no output of fn requires grad"):
+        assert_grads_close(lambda *args: reference(*args).detach(), reference, operands)
