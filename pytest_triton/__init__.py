@@ -2,6 +2,7 @@
 
 from .bench import do_bench
 from .compare import TOLERANCES, assert_close, tolerance_for
+from .gpufaults import GPUContextLost
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .tensors import TensorFactory, poison_value
@@ -9,6 +10,7 @@ from .tensors import TensorFactory, poison_value
 __version__ = "0.1.0"
 
 __all__ = [
+    "GPUContextLost",
     "INTERPRETER_GAPS",
     "PerfInconclusive",
     "PerfInvalid",

@@ -13,3 +13,9 @@ def pytest_triton_device_info(config):
 @pytest.hookspec(firstresult=True)
 def pytest_triton_measure(config, request, fn, baseline, settings):
     """Time `fn` (and `baseline`, interleaved, if given) and return a bench.Timings."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_synchronize(config, item):
+    """After a test's call and teardown: wait for the device work it queued, raising the device's
+    pending error if there is one. Return True when done."""

@@ -62,6 +62,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_perf_checklist", "linelist", [],
            "overrides of the performance checklist, one per line: "
            "'NAME: key=value, key=value' (e.g. 'softmax: gbps=600')"),
+    # issue 13: a test that crashes its process fails alone
+    Option("triton_supervise", "bool", False,
+           "run the tests in a child process that is replaced when it dies, so that a test which "
+           "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs "
+           "(costs one more interpreter start; without xdist only: -n workers are replaced anyway)"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

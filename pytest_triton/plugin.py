@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from . import markers, options, runtime, seeding, state
+from . import isolation, markers, options, runtime, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+    isolation.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspec
 
     pluginmanager.add_hookspecs(hookspec)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    isolation.prepare(config)  # a continuation child: silent, writes no report files
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -37,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    from . import gpufaults
+
+    gpufaults.configure(config)
+    isolation.configure(config)
     if st.perf:
         from . import benchbridge, perf
 
