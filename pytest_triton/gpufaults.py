@@ -37,8 +37,11 @@ STICKY_ERRORS = {
     702: ("launch timeout", "the launch timed out and was terminated"),
     214: ("uncorrectable ECC error", "uncorrectable ECC error encountered"),
 }
-_OOM_TEXTS = ("CUDA out of memory", "CUDA error: out of memory", "[CUDA]: out of memory",
-              "HIP out of memory", "HIP error: out of memory")
+# How CUDA errors begin, as torch (RuntimeError, AcceleratorError) and Triton raise them. Other
+# exceptions that merely quote such a text (an assertion about a log, say) are not CUDA errors.
+_PREFIXES = ("CUDA error", "Triton Error [CUDA]", "CUDA driver error", "HIP error",
+             "Triton Error [HIP]")
+_OOM_TEXTS = ("CUDA out of memory", "HIP out of memory")
 
 
 @dataclass(frozen=True)
@@ -56,21 +59,26 @@ def classify(exc: BaseException | None) -> CudaError | None:
         seen.add(id(exc))
         if isinstance(exc, GPUContextLost):
             return exc.error
-        text = str(exc)
-        code = getattr(exc, "error_code", None)
-        for c, (name, driver_text) in STICKY_ERRORS.items():
-            if code == c or driver_text in text:
-                return CudaError("sticky", c, name, driver_text)
-        torch = sys.modules.get("torch")
-        oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
-        if (oom_type is not None and isinstance(exc, oom_type)) or any(t in text for t in _OOM_TEXTS):
-            return CudaError("oom", 2, "out of memory", text.splitlines()[0] if text else "")
+        if isinstance(exc, RuntimeError):
+            text = str(exc).lstrip()
+            code = getattr(exc, "error_code", None)
+            cuda = text.startswith(_PREFIXES)
+            for c, (name, driver_text) in STICKY_ERRORS.items():
+                if code == c or (cuda and driver_text in text):
+                    return CudaError("sticky", c, name, driver_text)
+            torch = sys.modules.get("torch")
+            oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+            if ((oom_type is not None and isinstance(exc, oom_type)) or text.startswith(_OOM_TEXTS)
+                    or (cuda and "out of memory" in text)):
+                return CudaError("oom", 2, "out of memory", (text.splitlines() or [""])[0])
         exc = exc.__cause__ or exc.__context__
     return None
 
 
 class GPUContextLost(Exception):
     """A test's kernel hit a sticky CUDA error: this process's CUDA context is unusable."""
+
+    __module__ = "pytest_triton"  # where users import it from, and how reports name it
 
     def __init__(self, message: str, error: CudaError, surfaced: str):
         super().__init__(message)
@@ -109,19 +117,20 @@ class LaunchRecorder:
         return (f"Triton launches in this test: {self.count}; the last {len(self.names)}: {last} "
                 "(most recent last)")
 
-    def install(self) -> None:
-        """Add this recorder to Triton's launch-enter hook: a hook chain (3.5+), a single callable
-        (3.4, knobs), or CompiledKernel's class attribute (before knobs)."""
-        try:
-            import triton
+    def install(self, owner=None) -> None:
+        """Add this recorder to Triton's launch-enter hook (on `owner`, default Triton's): a hook
+        chain (3.5+), a single callable (3.4's knobs), or CompiledKernel's attribute (older)."""
+        if owner is None:
+            try:
+                import triton
 
-            knobs = getattr(triton, "knobs", None)
-            if knobs is not None:
-                owner = knobs.runtime
-            else:
-                from triton.compiler.compiler import CompiledKernel as owner
-        except Exception:  # a Triton without launch hooks: launches are not named
-            return
+                knobs = getattr(triton, "knobs", None)
+                if knobs is not None:
+                    owner = knobs.runtime
+                else:
+                    from triton.compiler.compiler import CompiledKernel as owner
+            except Exception:  # a Triton without launch hooks: launches are not named
+                return
         current = getattr(owner, "launch_enter_hook", None)
         if hasattr(current, "add") and hasattr(current, "remove"):
             current.add(self)
@@ -147,7 +156,7 @@ class LaunchRecorder:
 
 
 LOST_KEY = pytest.StashKey[dict]()  # config: the fault that lost this process's CUDA context
-_OOM_KEY = pytest.StashKey[bool]()  # item: a phase ran out of memory
+_OOM_KEY = pytest.StashKey[BaseException]()  # item: a phase ran out of memory, with this
 _SESSIONS = [0]  # pytest sessions configured in this process (pytester nests them)
 
 
@@ -198,6 +207,7 @@ class FaultWatch:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item):
+        __tracebackhide__ = True
         try:
             return (yield)
         except BaseException as exc:
@@ -206,6 +216,7 @@ class FaultWatch:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_call(self, item: pytest.Item):
+        __tracebackhide__ = True
         try:
             result = yield
         except BaseException as exc:
@@ -219,6 +230,7 @@ class FaultWatch:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
+        __tracebackhide__ = True
         already_lost = lost(item.config) is not None
         try:
             result = yield
@@ -243,7 +255,7 @@ class FaultWatch:
         elif exc is not None:
             err = classify(exc)
             if err is not None and err.kind == "oom":
-                item.stash[_OOM_KEY] = True
+                item.stash[_OOM_KEY] = exc
         return report
 
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
@@ -253,8 +265,9 @@ class FaultWatch:
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
         # After the protocol has dropped the test's fixture values (item.funcargs).
         item = getattr(self, "_item", None)
-        if item is not None and item.nodeid == nodeid and item.stash.get(_OOM_KEY, False):
-            self._release_memory(item)
+        if item is not None and item.nodeid == nodeid and _OOM_KEY in item.stash:
+            self._release_memory(item, item.stash[_OOM_KEY])
+            del item.stash[_OOM_KEY]
         self._item = None
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -278,6 +291,7 @@ class FaultWatch:
             raise self._lose(item, when, err, "sync", note) from None
 
     def _raise_if_sticky(self, item: pytest.Item, when: str, exc: BaseException) -> None:
+        __tracebackhide__ = True
         if isinstance(exc, GPUContextLost) or lost(item.config) is not None:
             return
         err = classify(exc)
@@ -298,8 +312,9 @@ class FaultWatch:
             where = f"It surfaced in the test's {when}, at the line the traceback shows."
         launches = self.launches.describe()
         message = "\n".join([
-            f"{code}in {when}: {err.text} ({err.name}). The error is sticky: this process's CUDA "
-            "context is lost, and every later CUDA call in it would fail with the same error.",
+            f"{code}in {when}: {err.text}{'' if err.name in err.text else f' ({err.name})'}. The "
+            "error is sticky: this process's CUDA context is lost, and every later CUDA call in it "
+            "would fail with the same error.",
             where,
             launches[:1].upper() + launches[1:] + ".",
             _mode_line(item.config),
@@ -335,10 +350,24 @@ class FaultWatch:
                 pass
         os._exit(self.exitstatus)
 
-    def _release_memory(self, item: pytest.Item) -> None:
-        """After an out-of-memory failure: drop what still holds the test's tensors (pytest keeps
-        the failed test's frames in sys.last_traceback for post-mortem debugging), then return
-        the caching allocator's blocks to the device, so the next test starts with its memory."""
+    def _release_memory(self, item: pytest.Item, exc: BaseException) -> None:
+        """After an out-of-memory failure: free the test's tensors, which its finished frames
+        still hold (through sys.last_traceback, kept for post-mortem debugging, and anything else
+        that kept the exception), then return the caching allocator's blocks to the device, so
+        the next test starts with the memory this one had."""
+        seen = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            tb = exc.__traceback__
+            while tb is not None:
+                try:
+                    tb.tb_frame.clear()
+                except RuntimeError:  # still executing
+                    pass
+                else:
+                    tb.tb_frame.f_locals  # noqa: B018 - before 3.13 this drops a stale snapshot
+                tb = tb.tb_next
+            exc = exc.__cause__ or exc.__context__
         for name in ("last_type", "last_value", "last_traceback", "last_exc"):
             try:
                 delattr(sys, name)

@@ -182,7 +182,7 @@ class _Summary:
         tr = terminalreporter
         n = len(recs)
         tr.write_sep("=", f"pytest-triton: {n} test{'s' if n > 1 else ''} broke the process "
-                          "they ran in", red=True, bold=True)
+                          f"{'they' if n > 1 else 'it'} ran in", red=True, bold=True)
         for r in recs:
             if r["kind"] == "cuda_context_lost":
                 code = f"CUDA error {r['code']}, " if r.get("code") is not None else ""
@@ -228,8 +228,7 @@ class _Supervisor:
             _teardown_all(session)
             if tr is not None:
                 tr.write_line(f"pytest-triton: {fault['nodeid']} lost this process's CUDA context; "
-                              f"the remaining {len(rest)} test{'s' if len(rest) > 1 else ''} run in "
-                              "a fresh process")
+                              f"{_the_remaining(len(rest))} in a fresh process")
         _Continuation(self.config, session, rest).run()
         return True
 
@@ -305,9 +304,8 @@ class _Continuation:
                                                      "exit_status": child.returncode})
             done.add(nodeid)
             if tr is not None and remaining > 0:
-                tr.write_line(f"pytest-triton: the test process died in {nodeid} ({how}); the "
-                              f"remaining {remaining} test{'s' if remaining > 1 else ''} run in a "
-                              "fresh process")
+                tr.write_line(f"pytest-triton: the test process died in {nodeid} ({how}); "
+                              f"{_the_remaining(remaining)} in a fresh process")
         if child.collected is not None:
             for nodeid in self.pending:
                 if nodeid not in done and nodeid not in child.collected:
@@ -336,6 +334,10 @@ class _Continuation:
                                 **extra)
         hook.pytest_runtest_logreport(report=rep)
         hook.pytest_runtest_logfinish(nodeid=nodeid, location=item.location)
+
+
+def _the_remaining(n: int) -> str:
+    return "the remaining test runs" if n == 1 else f"the remaining {n} tests run"
 
 
 def _crashed_phase(phases: dict[str, str]) -> str:
