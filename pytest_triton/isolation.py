@@ -228,9 +228,22 @@ class _Supervisor:
             _teardown_all(session)
             if tr is not None:
                 tr.write_line(f"pytest-triton: {fault['nodeid']} lost this process's CUDA context; "
-                              f"{_the_remaining(len(rest))} in a fresh process")
+                              f"{_the_remaining(len(rest))} in a fresh process{_held_memory()}")
         _Continuation(self.config, session, rest).run()
         return True
+
+
+def _held_memory() -> str:
+    """What this process keeps on the GPU while the children run: a lost context frees nothing
+    until the process ends (read from the allocator's own counters, not from the device)."""
+    torch = sys.modules.get("torch")
+    try:
+        reserved = torch.cuda.memory_reserved() if torch is not None and torch.cuda.is_initialized() else 0
+    except Exception:
+        return ""
+    if reserved < 1 << 30:
+        return ""
+    return f" (this process keeps the {reserved / 2**30:.1f} GiB its allocator held until the run ends)"
 
 
 def _teardown_all(session: pytest.Session) -> None:
