@@ -185,7 +185,7 @@ class FaultWatch:
         self.launches = LaunchRecorder()
         self.real_gpu = not state.get(config).runtime.interpret
         self.outermost = _SESSIONS[0] == 0
-        self.exitstatus = 1
+        self.session: pytest.Session | None = None
         _SESSIONS[0] += 1
         if self.real_gpu:
             self.launches.install()
@@ -270,8 +270,8 @@ class FaultWatch:
             del item.stash[_OOM_KEY]
         self._item = None
 
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        self.exitstatus = int(exitstatus)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -348,7 +348,8 @@ class FaultWatch:
                 stream.flush()
             except Exception:
                 pass
-        os._exit(self.exitstatus)
+        # The session's final status (sessionfinish hooks may have changed it); 1 if it never ended.
+        os._exit(int(getattr(self.session, "exitstatus", 1)))
 
     def _release_memory(self, item: pytest.Item, exc: BaseException) -> None:
         """After an out-of-memory failure: free the test's tensors, which its finished frames

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -222,7 +223,7 @@ class _Supervisor:
             return None
         self.took_over = True
         session = item.session
-        rest = session.items[session.items.index(item):]
+        rest = session.items[session.items.index(item):] if item in session.items else [item]
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if fault is not None:
             _teardown_all(session)
@@ -331,7 +332,7 @@ class _Continuation:
             for nodeid in remaining:
                 self._report(nodeid, "setup", "not run: the continuation process (pytest-triton) "
                              f"ended ({status}) before running this test; what it printed is above. "
-                             f"Its command: {' '.join(child.cmd)}")
+                             f"Its command: {shlex.join(child.cmd)}")
             self.pending = []
             return False
         self.pending = remaining

@@ -204,7 +204,7 @@ def test_xdist_workers_retire_without_using_the_restart_budget(pytester):
     # Three retirements and one crash: with a budget of one restart, the run goes on only if the
     # retirements are not counted.
     result = pytester.runpytest_subprocess("-n", "2", "--max-worker-restart", "1", "--junitxml=j.xml",
-                                           "-p", "no:cacheprovider")
+                                           "-p", "no:cacheprovider", "--triton-interpret")
     result.assert_outcomes(passed=5, failed=3, errors=1)
     text = result.stdout.str()
     assert "maximum crashed workers" not in text
