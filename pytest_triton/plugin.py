@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import isolation, markers, options, runtime, seeding, state
+from . import gpufaults, isolation, markers, options, runtime, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,10 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
-    from . import gpufaults
-
-    gpufaults.configure(config)
-    isolation.configure(config)
+    gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
+    isolation.configure(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
         from . import benchbridge, perf
 
