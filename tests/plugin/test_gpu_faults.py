@@ -117,7 +117,7 @@ def test_illegal_access_fails_only_its_test(pytester, run, workers):
                                      "lost its CUDA context*"])
     else:
         result.stdout.fnmatch_lines(["pytest-triton: test_five.py::test_3_illegal_access lost this "
-                                     "process's CUDA context; the remaining 2 tests run in a fresh process"])
+                                     "process's CUDA context; the remaining 2 tests run in a fresh process*"])
 
 
 def test_an_asynchronous_fault_is_blamed_on_the_test_that_launched_it(pytester, run):
