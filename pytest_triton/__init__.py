@@ -6,6 +6,7 @@ from .configs import assert_every_config, config_id, config_params, pin_config
 from .determinism import assert_deterministic
 from .gradients import assert_grads_close
 from .guards import check_guards
+from .gpufaults import GPUContextLost
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .tensors import TensorFactory, poison_value
@@ -13,6 +14,7 @@ from .tensors import TensorFactory, poison_value
 __version__ = "0.1.0"
 
 __all__ = [
+    "GPUContextLost",
     "INTERPRETER_GAPS",
     "PerfInconclusive",
     "PerfInvalid",

@@ -20,3 +20,9 @@ def pytest_triton_calibrate(config, device):
     """Measure `device`'s (a DeviceInfo) ceilings: {"dram_gbps": float, "tflops": {"float16": ...,
     "bfloat16": ..., "tf32": ...}}, or None when there is nothing to measure on. Called at most
     once per device fingerprint (the result is cached on disk: calibrate.cache_dir())."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_synchronize(config, item):
+    """After a test's call and teardown: wait for the device work it queued, raising the device's
+    pending error if there is one. Return True when done."""

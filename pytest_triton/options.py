@@ -69,6 +69,11 @@ OPTIONS: tuple[Option, ...] = (
            "PYTORCH_NO_CUDA_MEMORY_CACHING=1) and fail each test it reports errors on; needs a "
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
+    # issue 13: a test that crashes its process fails alone
+    Option("triton_supervise", "bool", False,
+           "run the tests in a child process that is replaced when it dies, so that a test which "
+           "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs "
+           "(costs one more interpreter start; without xdist only: -n workers are replaced anyway)"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import pytest
 
-from . import options, state, verdict
+from . import isolation, options, state, verdict
 from .device import DeviceInfo
 from .markers import TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
 
@@ -52,7 +52,8 @@ def configure(config: pytest.Config) -> None:
         max_time=options.get_float(config, "triton_perf_max_time", minimum=0.01),
         retries=int(retries),
         json_path=options.get(config, "triton_perf_json"),
-        controller=not hasattr(config, "workerinput"),
+        # xdist workers and continuation children report to the process that writes the results
+        controller=not hasattr(config, "workerinput") and not isolation.is_child(config),
     )
     if info is not None and options.get(config, "triton_perf_calibrate"):
         ensure_ceilings(config, force=True)

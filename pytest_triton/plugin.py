@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from . import markers, options, runtime, sanitize, scope, seeding, state
+from . import gpufaults, isolation, markers, options, runtime, sanitize, scope, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
+    isolation.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspec
 
     pluginmanager.add_hookspecs(hookspec)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    isolation.prepare(config)  # a continuation child: silent, writes no report files
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -38,6 +44,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
     sanitize.configure(config)
+    gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
+    isolation.configure(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
         from . import benchbridge, perf
 

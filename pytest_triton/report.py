@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from . import state
+from . import isolation, state
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -192,6 +192,7 @@ def write_json(config: pytest.Config) -> None:
         "gpu_settings_after": ps.settings_after,
         "results": ps.results,
         "unchecked": ps.unchecked,
+        "faults": isolation.records(config),  # tests that lost the CUDA context or crashed
         "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
     }
     with open(ps.json_path, "w") as f:

@@ -1,0 +1,225 @@
+"""A test that breaks its process fails alone, and the rest of the session runs: faults injected
+through pytest_triton_synchronize (a fake sticky CUDA error), and a real segfault under Triton's
+interpreter (an unmasked store far outside its tensor)."""
+
+import json
+import os
+import textwrap
+import types
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+from pytest_triton.gpufaults import LaunchRecorder, classify
+
+from .test_perf import FAKE_GPU
+
+INJECT = '''
+import pytest
+
+def pytest_triton_synchronize(config, item):
+    """Stands in for torch.cuda.synchronize(): the module's STICKY tests faulted asynchronously."""
+    if item.name in getattr(item.module, "STICKY", ()):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\\n"
+                           "CUDA kernel errors might be asynchronously reported at some other API call")
+
+@pytest.fixture
+def breaks_in_teardown():
+    yield
+    raise RuntimeError("CUDA error: unspecified launch failure")
+'''
+
+# Under the interpreter a store 64 TB past a CPU tensor lands outside the address space: SIGSEGV.
+STORE_FAR = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def _store_far(x_ptr, OFF: tl.constexpr):
+    tl.store(x_ptr + OFF + tl.arange(0, 16), tl.zeros((16,), tl.float32))  # no mask
+'''
+
+
+@pytest.mark.parametrize("exc, expected", [
+    (RuntimeError("CUDA error: an illegal memory access was encountered"), ("sticky", 700)),
+    (RuntimeError("Triton Error [CUDA]: misaligned address"), ("sticky", 716)),
+    (RuntimeError("CUDA error: unspecified launch failure"), ("sticky", 719)),
+    (RuntimeError("CUDA error: device-side assert triggered"), ("sticky", 710)),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 TiB"), ("oom", 2)),
+    (RuntimeError("CUDA error: invalid argument"), None),  # reported at the call, not sticky
+    # Not CUDA errors: an exception that quotes one (e.g. an assertion about a log) is not one.
+    (AssertionError("CUDA error: an illegal memory access was encountered"), None),
+    (RuntimeError("expected 'CUDA error: misaligned address' in the log"), None),
+])
+def test_classify_tells_sticky_errors_from_others(exc, expected):
+    err = classify(exc)
+    assert (None if err is None else (err.kind, err.code)) == expected
+
+
+def test_classify_follows_the_exception_chain():
+    try:
+        try:
+            raise RuntimeError("CUDA error: an illegal instruction was encountered")
+        except RuntimeError as inner:
+            raise AssertionError("the output differs") from inner
+    except AssertionError as outer:
+        assert classify(outer).code == 715
+
+
+def test_launch_recorder_names_the_last_launches_in_chains_and_single_hooks():
+    from triton.knobs import HookChain
+
+    chain_owner = types.SimpleNamespace(launch_enter_hook=HookChain())
+    calls = []
+    single_owner = types.SimpleNamespace(launch_enter_hook=calls.append)  # Triton 3.4: one callable
+    launch = lambda name: types.SimpleNamespace(data={"name": name, "stream": 0})
+    for owner in (chain_owner, single_owner):
+        rec = LaunchRecorder()
+        previous = owner.launch_enter_hook
+        rec.install(owner)
+        for i in range(7):
+            owner.launch_enter_hook(launch(f"_k{i}"))
+        assert rec.describe() == ("Triton launches in this test: 7; the last 5: _k2, _k3, _k4, "
+                                  "_k5, _k6 (most recent last)")
+        rec.uninstall()
+        assert owner.launch_enter_hook is previous
+    assert len(calls) == 7  # the hook that was there before still saw every launch
+    rec.reset()
+    assert rec.describe().startswith("no Triton launch was recorded")
+
+
+def test_a_lost_context_fails_only_its_test_and_the_rest_runs_in_a_fresh_process(
+        pytester, run_interpreted):
+    pytester.makeconftest(INJECT + FAKE_GPU)
+    pytester.makepyfile(test_k="""
+        import os, warnings
+        from pytest_triton import perf_target
+        STICKY = ["test_bad"]
+        FAKE = {"test_perf": (1.0, None)}
+        def _pid(name):
+            with open("pids.txt", "a") as f:
+                f.write(f"{name} {os.getpid()}\\n")
+        def test_a(): _pid("a")
+        def test_bad(make_tensor): make_tensor(4)
+        def test_c(): _pid("c")
+        @perf_target(gbps=100)
+        def test_perf(triton_bench): triton_bench(lambda: None, bytes=1e9)
+        def test_warns(): warnings.warn(UserWarning("said in the continuation"))
+        def test_fails(): assert 1 == 2
+    """)
+    result = run_interpreted("-p", "no:cacheprovider", "--triton-perf", "--junitxml=j.xml",
+                             "--triton-perf-json=perf.json")
+    result.assert_outcomes(passed=4, failed=2, warnings=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "pytest-triton: test_k.py::test_bad lost this process's CUDA context; the remaining 4 tests "
+        "run in a fresh process",
+        "*_ test_bad _*",
+        "GPUContextLost: CUDA error 700 in call: an illegal memory access was encountered (illegal "
+        "address). The error is sticky: this process's CUDA context is lost, and every later CUDA "
+        "call in it would fail with the same error.",
+        "It surfaced at pytest-triton's torch.cuda.synchronize() after the test's call: a kernel "
+        "this test launched faulted asynchronously, and nothing in the test synchronised.",
+        "*Any remaining tests run in a fresh process*",
+        "Reproduce it alone: seed * (from --triton-seed 0 and the test id); replay: pytest "
+        "'test_k.py::test_bad' --triton-seed 0. With CUDA_LAUNCH_BLOCKING=1 *",
+        "*_ test_fails _*",
+        "*said in the continuation*",
+        "*= pytest-triton: 1 test broke the process it ran in =*",
+        "test_k.py::test_bad: CUDA context lost in call (CUDA error 700, illegal address; no Triton "
+        "launch recorded)",
+    ])
+    assert result.stdout.str().count("illegal memory access") == 1  # no cascade
+    pids = dict(line.split() for line in (pytester.path / "pids.txt").read_text().splitlines())
+    assert int(pids["a"]) == os.getpid() != int(pids["c"])  # in-process, then a child
+    cases = {tc.get("name"): [c.tag for c in tc] for tc in ET.parse(pytester.path / "j.xml").iter("testcase")}
+    assert cases == {"test_a": [], "test_bad": ["failure"], "test_c": [], "test_perf": ["properties"],
+                     "test_warns": [], "test_fails": ["failure"]}
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    assert [r["nodeid"] for r in doc["results"]] == ["test_k.py::test_perf"]
+    assert [(f["nodeid"], f["kind"], f["when"]) for f in doc["faults"]] == [
+        ("test_k.py::test_bad", "cuda_context_lost", "call")]
+
+
+def test_out_of_memory_frees_the_failed_tests_tensors_before_the_next_test(pytester, run_interpreted):
+    pytester.makepyfile("""
+        import weakref, torch
+        REF = []
+        def test_oom():
+            big = torch.empty(1 << 20)
+            REF.append(weakref.ref(big))
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 TiB")
+        def test_next():
+            assert REF[0]() is None, "the failed test's tensor is still alive"
+    """)
+    result = run_interpreted("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*OutOfMemoryError: CUDA out of memory*"])
+    # Negative control: without the plugin, pytest keeps the failed test's frame, and its tensor.
+    result = pytester.runpytest("-p", "no:triton", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*the failed test's tensor is still alive*"])
+
+
+def test_supervised_run_survives_a_segfault_under_the_interpreter(pytester, run_interpreted):
+    pytester.makepyfile(test_seg=STORE_FAR + textwrap.dedent("""
+        def test_before(): pass
+        def test_segfaults(make_tensor):
+            _store_far[(1,)](make_tensor(16), 1 << 44)
+        def test_after(): pass
+    """))
+    result = run_interpreted("-p", "no:cacheprovider", "--triton-supervise")
+    result.assert_outcomes(passed=2, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # not 139
+    result.stdout.fnmatch_lines([
+        "pytest-triton: tests run in a supervised child process (--triton-supervise)*",
+        "pytest-triton: the test process died in test_seg.py::test_segfaults (signal SIGSEGV, *); "
+        "the remaining test runs in a fresh process",
+        "ProcessCrashed: the process running this test died (signal SIGSEGV, *).",
+        "Under Triton's interpreter this is almost always a tl.load or tl.store outside its tensor*",
+        "Reproduce it alone: seed * replay: pytest 'test_seg.py::test_segfaults' --triton-seed 0.",
+        "Where it died (faulthandler, most recent call first):",
+        '*File "*test_seg.py", line 6 in _store_far',
+        '*File "*test_seg.py", line 10 in test_segfaults',
+        "test_seg.py::test_segfaults: process crashed in call (signal SIGSEGV, *)",
+    ])
+
+
+def test_xdist_workers_retire_without_using_the_restart_budget(pytester):
+    pytester.makeconftest(INJECT)
+    pytester.makepyfile(test_x=STORE_FAR + textwrap.dedent("""
+        STICKY = ["test_bad_sync"]
+        def test_1(): pass
+        def test_bad_sync(): pass
+        def test_2(): pass
+        def test_bad_in_body():
+            raise RuntimeError("CUDA error: misaligned address")
+        def test_3(): pass
+        def test_bad_teardown(breaks_in_teardown): pass
+        def test_segfaults(make_tensor):
+            _store_far[(1,)](make_tensor(16), 1 << 44)
+        def test_4(): pass
+    """))
+    # Three retirements and one crash: with a budget of one restart, the run goes on only if the
+    # retirements are not counted.
+    result = pytester.runpytest_subprocess("-n", "2", "--max-worker-restart", "1", "--junitxml=j.xml",
+                                           "-p", "no:cacheprovider", "--triton-interpret")
+    result.assert_outcomes(passed=5, failed=3, errors=1)
+    text = result.stdout.str()
+    assert "maximum crashed workers" not in text
+    result.stdout.fnmatch_lines_random([
+        "*pytest-triton: retired after test_x.py::test_bad_sync lost its CUDA context; xdist "
+        "replaces it (not counted against --max-worker-restart)",
+        "*raise RuntimeError(\"CUDA error: misaligned address\")",
+        "E * pytest_triton.GPUContextLost: CUDA error 716 in call: misaligned address. The error is sticky*",
+        "E * pytest_triton.GPUContextLost: CUDA error 719 in teardown: unspecified launch failure. The error "
+        "is sticky*",
+        "ProcessCrashed: the process running this test died (xdist worker gw* went down*",
+        "test_x.py::test_segfaults: process crashed in call (xdist worker gw* went down)",
+        "*= pytest-triton: 4 tests broke the process they ran in =*",
+    ])
+    cases = {tc.get("name"): sorted(c.tag for c in tc) for tc in ET.parse(pytester.path / "j.xml").iter("testcase")}
+    assert cases == {"test_1": [], "test_2": [], "test_3": [], "test_4": [], "test_bad_sync": ["failure"],
+                     "test_bad_in_body": ["failure"], "test_bad_teardown": ["error"],
+                     "test_segfaults": ["failure"]}
