@@ -45,15 +45,24 @@ def _flock(path: str, exclusive: bool):
 
 _THREAD = threading.local()  # .held: the lock this thread holds now (a nested session runs in it)
 
+# Set while a process holds a GPU's lock, for the processes it starts (a pytester subprocess, the
+# compute-sanitizer run of --triton-sanitize): they run under their ancestor's lock, which flock
+# would make them wait for forever (and every other worker behind them, at the gate). Read once,
+# at import: other threads of the holding process are other holders (the tests use them so).
+HELD_ENV = "PYTEST_TRITON_GPU_LOCK_HELD"
+_ANCESTOR_HOLDS = os.environ.get(HELD_ENV)
+
 
 @contextlib.contextmanager
 def hold(gpu_id: str, exclusive: bool):
     """Hold GPU `gpu_id`: shared by correctness tests, exclusively by perf tests."""
-    if getattr(_THREAD, "held", None):  # nested in a test that holds it already
-        yield
+    if getattr(_THREAD, "held", None) or _ANCESTOR_HOLDS == gpu_id:
+        yield  # nested in a test (of this process or an ancestor) that holds it already
         return
     gate, lock = _lock_paths(gpu_id)
     _THREAD.held = gpu_id
+    outer = os.environ.get(HELD_ENV)
+    os.environ[HELD_ENV] = gpu_id
     try:
         if exclusive:
             with _flock(gate, True), _flock(lock, True):
@@ -65,6 +74,10 @@ def hold(gpu_id: str, exclusive: bool):
                 yield
     finally:
         _THREAD.held = None
+        if outer is None:
+            os.environ.pop(HELD_ENV, None)
+        else:
+            os.environ[HELD_ENV] = outer
 
 
 @contextlib.contextmanager

@@ -1,6 +1,8 @@
 """GPU locks under pytest-xdist: perf tests exclusive, others shared, nesting never self-deadlocks."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -14,6 +16,9 @@ pytestmark = pytest.mark.skipif(os.name != "posix", reason="flock locks are POSI
 @pytest.fixture(autouse=True)
 def _private_run(monkeypatch):
     monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", f"test-{os.getpid()}-{time.time_ns()}")
+    # Threads stand in for workers here, and each sets the variable a holder's children read:
+    # their overlapping holds leave it behind, which no one-thread worker does.
+    monkeypatch.delenv(gpulock.HELD_ENV, raising=False)
 
 
 def _in_thread(fn, timeout=5.0) -> bool:
@@ -57,3 +62,17 @@ def test_perf_waits_for_shared_holders_and_excludes_them():
     when = {(n, e): t for n, e, t in log}
     assert when[("perf", "in")] >= when[("plain", "out")]  # exclusive: after the shared holder
     assert when[("late", "in")] >= when[("perf", "out")]  # the gate: no starving the perf test
+
+
+def test_a_process_started_under_the_lock_runs_under_it():
+    # A pytester subprocess or the --triton-sanitize child of a test that holds the GPU
+    # exclusively takes the same lock files: it must not wait for its own ancestor (it would
+    # forever, and every other worker behind it at the gate).
+    child = ("from pytest_triton import gpulock\n"
+             "with gpulock.hold('0', exclusive=False):\n"
+             "    print('in')\n")
+    with gpulock.hold("0", exclusive=True):
+        out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                             timeout=20)
+    assert out.returncode == 0 and out.stdout.strip() == "in", out.stderr
+    assert gpulock.HELD_ENV not in os.environ  # restored after the hold
