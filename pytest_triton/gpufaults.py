@@ -312,7 +312,7 @@ class FaultWatch:
             where = f"It surfaced in the test's {when}, at the line the traceback shows."
         launches = self.launches.describe()
         message = "\n".join([
-            f"{code}in {when}: {err.text}{'' if err.name in err.text else f' ({err.name})'}. The "
+            f"{code}in {when}: {err.text}. The "
             "error is sticky: this process's CUDA context is lost, and every later CUDA call in it "
             "would fail with the same error.",
             where,

@@ -78,7 +78,7 @@ def test_every_config_is_checked_into_a_repoisoned_output_and_the_failure_names_
                         "autotuner holds, pruned ones included: any of them may be picked for some "
                         "shape):")
     assert lines[1] == "config 1 of 3: BLOCK=32, WRITE=False, num_warps=2, num_stages=1"
-    assert lines[2] == "    AssertionError: Tensors are not close (torch.float32, shape (100,), on cpu)."
+    assert lines[2] == f"    AssertionError: Tensors are not close (torch.float32, shape (100,), on {x.device})."
     assert lines[3] == "    Mismatched elements: 100 / 100 (100%)"
     assert lines[-1] == "passed: configs 0, 2 of 3"
     # Without re-poisoning, the config that writes nothing passes on what the one before left.

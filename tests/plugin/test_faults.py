@@ -116,9 +116,9 @@ def test_a_lost_context_fails_only_its_test_and_the_rest_runs_in_a_fresh_process
         "pytest-triton: test_k.py::test_bad lost this process's CUDA context; the remaining 4 tests "
         "run in a fresh process",
         "*_ test_bad _*",
-        "GPUContextLost: CUDA error 700 in call: an illegal memory access was encountered (illegal "
-        "address). The error is sticky: this process's CUDA context is lost, and every later CUDA "
-        "call in it would fail with the same error.",
+        "GPUContextLost: CUDA error 700 in call: an illegal memory access was encountered. The "
+        "error is sticky: this process's CUDA context is lost, and every later CUDA call in it "
+        "would fail with the same error.",
         "It surfaced at pytest-triton's torch.cuda.synchronize() after the test's call: a kernel "
         "this test launched faulted asynchronously, and nothing in the test synchronised.",
         "*Any remaining tests run in a fresh process*",
