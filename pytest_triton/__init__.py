@@ -4,9 +4,9 @@ from .bench import do_bench
 from .compare import TOLERANCES, assert_close, tolerance_for
 from .configs import assert_every_config, config_id, config_params, pin_config
 from .determinism import assert_deterministic
+from .gpufaults import GPUContextLost
 from .gradients import assert_grads_close
 from .guards import check_guards
-from .gpufaults import GPUContextLost
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .tensors import TensorFactory, poison_value
