@@ -168,7 +168,6 @@ GPU_TESTS = textwrap.dedent('''
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: compute-sanitizer "
                     "checks CUDA kernels (the CPU tests above cover the plumbing)")
 @pytest.mark.skipif(sanitize.find_sanitizer() is None, reason="needs NVIDIA compute-sanitizer")
-@pytest.mark.triton_exclusive
 def test_a_store_one_past_the_end_is_reported_on_its_test_and_a_clean_kernel_on_none(pytester):
     pytester.makepyfile(test_oob=GPU_TESTS)
     result = pytester.runpytest_subprocess("--triton-sanitize", "memcheck", "-p",
