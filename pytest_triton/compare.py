@@ -288,7 +288,9 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
                          f"finite; {n_nan_e} NaN in expected where actual is not")
             if n_nan:
                 lines.append("  (NaN where the reference is finite: an unwritten element of a "
-                             "poisoned output, or an overflow)")
+                             "poisoned output, a read of a non-contiguous input's gaps (they "
+                             "hold poison: the kernel assumed contiguous rows or elements), or "
+                             "an overflow)")
     bad = torch.nonzero(mismatch.flatten()).flatten()[:MAX_LISTED].tolist()
     lines.append(f"First {len(bad)} mismatches:")
     header = ("index", "actual", "expected", "abs diff")

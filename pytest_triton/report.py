@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 import sys
 
@@ -48,6 +49,14 @@ def header(config: pytest.Config) -> list[str]:
     return lines
 
 
+def ms_text(ms: float) -> str:
+    """A median in ms with 4 significant digits, never rounded to 0.0000 (a 2 us kernel is
+    0.002000, not 0.0020)."""
+    if not ms > 0 or ms >= 0.1 or not math.isfinite(ms):
+        return f"{ms:.4f}"
+    return f"{ms:.{3 - math.floor(math.log10(ms))}f}"
+
+
 def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
@@ -80,7 +89,7 @@ def _rows(results: list[dict]) -> list[tuple]:
             if m["throttled"]:
                 noise += " THROTTLED"
             targets = ", ".join(c["short"] for c in m["checks"] if c["target"] != "bytes")
-            rows.append((test, f"{m['median_ms']:.4f}", _fmt(m["gbps"], ".0f"),
+            rows.append((test, ms_text(m["median_ms"]), _fmt(m["gbps"], ".0f"),
                          _fmt(m["tflops"], ".1f"), pct, speed, targets, m["verdict"], noise,
                          f"{m['method']}x{m['calls_per_sample']}" if m["method"] == "graph"
                          else m["method"], str(gpu.get("sm_clock_mhz", "")), m["config"] or ""))

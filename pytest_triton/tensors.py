@@ -42,13 +42,14 @@ class TensorFactory:
         self._generator.manual_seed(seed)
 
     def __call__(self, shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
-                 dist: str = "normal", low: float | None = None, high: float | None = None,
+                 dist: str | None = None, low: float | None = None, high: float | None = None,
                  scale: float = 1.0, value: float | None = None,
                  noncontiguous: bool | str = False, poison: bool = False,
                  requires_grad: bool = False) -> torch.Tensor:
         """A tensor of `shape` and `dtype` on the test's device.
 
-        dist: "normal" (mean 0, std `scale`), "uniform" ([low, high), default [0, 1)),
+        dist: "normal" (mean 0, std `scale`; the default), "uniform" ([low, high), default
+          [0, 1); the default when low= or high= is given),
           "heavy" (random signs, magnitudes log-uniform over 1e-3..1e3 times `scale`, clipped to
           the dtype's range: a kernel that drops a term or returns zeros cannot pass by luck),
           "constant" (every element `value`). Integer dtypes draw uniform integers in [low, high),
@@ -64,8 +65,7 @@ class TensorFactory:
         shape = self._check_shape(shape)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
-        if dist not in DISTRIBUTIONS:
-            raise ValueError(f"make_tensor: dist={dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        dist = self._dist(dist, low, high, dtype)
         if dist == "constant" and value is None and not poison:
             raise ValueError("make_tensor: dist='constant' needs value=")
         layout = self._layout(noncontiguous, shape)
@@ -114,6 +114,22 @@ class TensorFactory:
         return dims
 
     @staticmethod
+    def _dist(dist, low, high, dtype) -> str:
+        """The distribution to draw from: low=/high= without dist= mean uniform; with a float
+        dist that does not use them they are an error, never silently ignored."""
+        __tracebackhide__ = True
+        bounds = low is not None or high is not None
+        if dist is None:
+            return "uniform" if bounds and dtype.is_floating_point else "normal"
+        if dist not in DISTRIBUTIONS:
+            raise ValueError(f"make_tensor: dist={dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        if bounds and dtype.is_floating_point and dist != "uniform":
+            given = ", ".join(f"{k}={v!r}" for k, v in (("low", low), ("high", high)) if v is not None)
+            raise ValueError(f"make_tensor: {given} with dist={dist!r}: only dist='uniform' draws "
+                             "from [low, high) (leave dist out to get it)")
+        return dist
+
+    @staticmethod
     def _layout(noncontiguous, shape) -> str | None:
         if noncontiguous is False or noncontiguous is None:
             return None
@@ -153,7 +169,9 @@ class TensorFactory:
             lo = 0.0 if low is None else float(low)
             hi = 1.0 if high is None else float(high)
             if not hi > lo:
-                raise ValueError(f"make_tensor: empty range [low={lo}, high={hi})")
+                default = " (low defaults to 0)" if low is None else \
+                    " (high defaults to 1)" if high is None else ""
+                raise ValueError(f"make_tensor: empty range [low={lo}, high={hi}){default}")
             x = torch.rand(shape, generator=g, device=dev) * (hi - lo) + lo
         else:  # heavy
             top = min(3.0, math.log10(torch.finfo(dtype).max / 16))

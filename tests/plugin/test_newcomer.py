@@ -1,0 +1,67 @@
+"""What a new user hit first (issue 14): make_tensor's bounds and layouts, replay from any
+directory, reports of non-finite mismatches, autotune under the interpreter, tiny medians."""
+
+import math
+
+import pytest
+import torch
+
+from pytest_triton import TensorFactory, assert_close
+from pytest_triton.report import ms_text
+
+# --- make_tensor(low=, high=) ----------------------------------------------------------------
+
+
+def test_low_and_high_without_dist_draw_uniform_from_them():
+    m = TensorFactory("cpu", 0)
+    t = m(10_000, low=100, high=200)
+    assert t.min() >= 100 and t.max() < 200 and t.std() > 20  # not normal(0, 1) values
+    t16 = m((8, 8), torch.float16, high=-1, low=-3)
+    assert t16.dtype == torch.float16 and t16.max() < -1 and t16.min() >= -3
+    # Without bounds the default is still normal: negative values, mean ~0.
+    n = m(10_000)
+    assert (n < 0).any() and abs(float(n.mean())) < 0.05
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"low": 100, "high": 200, "dist": "normal"},
+     r"low=100, high=200 with dist='normal': only dist='uniform' draws from \[low, high\)"),
+    ({"high": 5, "dist": "heavy"}, r"high=5 with dist='heavy'"),
+    ({"low": 100}, r"empty range \[low=100.0, high=1.0\) \(high defaults to 1\)"),
+])
+def test_bounds_a_distribution_would_ignore_are_an_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TensorFactory("cpu", 0)(4, **kwargs)
+
+
+def test_integer_bounds_apply_to_every_distribution_as_before():
+    m = TensorFactory("cpu", 0)
+    for dist in (None, "normal", "uniform", "heavy"):
+        t = m(1000, torch.int32, dist=dist, low=5, high=9)
+        assert t.min() >= 5 and t.max() < 9
+
+
+# --- the poisoned-gap hint -------------------------------------------------------------------
+
+
+def test_nan_hint_names_reading_a_noncontiguous_inputs_gaps(outside_a_test):
+    m = TensorFactory("cpu", 0)
+    x = m((4, 6), noncontiguous=True)
+    wrong = x.as_strided((4, 6), (6, 1))  # a kernel that assumed contiguous rows reads the gaps
+    with pytest.raises(AssertionError) as exc:
+        assert_close(wrong, x.double())
+    text = str(exc.value)
+    assert "a read of a non-contiguous input's gaps" in text, text
+    assert "an unwritten element of a poisoned output" in text
+
+
+# --- tiny medians ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ms, text", [(0.28, "0.2800"), (12.5, "12.5000"), (0.01234, "0.01234"),
+                                      (0.0021, "0.002100"), (0.00001234, "0.00001234"),
+                                      (0.0, "0.0000")])
+def test_medians_keep_four_significant_digits(ms, text):
+    assert ms_text(ms) == text
+    if ms:
+        assert math.isclose(float(ms_text(ms)), ms, rel_tol=1e-3)
