@@ -69,6 +69,10 @@ OPTIONS: tuple[Option, ...] = (
            "PYTORCH_NO_CUDA_MEMORY_CACHING=1) and fail each test it reports errors on; needs a "
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
+    # issue 14: a CI gate that cannot pass by accident
+    Option("triton_perf_allow_unchecked", "bool", False,
+           "with --triton-perf, let the run pass although perf targets were left unchecked (no "
+           "GPU to time on: their bodies only dry-ran); without it such a run fails"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

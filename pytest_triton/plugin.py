@@ -73,14 +73,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    gap = item.stash.get(markers.GAP_KEY, None)
-    if gap and state.get(item.config).runtime.interpret:
-        pytest.skip(gap)
     target = item.stash.get(markers.TARGET_KEY, None)
-    if target is not None:
+    if target is not None:  # first: a target the interpreter's gap skips is unchecked too
         from . import perf
 
         perf.setup_item(item, target)
+    gap = item.stash.get(markers.GAP_KEY, None)
+    if gap and state.get(item.config).runtime.interpret:
+        pytest.skip(gap)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -102,7 +102,7 @@ def pytest_runtest_call(item: pytest.Item):
     result = yield
     scope.finish_call(item)
     sanitize.finish_call(item)
-    if item.stash.get(markers.TARGET_KEY, None) is not None and state.get(item.config).perf:
+    if "triton_bench" in getattr(item, "fixturenames", ()):
         from . import perf
 
         perf.finish_call(item)
@@ -115,10 +115,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     scope.annotate_report(report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
-    if state.get(item.config).perf:
+    if "triton_bench" in getattr(item, "fixturenames", ()):
         from . import perf
 
-        perf.annotate_report(item, call, report)
+        perf.annotate_dry_report(item, call, report)
+        if state.get(item.config).perf:
+            perf.annotate_report(item, call, report)
     return report
 
 
@@ -133,6 +135,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sanitize.session_finish(session)
     if state.get(session.config).perf:
-        from . import report
+        from . import perf, report
 
         report.finish(session.config)
+        perf.gate(session)

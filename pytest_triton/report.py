@@ -32,9 +32,18 @@ def header(config: pytest.Config) -> list[str]:
         where = f"cpu under Triton's interpreter ({rt.why})"
     else:
         where = f"{rt.device} ({rt.why})"
+    from .perf import dry_run
+
+    if st.perf:
+        perf = "on" if not dry_run(config) else (
+            "on, but no GPU to time on: perf_target bodies dry-run untimed and their targets are "
+            "UNCHECKED, which fails the run unless --triton-perf-allow-unchecked")
+    elif rt.interpret:
+        perf = "off (no GPU: perf_target bodies dry-run once, untimed)"
+    else:
+        perf = "off (perf_target tests skip; --triton-perf times them)"
     lines = [f"pytest-triton: {where}; torch {v['torch']}, triton {v['triton']}",
-             f"pytest-triton: seed base {st.base_seed} (--triton-seed); perf "
-             + ("on" if st.perf else "off (perf_target tests skip; --triton-perf times them)")]
+             f"pytest-triton: seed base {st.base_seed} (--triton-seed); perf {perf}"]
     ps = st.perf_session
     if ps is not None and ps.device is not None:
         d = ps.device
@@ -152,10 +161,12 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("pass", "fail", "inconclusive",
                                                              "invalid", "measured") if v in verdicts)
     tr.write_line(f"{len(verdicts)} measurements: {counts or 'none'}")
-    if ps.unchecked:
-        tr.write_line(f"{len(ps.unchecked)} perf targets UNCHECKED (needs a CUDA GPU): "
-                      + ", ".join(u["nodeid"] for u in ps.unchecked[:10])
-                      + (" ..." if len(ps.unchecked) > 10 else ""), yellow=True, bold=True)
+    from .perf import unchecked_summary
+
+    unchecked = unchecked_summary(config)
+    if unchecked:
+        line, fails = unchecked
+        tr.write_line(line, red=fails, yellow=not fails, bold=True)
     changed = settings_changed(config)
     if changed:
         tr.write_line("GPU settings CHANGED during the run: " + "; ".join(changed), red=True)
