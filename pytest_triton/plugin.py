@@ -87,7 +87,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     from . import gpulock
 
-    token = seeding.CURRENT.set(seeding.test_seed(state.get(item.config).base_seed, item.nodeid))
+    token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
         with gpulock.for_item(item), sanitize.child_markers(item):

@@ -43,7 +43,8 @@ def header(config: pytest.Config) -> list[str]:
     else:
         perf = "off (perf_target tests skip; --triton-perf times them)"
     lines = [f"pytest-triton: {where}; torch {v['torch']}, triton {v['triton']}",
-             f"pytest-triton: seed base {st.base_seed} (--triton-seed); perf {perf}"]
+             f"pytest-triton: seed base {st.base_seed} (--triton-seed){_fixed_seed(config, st)}; "
+             f"perf {perf}"]
     ps = st.perf_session
     if ps is not None and ps.device is not None:
         d = ps.device
@@ -56,6 +57,15 @@ def header(config: pytest.Config) -> list[str]:
             lines.append(f"pytest-triton perf: measured ceilings {ps.calibration}")
         lines.extend(f"pytest-triton perf: note: {n}" for n in d.notes)
     return lines
+
+
+def _fixed_seed(config: pytest.Config, st) -> str:
+    from .seeding import fixed_seed
+
+    fixed = fixed_seed(config)
+    if fixed is None:
+        return ""
+    return f", every test's seed fixed to {fixed} (--triton-seed {st.base_seed}:{fixed})"
 
 
 def ms_text(ms: float) -> str:

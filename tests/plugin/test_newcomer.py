@@ -2,6 +2,7 @@
 directory, reports of non-finite mismatches, autotune under the interpreter, tiny medians."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -65,3 +66,53 @@ def test_medians_keep_four_significant_digits(ms, text):
     assert ms_text(ms) == text
     if ms:
         assert math.isclose(float(ms_text(ms)), ms, rel_tol=1e-3)
+
+
+# --- replay from any directory ---------------------------------------------------------------
+
+REPLAYED = """
+import pytest
+@pytest.mark.parametrize("n", [3])
+def test_k(make_tensor, n):
+    print("VALUES", make_tensor(n).tolist())
+    assert False
+"""
+
+
+def _values(result) -> str:
+    return next(line for line in result.stdout.lines if line.startswith("VALUES"))
+
+
+def test_the_printed_replay_command_reproduces_the_tensors_from_another_directory(
+        pytester, monkeypatch, tmp_path_factory):
+    import shlex
+
+    pytester.mkpydir("sub")
+    (pytester.path / "sub" / "test_replay.py").write_text(REPLAYED)
+    first = pytester.runpytest("sub", "-p", "no:cacheprovider")
+    first.assert_outcomes(failed=1)
+    line = next(ln for ln in first.stdout.lines if "replay (from any directory): pytest" in ln)
+    command = shlex.split(re.search(r"replay \(from any directory\): (.*)$", line).group(1))
+    assert command[0] == "pytest" and command[-2] == "--triton-seed" and ":" in command[-1]
+    assert command[1].startswith(str(pytester.path)) and command[1].endswith("::test_k[3]")
+
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))  # outside the first run's rootdir
+    replay = pytester.runpytest(*command[1:], "-p", "no:cacheprovider")
+    replay.assert_outcomes(failed=1)
+    assert _values(replay) == _values(first)
+    # The base seed alone does not replay from here: the test id, and with it the seed, changed.
+    base_only = pytester.runpytest(command[1], "--triton-seed", "0", "-p", "no:cacheprovider")
+    base_only.assert_outcomes(failed=1)
+    assert _values(base_only) != _values(first)
+    replay.stdout.fnmatch_lines([f"*seed base 0 (--triton-seed), every test's seed fixed to {command[-1][2:]} "
+                                 f"(--triton-seed {command[-1]})*"])
+
+
+@pytest.mark.parametrize("value, match", [("0:x", "expected BASE:SEED, two integers"),
+                                          ("0:-1", r"expected 0 <= SEED < 2\*\*31"),
+                                          ("random:5", "a fixed test seed needs an integer base")])
+def test_bad_fixed_seeds_are_usage_errors(pytester, value, match):
+    pytester.makepyfile("def test_a(): pass")
+    result = pytester.runpytest("--triton-seed", value)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert re.search(match, result.stderr.str()), result.stderr.str()
