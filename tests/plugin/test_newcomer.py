@@ -116,3 +116,35 @@ def test_bad_fixed_seeds_are_usage_errors(pytester, value, match):
     result = pytester.runpytest("--triton-seed", value)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert re.search(match, result.stderr.str()), result.stderr.str()
+
+
+# --- non-finite mismatches first -------------------------------------------------------------
+
+
+def test_when_every_mismatch_is_nan_the_report_names_them_not_an_element_within_tolerance(
+        outside_a_test):
+    expected = torch.linspace(1, 2, 10, dtype=torch.float64)
+    actual = expected.float() * (1 + 1e-7)  # finite elements: tiny differences, within tolerance
+    actual[3] = actual[7] = math.nan
+    with pytest.raises(AssertionError) as exc:
+        assert_close(actual, expected)
+    lines = str(exc.value).splitlines()
+    assert lines[1] == "Mismatched elements: 2 / 10 (20%)"
+    assert lines[2].startswith("Non-finite mismatches: 2 of the 2 (NaN or Inf in actual or "
+                               "expected, not matched by the other); the first at index (3,): "
+                               "actual nan, expected 1.33333"), lines[2]
+    assert lines[3].startswith("Every mismatch is non-finite: the finite elements all match (the "
+                               "greatest difference among them, "), lines[3]
+    assert not any(ln.startswith("Greatest absolute difference") for ln in lines)
+
+
+def test_finite_mismatches_still_lead_with_the_greatest_difference(outside_a_test):
+    expected = torch.ones(6, dtype=torch.float64)
+    actual = expected.float().clone()
+    actual[1], actual[4] = math.inf, 1.5
+    with pytest.raises(AssertionError) as exc:
+        assert_close(actual, expected)
+    text = str(exc.value)
+    assert "Non-finite mismatches: 1 of the 2 (NaN or Inf in actual or expected, not matched by " \
+           "the other); the first at index (1,): actual inf, expected 1" in text
+    assert "Greatest absolute difference: 0.5 at index (4,)" in text
