@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import markers, options, runtime, sanitize, scope, seeding, state
+from . import interpreter, markers, options, runtime, sanitize, scope, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -37,6 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    if rt.interpret:
+        interpreter.install_debug_mode(config)
     sanitize.configure(config)
     if st.perf:
         from . import benchbridge, perf
@@ -48,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from . import report
 
-    return report.header(config) + sanitize.header(config)
+    return report.header(config) + sanitize.header(config) + interpreter.header(config)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -113,6 +115,8 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     scope.annotate_report(report)
+    if state.get(item.config).runtime.interpret:
+        interpreter.annotate_report(item, call, report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if "triton_bench" in getattr(item, "fixturenames", ()):

@@ -148,3 +148,88 @@ def test_finite_mismatches_still_lead_with_the_greatest_difference(outside_a_tes
     assert "Non-finite mismatches: 1 of the 2 (NaN or Inf in actual or expected, not matched by " \
            "the other); the first at index (1,): actual inf, expected 1" in text
     assert "Greatest absolute difference: 0.5 at index (4,)" in text
+
+
+# --- autotune under the interpreter ----------------------------------------------------------
+
+AUTOTUNED = """
+import pytest, torch, triton, triton.language as tl
+from pytest_triton import autotune_configs
+
+CONFIGS = [triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})]
+
+def _kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+plain = triton.autotune(configs=CONFIGS, key=["n"])(triton.jit(_kernel))
+portable = triton.autotune(configs=autotune_configs(CONFIGS), key=["n"])(triton.jit(_kernel))
+
+@pytest.mark.parametrize("kernel", [plain, portable], ids=["plain", "autotune_configs"])
+def test_k(kernel):
+    x = torch.zeros(100)
+    kernel[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, 100)
+    assert bool((x == 1).all())
+"""
+
+
+def test_a_plain_multi_config_autotune_under_the_interpreter_points_at_the_way_out(
+        pytester, run_interpreted):
+    if torch.cuda.is_available():
+        pytest.skip("with a CUDA driver loaded, the interpreter's autotuner finds a driver to "
+                    "time with: the failure this hint is for happens on machines without one")
+    pytester.makepyfile(test_at=AUTOTUNED)
+    result = run_interpreted("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)  # autotune_configs runs; the plain one fails
+    result.stdout.fnmatch_lines([
+        "*RuntimeError: 0 active drivers*",
+        "*- pytest-triton: autotune under the interpreter -*",
+        "Triton's interpreter has no driver to time autotune configs with, so a @triton.autotune "
+        "kernel with several configs cannot run under it (RuntimeError: 0 active drivers). Build "
+        "the autotuner with pytest_triton.autotune_configs(configs, interpreter=cfg)*"
+        "@pytest.mark.interpreter_gap(\"autotune\")*",
+    ])
+    assert result.stdout.str().count("autotune under the interpreter") == 1  # on the failure only
+
+
+# --- tl.device_assert under the interpreter --------------------------------------------------
+
+ASSERTING = """
+import pytest, torch, triton, triton.language as tl
+from triton import knobs
+
+def _check_positive(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
+    tl.device_assert(x > 0, "x must be positive")
+
+debug_kernel = triton.jit(debug=True)(_check_positive)
+plain_kernel = triton.jit(_check_positive)
+
+@pytest.mark.parametrize("values", [[1.0, 2.0, 3.0], [1.0, -2.0, 3.0]], ids=["positive", "negative"])
+def test_debug_kernel(values):
+    debug_kernel[(1,)](torch.tensor(values), 3, BLOCK=4)
+
+def test_plain_kernel_without_debug_mode_does_not_assert():
+    plain_kernel[(1,)](torch.tensor([-1.0]), 1, BLOCK=4)
+
+def test_plain_kernel_under_the_debug_knob(monkeypatch):
+    monkeypatch.setattr(knobs.runtime, "debug", True)
+    plain_kernel[(1,)](torch.tensor([-1.0]), 1, BLOCK=4)
+
+def test_plain_kernel_under_TRITON_DEBUG(monkeypatch):
+    monkeypatch.setenv("TRITON_DEBUG", "1")
+    plain_kernel[(1,)](torch.tensor([-1.0]), 1, BLOCK=4)
+"""
+
+
+def test_device_assert_fires_under_the_interpreter_in_tritons_debug_mode(pytester, run_interpreted):
+    pytester.makepyfile(test_assert=ASSERTING)
+    result = run_interpreted("-p", "no:cacheprovider", "-rf")
+    result.assert_outcomes(passed=2, failed=3)
+    result.stdout.fnmatch_lines([
+        "FAILED test_assert.py::test_debug_kernel[[]negative[]]*",
+        "FAILED test_assert.py::test_plain_kernel_under_the_debug_knob*",
+        "FAILED test_assert.py::test_plain_kernel_under_TRITON_DEBUG*",
+    ])
+    assert result.stdout.str().count("InterpreterError: AssertionError('x must be positive')") == 3
