@@ -81,12 +81,36 @@ class TensorFactory:
         return out
 
     def like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
-        """A new tensor with the shape and dtype of `t` (keyword arguments as for make_tensor)."""
-        return self(tuple(t.shape), kwargs.pop("dtype", t.dtype), **kwargs)
+        """A new tensor with the shape, dtype and layout of `t` (keyword arguments as for
+        make_tensor). The layout is t's strides, gaps included (they hold poison, as
+        noncontiguous= gives them): a transposed, channels-last or row-padded `t` gives a tensor
+        laid out the same. noncontiguous= given explicitly chooses the layout instead
+        (noncontiguous=False: contiguous). A `t` whose elements overlap (a stride of 0, as
+        expand() makes) gives a contiguous tensor."""
+        __tracebackhide__ = True
+        dtype = kwargs.pop("dtype", t.dtype)
+        shape = tuple(t.shape)
+        if "noncontiguous" in kwargs or t.is_contiguous() or not _distinct_elements(t):
+            return self(shape, dtype, **kwargs)
+        strides = tuple(t.stride())
+        requires_grad = kwargs.pop("requires_grad", False)
+        if kwargs.pop("poison", False):
+            out = guards.allocate(shape, dtype, self.device, poison_value(dtype), strides)
+        else:
+            dense = self(shape, dtype, **kwargs)
+            fill = poison_value(dtype) if dtype != torch.bool else False
+            out = torch.full((guards.span_of(shape, strides),), fill, dtype=dtype,
+                             device=self.device).as_strided(shape, strides)
+            out.copy_(dense)
+        if requires_grad:
+            out.requires_grad_(True)
+        return out
 
     def poisoned_like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
-        """An output buffer shaped like `t`, poisoned: NaN for floats, a sentinel for integers;
-        guarded against writes past its ends (see make_tensor's poison)."""
+        """An output buffer shaped and laid out like `t` (see like()), poisoned: NaN for floats,
+        a sentinel for integers; guarded against writes past its ends and into its gaps (see
+        make_tensor's poison)."""
+        __tracebackhide__ = True
         return self.like(t, poison=True, **kwargs)
 
     @staticmethod
@@ -195,3 +219,15 @@ class TensorFactory:
             view = base[..., ::2]
         view.copy_(dense)
         return view
+
+
+def _distinct_elements(t: torch.Tensor) -> bool:
+    """True when no two elements of `t` share memory (no stride 0 over a dimension of more than
+    one element, no overlap): its layout can be made again."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1)
+    extent = 1
+    for stride, size in dims:
+        if stride < extent:
+            return False
+        extent = stride * size
+    return True

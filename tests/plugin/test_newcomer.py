@@ -42,6 +42,46 @@ def test_integer_bounds_apply_to_every_distribution_as_before():
         assert t.min() >= 5 and t.max() < 9
 
 
+# --- like / poisoned_like keep the layout ----------------------------------------------------
+
+
+def _layouts(m):
+    return {"row gaps": m((4, 6), noncontiguous=True), "element gaps": m(7, noncontiguous=True),
+            "transposed": m((5, 7)).t(),
+            "channels last": m((2, 3, 4, 5)).to(memory_format=torch.channels_last)}
+
+
+@pytest.mark.parametrize("which", ["row gaps", "element gaps", "transposed", "channels last"])
+def test_like_and_poisoned_like_keep_the_strides_of_t(which, outside_a_test):
+    from pytest_triton import check_guards
+
+    m = TensorFactory("cpu", 0)
+    t = _layouts(m)[which]
+    for made in (m.like(t), m.poisoned_like(t), m.like(t, dtype=torch.float16)):
+        assert made.shape == t.shape and made.stride() == t.stride(), which
+    values, poisoned = m.like(t), m.poisoned_like(t)
+    assert torch.isfinite(values).all() and torch.isnan(poisoned).all()
+    # The gaps between the elements hold poison, as make_tensor(noncontiguous=...) gives them.
+    flat = values.as_strided((values.untyped_storage().nbytes() // 4,), (1,), 0)
+    assert int(torch.isnan(flat).sum()) == flat.numel() - values.numel()
+    # A write into a gap of the poisoned buffer is caught by its guards.
+    if poisoned.untyped_storage().nbytes() // 4 > poisoned.numel() + 2 * 128:
+        raw = poisoned.as_strided((poisoned.numel() + 1,), (1,), poisoned.storage_offset())
+        raw.fill_(0.0)  # contiguous writes over a strided buffer: some land in the gaps
+        with pytest.raises(AssertionError, match="in the gaps of its strided layout"):
+            check_guards(poisoned)
+
+
+def test_an_explicit_layout_wins_and_overlapping_layouts_give_contiguous_tensors():
+    m = TensorFactory("cpu", 0)
+    t = m((4, 6), noncontiguous=True)
+    assert m.like(t, noncontiguous=False).is_contiguous()
+    assert m.poisoned_like(t, noncontiguous="elements").stride() == (12, 2)
+    expanded = m((1, 7)).expand(5, 7)  # stride 0: its elements share memory
+    assert m.like(expanded).is_contiguous() and m.poisoned_like(expanded).is_contiguous()
+    assert m.like(t, requires_grad=True).requires_grad
+
+
 # --- the poisoned-gap hint -------------------------------------------------------------------
 
 
