@@ -149,9 +149,11 @@ def dry_run(config: pytest.Config) -> bool:
     time on (Triton's interpreter; or --triton-perf without a device). On a GPU without
     --triton-perf they skip: their full-size bodies belong to the perf job."""
     st = state.get(config)
-    if st.perf:
+    if st.perf and not config.pluginmanager.hasplugin("dsession"):
         ps = session(config)
         return ps is None or ps.device is None
+    # Without --triton-perf; or on the xdist controller, which never looks for a device itself
+    # (its workers do): what this process runs kernels on says.
     return st.runtime.interpret
 
 
@@ -159,7 +161,7 @@ def setup_item(item: pytest.Item, target: PerfTarget) -> None:
     st = state.get(item.config)
     if dry_run(item.config):
         item.stash[DRY_KEY] = DryRun()
-        if st.perf:  # asked for, not done: the gate counts it (session_finish)
+        if st.perf:  # asked for, not done: gate() counts it
             item.stash[UNCHECKED_KEY] = target.describe()
         return
     if not st.perf:
