@@ -484,8 +484,8 @@ def unchecked_summary(config: pytest.Config) -> tuple[str, bool] | None:
         return None
     n = len(ps.unchecked)
     names = ", ".join(u["nodeid"] for u in ps.unchecked[:10]) + (" ..." if n > 10 else "")
+    what = f"{n} perf target{'' if n == 1 else 's'} UNCHECKED (needs a CUDA GPU)"
     if options.get(config, "triton_perf_allow_unchecked"):
-        return (f"{n} perf targets UNCHECKED (needs a CUDA GPU), accepted by "
-                f"--triton-perf-allow-unchecked: {names}", False)
-    return (f"{n} perf targets UNCHECKED (needs a CUDA GPU): the run FAILS, as --triton-perf asks "
-            f"for perf to be checked (--triton-perf-allow-unchecked accepts it): {names}", True)
+        return f"{what}, accepted by --triton-perf-allow-unchecked: {names}", False
+    return (f"{what}: the run FAILS, as --triton-perf asks for perf to be checked "
+            f"(--triton-perf-allow-unchecked accepts it): {names}", True)
