@@ -265,7 +265,32 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
                  f"on {actual.device}).")
     lines.append(f"Mismatched elements: {n_bad} / {total} ({100.0 * n_bad / total:.3g}%)")
     flat_diff = diff.flatten()
-    if flat_diff.numel() and float(flat_diff.max()) > 0:
+    flat_bad = mismatch.flatten()
+    finite_bad = flat_bad
+    if nan_a is not None:
+        # Non-finite mismatches first: the differences below are over finite elements only, so
+        # with every mismatch non-finite they would name an element within tolerance.
+        nonfinite = (nan_a | inf_a | nan_e | torch.isinf(e)).flatten()
+        nonfinite_bad = flat_bad & nonfinite
+        finite_bad = flat_bad & ~nonfinite
+        n_nonfinite = int(nonfinite_bad.sum())
+        if n_nonfinite:
+            i = int(torch.nonzero(nonfinite_bad)[0])
+            lines.append(f"Non-finite mismatches: {n_nonfinite} of the {n_bad} (NaN or Inf in "
+                         f"actual or expected, not matched by the other); the first at index "
+                         f"{_index(i, actual.shape)}: actual {_fmt(float(a.flatten()[i]))}, "
+                         f"expected {_fmt(float(e.flatten()[i]))}")
+    if not bool(finite_bad.any()):
+        if flat_diff.numel() and float(flat_diff.max()) > 0:
+            i_abs = int(torch.argmax(flat_diff))
+            allowed_there = float(allowed.flatten()[i_abs] if allowed.dim() else allowed)
+            lines.append(f"Every mismatch is non-finite: the finite elements all match (the "
+                         f"greatest difference among them, {_fmt(float(flat_diff[i_abs]))} at "
+                         f"index {_index(i_abs, actual.shape)}, is within the "
+                         f"{_fmt(allowed_there)} allowed there).")
+        else:
+            lines.append("Every mismatch is non-finite: the finite elements all match.")
+    elif flat_diff.numel() and float(flat_diff.max()) > 0:
         i_abs = int(torch.argmax(flat_diff))
         rel = flat_diff / e.abs().flatten().to(torch.float64)
         rel = torch.nan_to_num(torch.where(flat_diff == 0, torch.zeros_like(rel), rel),
@@ -276,8 +301,6 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
                      f"{_index(i_abs, actual.shape)} (up to {_fmt(allowed_there)} allowed there)")
         lines.append(f"Greatest relative difference: {_fmt(float(rel[i_rel]))} at index "
                      f"{_index(i_rel, actual.shape)} (up to {_fmt(tol.rtol)} allowed)")
-    else:
-        lines.append("Every mismatch is non-finite: the finite elements all match.")
     if nan_a is not None:
         finite_e = ~(nan_e | torch.isinf(e))
         n_nan = int((nan_a & finite_e).sum())
@@ -288,7 +311,9 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
                          f"finite; {n_nan_e} NaN in expected where actual is not")
             if n_nan:
                 lines.append("  (NaN where the reference is finite: an unwritten element of a "
-                             "poisoned output, or an overflow)")
+                             "poisoned output, a read of a non-contiguous input's gaps (they "
+                             "hold poison: the kernel assumed contiguous rows or elements), or "
+                             "an overflow)")
     bad = torch.nonzero(mismatch.flatten()).flatten()[:MAX_LISTED].tolist()
     lines.append(f"First {len(bad)} mismatches:")
     header = ("index", "actual", "expected", "abs diff")

@@ -59,11 +59,23 @@ def _dense_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def span_of(shape, strides) -> int:
+    """Elements from a strided tensor's first element to one past its last."""
+    if any(size == 0 for size in shape):
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(shape, strides))
+
+
 def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, fill,
-             layout: str | None) -> torch.Tensor:
+             layout: str | tuple[int, ...] | None) -> torch.Tensor:
     """A poisoned tensor of `shape` inside a guarded allocation: dense, or with rows whose stride
-    is their width + 3 (layout "rows"), or an innermost stride of 2 ("elements")."""
-    if layout == "rows":
+    is their width + 3 (layout "rows"), or an innermost stride of 2 ("elements"), or the given
+    strides (a tuple: another tensor's layout, non-overlapping)."""
+    if isinstance(layout, tuple):
+        strides = layout
+        span = span_of(shape, strides)
+        base = None
+    elif layout == "rows":
         base = (*shape[:-1], shape[-1] + 3)
         strides = _dense_strides(base)
     elif layout == "elements":
@@ -72,7 +84,8 @@ def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, f
     else:
         base = shape
         strides = _dense_strides(shape)
-    span = math.prod(base)
+    if base is not None:
+        span = math.prod(base)
     guard = -(-GUARD_BYTES // dtype.itemsize)
     flat = torch.full((guard + span + guard,), fill, dtype=dtype, device=device)
     view = flat.as_strided(shape, strides, guard)

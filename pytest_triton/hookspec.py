@@ -7,12 +7,14 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_triton_device_info(config):
-    """Return the perf.device.DeviceInfo to time on, or None for no GPU (perf tests then skip)."""
+    """Return the pytest_triton.device.DeviceInfo to time on, or None for no GPU (perf tests then
+    dry-run, and --triton-perf counts their targets unchecked)."""
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_triton_measure(config, request, fn, baseline, settings):
-    """Time `fn` (and `baseline`, interleaved, if given) and return a bench.Timings."""
+    """Time `fn` (and `baseline`, interleaved, if given) and return a pytest_triton.verdict.Timings
+    (`settings` is a pytest_triton.bench.Settings)."""
 
 
 @pytest.hookspec(firstresult=True)

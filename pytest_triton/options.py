@@ -74,6 +74,10 @@ OPTIONS: tuple[Option, ...] = (
            "run the tests in a child process that is replaced when it dies, so that a test which "
            "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs "
            "(costs one more interpreter start; without xdist only: -n workers are replaced anyway)"),
+    # issue 14: a CI gate that cannot pass by accident
+    Option("triton_perf_allow_unchecked", "bool", False,
+           "with --triton-perf, let the run pass although perf targets were left unchecked (no "
+           "GPU to time on: their bodies only dry-ran); without it such a run fails"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

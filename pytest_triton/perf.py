@@ -13,6 +13,7 @@ from .markers import TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, Perf
 
 MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
 UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked
+DRY_KEY = pytest.StashKey["DryRun"]()  # per item whose body runs once untimed (no GPU)
 
 
 @dataclass
@@ -130,13 +131,42 @@ def session(config: pytest.Config) -> PerfSession:
     return state.get(config).perf_session
 
 
+@dataclass
+class DryCall:
+    """One triton_bench call of a dry run: its arguments were checked, fn (and baseline) ran once."""
+    name: str | None
+    baseline: bool
+
+
+@dataclass
+class DryRun:
+    """A perf test's body run once without timing, where there is no GPU to time on."""
+    calls: list = field(default_factory=list)  # DryCall
+    unverifiable: list = field(default_factory=list)  # checks that need the device, not made
+
+
+def dry_run(config: pytest.Config) -> bool:
+    """True where perf-test bodies run once untimed instead of being timed: there is no GPU to
+    time on (Triton's interpreter; or --triton-perf without a device). On a GPU without
+    --triton-perf they skip: their full-size bodies belong to the perf job."""
+    st = state.get(config)
+    if st.perf and not config.pluginmanager.hasplugin("dsession"):
+        ps = session(config)
+        return ps is None or ps.device is None
+    # Without --triton-perf; or on the xdist controller, which never looks for a device itself
+    # (its workers do): what this process runs kernels on says.
+    return st.runtime.interpret
+
+
 def setup_item(item: pytest.Item, target: PerfTarget) -> None:
     st = state.get(item.config)
+    if dry_run(item.config):
+        item.stash[DRY_KEY] = DryRun()
+        if st.perf:  # asked for, not done: gate() counts it
+            item.stash[UNCHECKED_KEY] = target.describe()
+        return
     if not st.perf:
         pytest.skip(f"perf test ({target.describe()}): run with --triton-perf to time it")
-    if session(item.config).device is None:
-        item.stash[UNCHECKED_KEY] = target.describe()
-        pytest.skip(f"needs a CUDA GPU: {target.describe()} unchecked")
     item.stash[MEASUREMENTS_KEY] = []
 
 
@@ -149,10 +179,15 @@ class TritonBench:
         self._item = request.node
         self._config = request.config
         self._target: PerfTarget | None = self._item.stash.get(TARGET_KEY, None)
+        #: True when this run has no GPU to time on: each call checks its arguments against the
+        #: test's targets and calls fn (and baseline) once, untimed, and returns None. A test
+        #: picks a small size with it (`n = 4096 if triton_bench.dry_run else 1 << 26`).
+        self.dry_run = dry_run(self._config)
+        if self.dry_run:
+            self._item.stash.setdefault(DRY_KEY, DryRun())
+            return
         if not state.get(self._config).perf:
             pytest.skip("triton_bench times kernels only with --triton-perf")
-        if session(self._config).device is None:
-            pytest.skip("needs a CUDA GPU (triton_bench)")
         self._item.stash.setdefault(MEASUREMENTS_KEY, [])
 
     def _error(self, text: str) -> PerfTargetError:
@@ -188,27 +223,66 @@ class TritonBench:
             if t.tflops_frac is not None and dt is None:
                 raise self._error(f"tflops_frac={t.tflops_frac:g} needs the operands' dtype: "
                                   "triton_bench(..., dtype=torch.float16) or perf_target(dtype=...)")
-            ps = session(self._config)
-            if t.tflops_frac is not None:
-                peak, what = ps.device.peak_tflops(dt, t.peak)
-                if not peak:
-                    raise self._error(f"tflops_frac: {ps.device.label} has no {dt} tensor-core "
-                                      f"peak ({what}{self._calibration_note()})")
-            if t.bandwidth_frac is not None and not ps.device.peak_gbps(t.peak)[0]:
-                raise self._error(f"bandwidth_frac with peak={t.peak!r}: {ps.device.label} has no "
-                                  f"measured copy ceiling{self._calibration_note()}")
             for key in ("speedup", "geomean_speedup"):
                 if getattr(t, key) is not None and baseline is None:
                     raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., baseline=...)")
-        names = [m.name for m in self._item.stash[MEASUREMENTS_KEY]]
+            if self.dry_run:
+                self._note_unverifiable(t, dt)
+            else:
+                ps = session(self._config)
+                if t.tflops_frac is not None:
+                    peak, what = ps.device.peak_tflops(dt, t.peak)
+                    if not peak:
+                        raise self._error(f"tflops_frac: {ps.device.label} has no {dt} "
+                                          f"tensor-core peak ({what}{self._calibration_note()})")
+                if t.bandwidth_frac is not None and not ps.device.peak_gbps(t.peak)[0]:
+                    raise self._error(f"bandwidth_frac with peak={t.peak!r}: {ps.device.label} has "
+                                      f"no measured copy ceiling{self._calibration_note()}")
+        calls = self._item.stash[DRY_KEY].calls if self.dry_run \
+            else self._item.stash[MEASUREMENTS_KEY]
+        names = [m.name for m in calls]
         if names and (name is None or name in names or None in names):
             raise self._error(f"triton_bench called more than once: give each call a distinct "
                               f"name= (got {name!r} after {names!r})")
         return dt
 
+    def _note_unverifiable(self, t: PerfTarget, dt: str | None) -> None:
+        """The checks a dry run cannot make: they look the device up."""
+        peak = t.peak or options.get(self._config, "triton_perf_peak")
+        ceiling = "measured ceilings" if peak == "measured" else "datasheet"
+        found = self._item.stash[DRY_KEY].unverifiable
+        for key, what in (("tflops_frac", f"the device's {dt} tensor-core peak ({ceiling})"),
+                          ("bandwidth_frac", f"the device's DRAM bandwidth ({ceiling})")):
+            text = f"{key}: {what}"
+            if getattr(t, key) is not None and text not in found:
+                found.append(text)
+
+    def _dry_call(self, fn, baseline, name) -> None:
+        """Call fn, then baseline, once each: what raises fails the test, as on the GPU."""
+        __tracebackhide__ = True
+        for what, f in (("fn", fn), ("baseline", baseline)):
+            if f is None:
+                continue
+            try:
+                f()
+                if state.get(self._config).runtime.device.startswith("cuda"):
+                    import torch
+
+                    torch.cuda.synchronize()
+            except Exception as exc:
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry run "
+                                 "(no GPU to time on: called once, untimed)")
+                raise
+        self._item.stash[DRY_KEY].calls.append(DryCall(name, baseline is not None))
+
     def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
                  name=None):
         __tracebackhide__ = True
+        if self.dry_run:
+            self._check_args(fn, bytes, flops, baseline, dtype, name)
+            self._dry_call(fn, baseline, name)
+            return None
         ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
         dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
         ps = session(self._config)
@@ -268,6 +342,10 @@ def finish_call(item: pytest.Item) -> None:
     """After a perf test's body: the test fails unless every target of every measurement held."""
     __tracebackhide__ = True
     target: PerfTarget | None = item.stash.get(TARGET_KEY, None)
+    dry = item.stash.get(DRY_KEY, None)
+    if dry is not None:
+        _finish_dry_run(item, target, dry)
+        return
     measurements = item.stash.get(MEASUREMENTS_KEY, None)
     if target is None or measurements is None:
         return
@@ -297,6 +375,25 @@ def finish_call(item: pytest.Item) -> None:
     rounds = max(m.rounds for m in measurements)
     raise PerfInconclusive("inconclusive after " + f"{rounds} rounds of measurement: the target lies "
                            "inside the measurement's 99% CI\n" + "\n".join(lines))
+
+
+def _finish_dry_run(item: pytest.Item, target: PerfTarget | None, dry: DryRun) -> None:
+    """A dry run that went through ends as a skip naming what stayed unchecked; a perf test
+    that never called triton_bench fails, as it would on the GPU."""
+    __tracebackhide__ = True
+    if not dry.calls:
+        if target is None:
+            return  # triton_bench requested, never called, nothing asked of it
+        raise PerfTargetError(f"{item.nodeid}: has {target.describe()} but never called "
+                              "triton_bench, so nothing would be measured")
+    n = len(dry.calls)
+    ran = "fn and baseline" if any(c.baseline for c in dry.calls) else "fn"
+    text = (f"dry run, nothing timed (no GPU): {n} triton_bench call{'s' if n > 1 else ''} "
+            f"checked and {ran} run once; targets unchecked: "
+            + (target.describe() if target is not None else "none (no perf_target)"))
+    if dry.unverifiable:
+        text += "; needs the device, not checked: " + ", ".join(dry.unverifiable)
+    pytest.skip(text)
 
 
 GEOMEAN_KEY = pytest.StashKey[verdict.Check]()
@@ -337,7 +434,7 @@ _CLEAN = (PerfTargetMissed, PerfInconclusive, PerfInvalid, PerfTargetError)
 def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
     """Attach what this phase measured (or left unchecked) to its report, for the controller,
     the terminal table, the JSON file and JUnit XML."""
-    if report.when == "setup" and report.skipped and UNCHECKED_KEY in item.stash:
+    if report.when in ("setup", "call") and report.skipped and UNCHECKED_KEY in item.stash:
         report.triton_unchecked = item.stash[UNCHECKED_KEY]
     if report.when == "call":
         # A verdict is a message, not a bug in the plugin: show it without the plugin's frames.
@@ -349,3 +446,47 @@ def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.Tes
             report.triton_perf = payload
             # JUnit XML reads the teardown report's properties, which come from the item.
             item.user_properties.extend(junit_properties(item))
+
+
+def annotate_dry_report(item: pytest.Item, call: pytest.CallInfo,
+                        report: pytest.TestReport) -> None:
+    """A dry run's errors read as on the GPU (the message, without the plugin's frames); its
+    skip is reported at the test's location, not at the plugin's line."""
+    if DRY_KEY not in item.stash or report.when != "call":
+        return
+    if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, _CLEAN) \
+            and not state.get(item.config).perf:  # (with --triton-perf annotate_report does it)
+        exc = call.excinfo.value
+        report.longrepr = f"{type(exc).__name__}: {exc}"
+    if (report.skipped
+            and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3
+            and "dry run, nothing timed" in str(report.longrepr[2])):
+        path, line = item.reportinfo()[:2]
+        if line is not None:
+            report.longrepr = (str(path), line + 1, report.longrepr[2])
+
+
+def gate(session: pytest.Session) -> None:
+    """--triton-perf asked for perf to be checked: unchecked targets fail a run that would
+    otherwise pass, unless --triton-perf-allow-unchecked."""
+    ps = state.get(session.config).perf_session
+    if ps is None or not ps.controller or not ps.unchecked:
+        return
+    if options.get(session.config, "triton_perf_allow_unchecked"):
+        return
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def unchecked_summary(config: pytest.Config) -> tuple[str, bool] | None:
+    """The summary line of unchecked targets and whether they fail the run."""
+    ps = state.get(config).perf_session
+    if ps is None or not ps.unchecked:
+        return None
+    n = len(ps.unchecked)
+    names = ", ".join(u["nodeid"] for u in ps.unchecked[:10]) + (" ..." if n > 10 else "")
+    what = f"{n} perf target{'' if n == 1 else 's'} UNCHECKED (needs a CUDA GPU)"
+    if options.get(config, "triton_perf_allow_unchecked"):
+        return f"{what}, accepted by --triton-perf-allow-unchecked: {names}", False
+    return (f"{what}: the run FAILS, as --triton-perf asks for perf to be checked "
+            f"(--triton-perf-allow-unchecked accepts it): {names}", True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import gpufaults, isolation, markers, options, runtime, sanitize, scope, seeding, state
+from . import gpufaults, interpreter, isolation, markers, options, runtime, sanitize, scope, seeding, state
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -43,6 +43,8 @@ def pytest_configure(config: pytest.Config) -> None:
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    if rt.interpret:
+        interpreter.install_debug_mode(config)
     sanitize.configure(config)
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     isolation.configure(config)  # and the rest of the session runs on in a fresh process
@@ -56,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from . import report
 
-    return report.header(config) + sanitize.header(config)
+    return report.header(config) + sanitize.header(config) + interpreter.header(config)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -81,21 +83,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    gap = item.stash.get(markers.GAP_KEY, None)
-    if gap and state.get(item.config).runtime.interpret:
-        pytest.skip(gap)
     target = item.stash.get(markers.TARGET_KEY, None)
-    if target is not None:
+    if target is not None:  # first: a target the interpreter's gap skips is unchecked too
         from . import perf
 
         perf.setup_item(item, target)
+    gap = item.stash.get(markers.GAP_KEY, None)
+    if gap and state.get(item.config).runtime.interpret:
+        pytest.skip(gap)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     from . import gpulock
 
-    token = seeding.CURRENT.set(seeding.test_seed(state.get(item.config).base_seed, item.nodeid))
+    token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
         with gpulock.for_item(item), sanitize.child_markers(item):
@@ -110,7 +112,7 @@ def pytest_runtest_call(item: pytest.Item):
     result = yield
     scope.finish_call(item)
     sanitize.finish_call(item)
-    if item.stash.get(markers.TARGET_KEY, None) is not None and state.get(item.config).perf:
+    if "triton_bench" in getattr(item, "fixturenames", ()):
         from . import perf
 
         perf.finish_call(item)
@@ -121,12 +123,16 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     scope.annotate_report(report)
+    if state.get(item.config).runtime.interpret:
+        interpreter.annotate_report(item, call, report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
-    if state.get(item.config).perf:
+    if "triton_bench" in getattr(item, "fixturenames", ()):
         from . import perf
 
-        perf.annotate_report(item, call, report)
+        perf.annotate_dry_report(item, call, report)
+        if state.get(item.config).perf:
+            perf.annotate_report(item, call, report)
     return report
 
 
@@ -141,6 +147,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sanitize.session_finish(session)
     if state.get(session.config).perf:
-        from . import report
+        from . import perf, report
 
         report.finish(session.config)
+        perf.gate(session)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import platform
 import sys
 
@@ -31,9 +32,19 @@ def header(config: pytest.Config) -> list[str]:
         where = f"cpu under Triton's interpreter ({rt.why})"
     else:
         where = f"{rt.device} ({rt.why})"
+    from .perf import dry_run
+
+    if st.perf:
+        perf = "on" if not dry_run(config) else (
+            "on, but no GPU to time on: perf_target bodies dry-run untimed and their targets are "
+            "UNCHECKED, which fails the run unless --triton-perf-allow-unchecked")
+    elif rt.interpret:
+        perf = "off (no GPU: perf_target bodies dry-run once, untimed)"
+    else:
+        perf = "off (perf_target tests skip; --triton-perf times them)"
     lines = [f"pytest-triton: {where}; torch {v['torch']}, triton {v['triton']}",
-             f"pytest-triton: seed base {st.base_seed} (--triton-seed); perf "
-             + ("on" if st.perf else "off (perf_target tests skip; --triton-perf times them)")]
+             f"pytest-triton: seed base {st.base_seed} (--triton-seed){_fixed_seed(config, st)}; "
+             f"perf {perf}"]
     ps = st.perf_session
     if ps is not None and ps.device is not None:
         d = ps.device
@@ -46,6 +57,23 @@ def header(config: pytest.Config) -> list[str]:
             lines.append(f"pytest-triton perf: measured ceilings {ps.calibration}")
         lines.extend(f"pytest-triton perf: note: {n}" for n in d.notes)
     return lines
+
+
+def _fixed_seed(config: pytest.Config, st) -> str:
+    from .seeding import fixed_seed
+
+    fixed = fixed_seed(config)
+    if fixed is None:
+        return ""
+    return f", every test's seed fixed to {fixed} (--triton-seed {st.base_seed}:{fixed})"
+
+
+def ms_text(ms: float) -> str:
+    """A median in ms with 4 significant digits, never rounded to 0.0000 (a 2 us kernel is
+    0.002000, not 0.0020)."""
+    if not ms > 0 or ms >= 0.1 or not math.isfinite(ms):
+        return f"{ms:.4f}"
+    return f"{ms:.{3 - math.floor(math.log10(ms))}f}"
 
 
 def _fmt(x, spec: str) -> str:
@@ -80,7 +108,7 @@ def _rows(results: list[dict]) -> list[tuple]:
             if m["throttled"]:
                 noise += " THROTTLED"
             targets = ", ".join(c["short"] for c in m["checks"] if c["target"] != "bytes")
-            rows.append((test, f"{m['median_ms']:.4f}", _fmt(m["gbps"], ".0f"),
+            rows.append((test, ms_text(m["median_ms"]), _fmt(m["gbps"], ".0f"),
                          _fmt(m["tflops"], ".1f"), pct, speed, targets, m["verdict"], noise,
                          f"{m['method']}x{m['calls_per_sample']}" if m["method"] == "graph"
                          else m["method"], str(gpu.get("sm_clock_mhz", "")), m["config"] or ""))
@@ -143,10 +171,12 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("pass", "fail", "inconclusive",
                                                              "invalid", "measured") if v in verdicts)
     tr.write_line(f"{len(verdicts)} measurements: {counts or 'none'}")
-    if ps.unchecked:
-        tr.write_line(f"{len(ps.unchecked)} perf targets UNCHECKED (needs a CUDA GPU): "
-                      + ", ".join(u["nodeid"] for u in ps.unchecked[:10])
-                      + (" ..." if len(ps.unchecked) > 10 else ""), yellow=True, bold=True)
+    from .perf import unchecked_summary
+
+    unchecked = unchecked_summary(config)
+    if unchecked:
+        line, fails = unchecked
+        tr.write_line(line, red=fails, yellow=not fails, bold=True)
     changed = settings_changed(config)
     if changed:
         tr.write_line("GPU settings CHANGED during the run: " + "; ".join(changed), red=True)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from . import options, state
+from . import options, seeding, state
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 CHILD_ENV = "PYTEST_TRITON_SANITIZE_CHILD"  # set in the child: the tool it runs under
@@ -114,7 +114,7 @@ def _child_command(config: pytest.Config, sanitizer: str, t: str) -> list[str]:
     st = state.get(config)
     cmd = [sanitizer, "--tool", t, "--destroy-on-device-error", "kernel",
            sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-           "--rootdir", str(config.rootpath), "--triton-seed", str(st.base_seed)]
+           "--rootdir", str(config.rootpath), "--triton-seed", seeding.option_value(config, st.base_seed)]
     if config.inipath is not None:
         cmd += ["-c", str(config.inipath)]
     device = options.get(config, "triton_device")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import secrets
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -17,29 +18,89 @@ class TestSeed:
     seed: int  # what make_tensor's generator was seeded with
     base: int  # --triton-seed
     nodeid: str
+    fixed: bool = False  # set directly by --triton-seed BASE:SEED, not derived from the test id
+    location: str | None = None  # the test's absolute path and name, runnable from anywhere
 
     def describe(self) -> str:
-        return (f"seed {self.seed} (from --triton-seed {self.base} and the test id); "
-                f"replay: pytest '{self.nodeid}' --triton-seed {self.base}")
+        how = (f"fixed by --triton-seed {self.base}:{self.seed}" if self.fixed
+               else f"from --triton-seed {self.base} and the test id")
+        where = self.location or self.nodeid
+        return (f"seed {self.seed} ({how}); replay (from any directory): "
+                f"pytest {shlex.quote(where)} --triton-seed {self.base}:{self.seed}")
 
 
 # The seed of the test running now: assert_close reads it to print it in its failure report.
 CURRENT: contextvars.ContextVar[TestSeed | None] = contextvars.ContextVar("triton_seed", default=None)
 
+SEED_BOUND = 2**31  # test seeds lie in [0, SEED_BOUND)
+_FIXED_KEY = pytest.StashKey["int | None"]()
+
+
+def _split(config: pytest.Config) -> tuple[str, str | None]:
+    raw = str(options.get(config, "triton_seed")).strip()
+    if ":" in raw:
+        base, fixed = raw.split(":", 1)
+        return base.strip(), fixed.strip()
+    return raw, None
+
 
 def base_seed(config: pytest.Config) -> int:
-    raw = str(options.get(config, "triton_seed")).strip()
+    """The base seed; --triton-seed BASE:SEED also fixes every test's seed to SEED (a replay of
+    one test, independent of its test id, which changes with the rootdir)."""
+    raw, fixed = _split(config)
+    config.stash[_FIXED_KEY] = None
+    if fixed is not None:
+        try:
+            value = int(fixed, 0)
+        except ValueError:
+            raise pytest.UsageError(f"--triton-seed {raw}:{fixed}: expected BASE:SEED, two "
+                                    "integers") from None
+        if not 0 <= value < SEED_BOUND:
+            raise pytest.UsageError(f"--triton-seed {raw}:{fixed}: expected 0 <= SEED < 2**31")
+        config.stash[_FIXED_KEY] = value
     if raw == "random":
+        if fixed is not None:
+            raise pytest.UsageError(f"--triton-seed random:{fixed}: a fixed test seed needs an "
+                                    "integer base")
         return secrets.randbelow(2**31)
     try:
         value = int(raw, 0)
     except ValueError:
-        raise pytest.UsageError(f"--triton-seed {raw!r}: expected an integer or 'random'") from None
+        raise pytest.UsageError(f"--triton-seed {raw!r}: expected an integer, 'random' or "
+                                "BASE:SEED") from None
     if not 0 <= value < 2**63:
         raise pytest.UsageError(f"--triton-seed {raw!r}: expected 0 <= N < 2**63")
     return value
 
 
+def fixed_seed(config: pytest.Config) -> int | None:
+    """SEED of --triton-seed BASE:SEED, else None."""
+    return config.stash.get(_FIXED_KEY, None)
+
+
+def option_value(config: pytest.Config, base: int) -> str:
+    """--triton-seed's value as given (BASE or BASE:SEED), for a child pytest."""
+    fixed = fixed_seed(config)
+    return str(base) if fixed is None else f"{base}:{fixed}"
+
+
 def test_seed(base: int, nodeid: str) -> TestSeed:
     digest = hashlib.blake2b(f"{base}\0{nodeid}".encode(), digest_size=8).digest()
-    return TestSeed(int.from_bytes(digest, "little") % 2**31, base, nodeid)
+    return TestSeed(int.from_bytes(digest, "little") % SEED_BOUND, base, nodeid)
+
+
+def for_item(item: pytest.Item, base: int) -> TestSeed:
+    """The seed of `item`: derived from the base and its test id, or fixed by --triton-seed
+    BASE:SEED; with the location a replay command can use from any directory."""
+    derived = test_seed(base, item.nodeid)
+    fixed = fixed_seed(item.config)
+    return replace(derived, seed=derived.seed if fixed is None else fixed,
+                   fixed=fixed is not None, location=_location(item))
+
+
+def _location(item: pytest.Item) -> str | None:
+    path = getattr(item, "path", None)
+    if path is None:
+        return None
+    _, sep, rest = item.nodeid.partition("::")
+    return str(path) + (sep + rest if sep else "")

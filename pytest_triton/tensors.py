@@ -42,13 +42,14 @@ class TensorFactory:
         self._generator.manual_seed(seed)
 
     def __call__(self, shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
-                 dist: str = "normal", low: float | None = None, high: float | None = None,
+                 dist: str | None = None, low: float | None = None, high: float | None = None,
                  scale: float = 1.0, value: float | None = None,
                  noncontiguous: bool | str = False, poison: bool = False,
                  requires_grad: bool = False) -> torch.Tensor:
         """A tensor of `shape` and `dtype` on the test's device.
 
-        dist: "normal" (mean 0, std `scale`), "uniform" ([low, high), default [0, 1)),
+        dist: "normal" (mean 0, std `scale`; the default), "uniform" ([low, high), default
+          [0, 1); the default when low= or high= is given),
           "heavy" (random signs, magnitudes log-uniform over 1e-3..1e3 times `scale`, clipped to
           the dtype's range: a kernel that drops a term or returns zeros cannot pass by luck),
           "constant" (every element `value`). Integer dtypes draw uniform integers in [low, high),
@@ -64,8 +65,7 @@ class TensorFactory:
         shape = self._check_shape(shape)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
-        if dist not in DISTRIBUTIONS:
-            raise ValueError(f"make_tensor: dist={dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        dist = self._dist(dist, low, high, dtype)
         if dist == "constant" and value is None and not poison:
             raise ValueError("make_tensor: dist='constant' needs value=")
         layout = self._layout(noncontiguous, shape)
@@ -81,12 +81,36 @@ class TensorFactory:
         return out
 
     def like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
-        """A new tensor with the shape and dtype of `t` (keyword arguments as for make_tensor)."""
-        return self(tuple(t.shape), kwargs.pop("dtype", t.dtype), **kwargs)
+        """A new tensor with the shape, dtype and layout of `t` (keyword arguments as for
+        make_tensor). The layout is t's strides, gaps included (they hold poison, as
+        noncontiguous= gives them): a transposed, channels-last or row-padded `t` gives a tensor
+        laid out the same. noncontiguous= given explicitly chooses the layout instead
+        (noncontiguous=False: contiguous). A `t` whose elements overlap (a stride of 0, as
+        expand() makes) gives a contiguous tensor."""
+        __tracebackhide__ = True
+        dtype = kwargs.pop("dtype", t.dtype)
+        shape = tuple(t.shape)
+        if "noncontiguous" in kwargs or t.is_contiguous() or not _distinct_elements(t):
+            return self(shape, dtype, **kwargs)
+        strides = tuple(t.stride())
+        requires_grad = kwargs.pop("requires_grad", False)
+        if kwargs.pop("poison", False):
+            out = guards.allocate(shape, dtype, self.device, poison_value(dtype), strides)
+        else:
+            dense = self(shape, dtype, **kwargs)
+            fill = poison_value(dtype) if dtype != torch.bool else False
+            out = torch.full((guards.span_of(shape, strides),), fill, dtype=dtype,
+                             device=self.device).as_strided(shape, strides)
+            out.copy_(dense)
+        if requires_grad:
+            out.requires_grad_(True)
+        return out
 
     def poisoned_like(self, t: torch.Tensor, **kwargs) -> torch.Tensor:
-        """An output buffer shaped like `t`, poisoned: NaN for floats, a sentinel for integers;
-        guarded against writes past its ends (see make_tensor's poison)."""
+        """An output buffer shaped and laid out like `t` (see like()), poisoned: NaN for floats,
+        a sentinel for integers; guarded against writes past its ends and into its gaps (see
+        make_tensor's poison)."""
+        __tracebackhide__ = True
         return self.like(t, poison=True, **kwargs)
 
     @staticmethod
@@ -112,6 +136,22 @@ class TensorFactory:
             if isinstance(d, bool) or not isinstance(d, int) or d < 0:
                 raise TypeError(f"make_tensor: shape {shape!r} must hold ints >= 0")
         return dims
+
+    @staticmethod
+    def _dist(dist, low, high, dtype) -> str:
+        """The distribution to draw from: low=/high= without dist= mean uniform; with a float
+        dist that does not use them they are an error, never silently ignored."""
+        __tracebackhide__ = True
+        bounds = low is not None or high is not None
+        if dist is None:
+            return "uniform" if bounds and dtype.is_floating_point else "normal"
+        if dist not in DISTRIBUTIONS:
+            raise ValueError(f"make_tensor: dist={dist!r}; expected one of {', '.join(DISTRIBUTIONS)}")
+        if bounds and dtype.is_floating_point and dist != "uniform":
+            given = ", ".join(f"{k}={v!r}" for k, v in (("low", low), ("high", high)) if v is not None)
+            raise ValueError(f"make_tensor: {given} with dist={dist!r}: only dist='uniform' draws "
+                             "from [low, high) (leave dist out to get it)")
+        return dist
 
     @staticmethod
     def _layout(noncontiguous, shape) -> str | None:
@@ -153,7 +193,9 @@ class TensorFactory:
             lo = 0.0 if low is None else float(low)
             hi = 1.0 if high is None else float(high)
             if not hi > lo:
-                raise ValueError(f"make_tensor: empty range [low={lo}, high={hi})")
+                default = " (low defaults to 0)" if low is None else \
+                    " (high defaults to 1)" if high is None else ""
+                raise ValueError(f"make_tensor: empty range [low={lo}, high={hi}){default}")
             x = torch.rand(shape, generator=g, device=dev) * (hi - lo) + lo
         else:  # heavy
             top = min(3.0, math.log10(torch.finfo(dtype).max / 16))
@@ -177,3 +219,15 @@ class TensorFactory:
             view = base[..., ::2]
         view.copy_(dense)
         return view
+
+
+def _distinct_elements(t: torch.Tensor) -> bool:
+    """True when no two elements of `t` share memory (no stride 0 over a dimension of more than
+    one element, no overlap): its layout can be made again."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1)
+    extent = 1
+    for stride, size in dims:
+        if stride < extent:
+            return False
+        extent = stride * size
+    return True

@@ -5,6 +5,10 @@ Each shape is measured once per test (4096^3 is in both the per-shape matmul tes
 sweep, as asked); outputs are allocated outside the timed callables. The whole module
 must stay well inside the bundled perf run's 3-minute budget on an H100 with a cold Triton cache,
 so autotuning spaces are small (see each kernel module's configs function).
+
+Without a GPU (triton_bench.dry_run) every body runs once, untimed, at a small size: each
+dimension divided by 128 (a batch by 32, channels by 16, pixels by 8, sequences by 256), plus one
+so that tiles stay partial. bf16 dots are an interpreter gap there.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pytest_triton import PerfTargetMissed, perf_target
+from pytest_triton import PerfTargetMissed, perf_target, skip_interpreter_gap
 from reference_kernels.attention import attention, attention_flops, attention_inputs, attention_kernel_for
 from reference_kernels.conv2d import (
     conv2d,
@@ -40,8 +44,21 @@ RESNET50 = [(64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3), (512, 512, 7,
 ATTENTION_BHS = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 
 
+def _dry(triton_bench, size: int, by: int) -> int:
+    """`size` on a GPU; in a dry run (no GPU: once, untimed, maybe under the interpreter)
+    size // by + 1, small and not a multiple of any tile."""
+    return size // by + 1 if triton_bench.dry_run else size
+
+
+def _dry_dtype(triton_bench, dtype) -> None:
+    if triton_bench.dry_run and dtype == torch.bfloat16:
+        skip_interpreter_gap("bf16_dot")
+
+
 def _bench_matmul(triton_bench, make_tensor, m, n, k, dtype, *, name=None, baseline=True,
                   config=None, variant=None):
+    _dry_dtype(triton_bench, dtype)
+    m, n, k = (_dry(triton_bench, d, 128) for d in (m, n, k))
     a, b, _ = matmul_inputs(make_tensor, m, n, k, dtype=dtype)
     c = torch.empty((m, n), dtype=dtype, device=a.device)
     c_torch = torch.empty_like(c)
@@ -85,9 +102,11 @@ def test_matmul_slow_control(triton_bench, make_tensor):
 
 def _bench_conv(triton_bench, make_tensor, c, k, hw, rs, *, name=None, baseline=True):
     pad = rs // 2
-    x, w, _ = conv2d_inputs(make_tensor, 32, c, hw, hw, k, rs, rs, dtype=torch.float16)
+    batch = _dry(triton_bench, 32, 32)
+    c, k, hw = _dry(triton_bench, c, 16), _dry(triton_bench, k, 16), _dry(triton_bench, hw, 8)
+    x, w, _ = conv2d_inputs(make_tensor, batch, c, hw, hw, k, rs, rs, dtype=torch.float16)
     p, q = conv2d_output_size(x.shape, w.shape, padding=pad)
-    y = torch.empty((32, k, p, q), dtype=x.dtype, device=x.device,
+    y = torch.empty((batch, k, p, q), dtype=x.dtype, device=x.device,
                     memory_format=torch.channels_last)
     return triton_bench(lambda: conv2d(x, w, padding=pad, out=y),
                         flops=conv2d_flops(x, w, padding=pad), dtype=torch.float16,
@@ -108,13 +127,15 @@ def test_conv2d_checklist(triton_bench, make_tensor):
 
 
 def _bench_attention(triton_bench, make_tensor, b, h, s, d, causal):
+    name = f"B{b}_H{h}_S{s}_D{d}_causal{int(causal)}"
+    b, h, s = _dry(triton_bench, b, 32), _dry(triton_bench, h, 16), _dry(triton_bench, s, 256)
     q, k, v = attention_inputs(make_tensor, b, h, s, d, dtype=torch.float16)
     o = torch.empty_like(q)
     return triton_bench(lambda: attention(q, k, v, causal=causal, out=o),
                         flops=attention_flops(q, causal=causal), dtype=torch.float16,
                         baseline=lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                         kernel=attention_kernel_for(q, k, v),
-                        name=f"B{b}_H{h}_S{s}_D{d}_causal{int(causal)}")
+                        name=name)
 
 
 @perf_target(geomean_speedup=0.85)

@@ -4,6 +4,9 @@ Every tensor is ~256 MB, five times the H100's 50 MB L2, so each kernel streams 
 byte counts are the modules' cost models (each input read once, each output written once), so
 GB/s is what a kernel achieves over the least traffic its job needs. Every test also checks the
 result it timed against float64 torch: a fast wrong kernel must not pass.
+
+Without a GPU (triton_bench.dry_run) every body runs once, untimed, on DRY_TENSOR_BYTES tensors
+with rows a sixteenth as wide (at least one row), and still checks its result.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from reference_kernels import fused, layernorm, softmax, vector_add
 from . import controls
 
 TENSOR_BYTES = 256 * 2**20
+DRY_TENSOR_BYTES = 16 * 2**10  # a dry run's tensors: a few programs under the interpreter
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 COLS = (1024, 4096, 16384, 65536)
 
@@ -52,8 +56,16 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _rows(n_cols: int, dtype: torch.dtype) -> int:
-    return TENSOR_BYTES // (n_cols * dtype.itemsize)
+def _tensor_bytes(triton_bench) -> int:
+    return DRY_TENSOR_BYTES if triton_bench.dry_run else TENSOR_BYTES
+
+
+def _rows_cols(n_cols: int, dtype: torch.dtype, triton_bench) -> tuple[int, int]:
+    """(rows, cols) of a TENSOR_BYTES tensor with rows of n_cols; in a dry run a DRY_TENSOR_BYTES
+    one with rows of n_cols // 16 (the interpreter takes wide rows slowly)."""
+    if triton_bench.dry_run:
+        n_cols = max(1, n_cols // 16)
+    return max(1, _tensor_bytes(triton_bench) // (n_cols * dtype.itemsize)), n_cols
 
 
 DTYPE_PARAMS = [pytest.param(d, id=_name(d)) for d in DTYPES]
@@ -72,7 +84,8 @@ def _row_cases(**targets):
 # --- vector add ------------------------------------------------------------------------------
 
 def _bench_vector_add(launcher, dtype, make_tensor, triton_bench, **kwargs):
-    x, y = vector_add.vector_add_inputs(make_tensor, TENSOR_BYTES // dtype.itemsize, dtype=dtype)
+    x, y = vector_add.vector_add_inputs(make_tensor, _tensor_bytes(triton_bench) // dtype.itemsize,
+                                        dtype=dtype)
     out, torch_out = torch.empty_like(x), torch.empty_like(x)
     triton_bench(lambda: launcher(x, y, out=out), bytes=vector_add.vector_add_bytes(x, y),
                  baseline=lambda: torch.add(x, y, out=torch_out), dtype=dtype, **kwargs)
@@ -111,7 +124,7 @@ def test_slow_vector_add_misses_target(make_tensor, triton_bench):
 # --- softmax ---------------------------------------------------------------------------------
 
 def _bench_softmax(launcher, dtype, cols, make_tensor, triton_bench):
-    (x,) = softmax.softmax_inputs(make_tensor, _rows(cols, dtype), cols, dtype=dtype)
+    (x,) = softmax.softmax_inputs(make_tensor, *_rows_cols(cols, dtype, triton_bench), dtype=dtype)
     out = torch.empty_like(x)
     tuner = softmax.SOFTMAX_PERSISTENT_TUNER if launcher is softmax.softmax_persistent \
         else softmax.SOFTMAX_TUNER
@@ -138,10 +151,10 @@ def test_checklist_softmax(make_tensor, triton_bench):
 # --- layernorm -------------------------------------------------------------------------------
 
 def _bench_layernorm_forward(dtype, cols, make_tensor, triton_bench, **kwargs):
-    x, w, b = layernorm.layernorm_inputs(make_tensor, _rows(cols, dtype), cols, dtype=dtype)
+    x, w, b = layernorm.layernorm_inputs(make_tensor, *_rows_cols(cols, dtype, triton_bench), dtype=dtype)
     y = torch.empty_like(x)
     triton_bench(lambda: layernorm.layernorm(x, w, b, out=y), bytes=layernorm.layernorm_bytes(x),
-                 baseline=lambda: torch.nn.functional.layer_norm(x, (cols,), w, b),
+                 baseline=lambda: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b),
                  dtype=dtype, kernel=layernorm.LAYERNORM_TUNER, **kwargs)
     y_ref, _, _ = layernorm.layernorm_reference(x.double(), w.double(), b.double())
     assert_close(y, y_ref)
@@ -163,7 +176,7 @@ def _torch_layernorm_backward(x, w, b, dy):
 
 @pytest.mark.parametrize("dtype, cols", _row_cases(speedup=1.0))
 def test_layernorm_backward_speed(dtype, cols, make_tensor, triton_bench):
-    x, w, b = layernorm.layernorm_inputs(make_tensor, _rows(cols, dtype), cols, dtype=dtype)
+    x, w, b = layernorm.layernorm_inputs(make_tensor, *_rows_cols(cols, dtype, triton_bench), dtype=dtype)
     dy = make_tensor.like(x)
     baseline = _torch_layernorm_backward(x, w, b, dy)
     _, mean, rstd = layernorm.layernorm(x, w, b)
@@ -173,7 +186,7 @@ def test_layernorm_backward_speed(dtype, cols, make_tensor, triton_bench):
     del baseline  # frees torch's autograd graph before the float64 reference is built
     dx_ref, dw_ref, db_ref = layernorm.layernorm_backward_reference(
         dy.double(), x.double(), w.double(), b.double())
-    assert_close(dx, dx_ref, reduction_size=cols)
+    assert_close(dx, dx_ref, reduction_size=x.shape[-1])
     assert_close(dw, dw_ref, reduction_size=x.shape[0])
     assert_close(db, db_ref, reduction_size=x.shape[0])
 
@@ -188,7 +201,8 @@ def test_checklist_layernorm(make_tensor, triton_bench):
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 @perf_target(speedup=ADD_MUL_SPEEDUP, bandwidth_frac=COPY_FRAC, peak="measured")
 def test_add_mul_speed(dtype, make_tensor, triton_bench):
-    a, b, c = fused.add_mul_inputs(make_tensor, TENSOR_BYTES // dtype.itemsize, dtype=dtype)
+    a, b, c = fused.add_mul_inputs(make_tensor, _tensor_bytes(triton_bench) // dtype.itemsize,
+                                   dtype=dtype)
     out = torch.empty_like(a)
     triton_bench(lambda: fused.add_mul(a, b, c, out=out), bytes=fused.add_mul_bytes(a),
                  baseline=lambda: fused.add_mul_reference(a, b, c), dtype=dtype,
@@ -202,7 +216,8 @@ def test_add_mul_speed(dtype, make_tensor, triton_bench):
 # ceiling in fp16 and bf16, 95% in fp32).
 @perf_target(speedup=BIAS_GELU_RESIDUAL_SPEEDUP)
 def test_bias_gelu_residual_speed(dtype, make_tensor, triton_bench):
-    x, bias, res = fused.bias_gelu_residual_inputs(make_tensor, _rows(4096, dtype), 4096,
+    x, bias, res = fused.bias_gelu_residual_inputs(make_tensor,
+                                                   *_rows_cols(4096, dtype, triton_bench),
                                                    dtype=dtype)
     out = torch.empty_like(x)
     triton_bench(lambda: fused.bias_gelu_residual(x, bias, res, out=out),

@@ -148,7 +148,7 @@ def test_failure_report_names_the_seed_inside_a_test(pytester):
     result = pytester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
-        "*Seed: seed * (from --triton-seed 0 and the test id); replay: pytest 'test_failure_report_names_the_seed_inside_a_test.py::test_x' --triton-seed 0",
+        "*Seed: seed * (from --triton-seed 0 and the test id); replay (from any directory): pytest */test_failure_report_names_the_seed_inside_a_test.py::test_x --triton-seed 0:*",
         "*- pytest-triton -*", "seed * (from --triton-seed 0*",
     ])
     result.stdout.fnmatch_lines(["*test_failure_report_names_the_seed_inside_a_test.py:4: AssertionError"])

@@ -55,17 +55,18 @@ def test_markers_are_registered_and_strict_markers_is_clean(pytester, run_interp
         import pytest
         from pytest_triton import perf_target
         @perf_target("vector_add")
-        def test_a(triton_bench): pass
+        def test_a(triton_bench): triton_bench(lambda: None, bytes=1)
         @pytest.mark.perf_target(speedup=1.0)
         @pytest.mark.parametrize("n", [1, 2])
-        def test_b(triton_bench, n): pass
+        def test_b(triton_bench, n): triton_bench(lambda: None, baseline=lambda: None)
         @pytest.mark.interpreter_gap("bf16_dot")
         def test_c(): pass
     """)
     result = run_interpreted("--strict-markers", "-rs", "-W", "error::pytest.PytestUnknownMarkWarning")
     result.assert_outcomes(skipped=4)
     result.stdout.fnmatch_lines([
-        "*perf test (perf_target('vector_add', bandwidth_frac=0.8, peak='datasheet')): run with --triton-perf to time it*",
+        "*dry run, nothing timed (no GPU): 1 triton_bench call checked and fn run once; targets "
+        "unchecked: perf_target('vector_add', bandwidth_frac=0.8, peak='datasheet')*",
         "*interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly*",
     ])
     markers = pytester.runpytest("--markers")
@@ -86,9 +87,10 @@ def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester, run_int
     result = run_interpreted("--triton-perf", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
     result.stdout.fnmatch_lines([
-        "*2 perf targets UNCHECKED (needs a CUDA GPU): test_perf_without_a_gpu*",
-        "*needs a CUDA GPU: perf_target(gbps=100.0) unchecked*",
+        "*2 perf targets UNCHECKED (needs a CUDA GPU): the run FAILS*test_perf_without_a_gpu*",
+        "*dry run, nothing timed (no GPU): * targets unchecked: perf_target(gbps=100.0)*",
     ])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
 def test_interpreter_gap_with_reason_and_runtime_skip(pytester, run_interpreted):

@@ -53,9 +53,9 @@ def test_ini_twins_set_defaults_and_the_command_line_wins(pytester):
     pytester.makeini("[pytest]\ntriton_seed = 11\ntriton_perf = true\n")
     pytester.makepyfile("def test_a(): pass")
     result = pytester.runpytest()
-    result.stdout.fnmatch_lines(["pytest-triton: seed base 11 (--triton-seed); perf on"])
+    result.stdout.fnmatch_lines(["pytest-triton: seed base 11 (--triton-seed); perf on*"])
     result = pytester.runpytest("--triton-seed", "12")
-    result.stdout.fnmatch_lines(["pytest-triton: seed base 12 (--triton-seed); perf on"])
+    result.stdout.fnmatch_lines(["pytest-triton: seed base 12 (--triton-seed); perf on*"])
 
 
 def test_loads_beside_pytest_benchmark_and_xdist(pytester):
