@@ -122,8 +122,8 @@ def test_a_lost_context_fails_only_its_test_and_the_rest_runs_in_a_fresh_process
         "It surfaced at pytest-triton's torch.cuda.synchronize() after the test's call: a kernel "
         "this test launched faulted asynchronously, and nothing in the test synchronised.",
         "*Any remaining tests run in a fresh process*",
-        "Reproduce it alone: seed * (from --triton-seed 0 and the test id); replay: pytest "
-        "'test_k.py::test_bad' --triton-seed 0. With CUDA_LAUNCH_BLOCKING=1 *",
+        "Reproduce it alone: seed * (from --triton-seed 0 and the test id); replay (from any "
+        "directory): pytest *test_k.py::test_bad --triton-seed 0:*. With CUDA_LAUNCH_BLOCKING=1 *",
         "*_ test_fails _*",
         "*said in the continuation*",
         "*= pytest-triton: 1 test broke the process it ran in =*",
@@ -178,7 +178,8 @@ def test_supervised_run_survives_a_segfault_under_the_interpreter(pytester, run_
         "the remaining test runs in a fresh process",
         "ProcessCrashed: the process running this test died (signal SIGSEGV, *).",
         "Under Triton's interpreter this is almost always a tl.load or tl.store outside its tensor*",
-        "Reproduce it alone: seed * replay: pytest 'test_seg.py::test_segfaults' --triton-seed 0.",
+        "Reproduce it alone: seed * replay (from any directory): pytest *test_seg.py::test_segfaults "
+        "--triton-seed 0:*.",
         "Where it died (faulthandler, most recent call first):",
         '*File "*test_seg.py", line 6 in _store_far',
         '*File "*test_seg.py", line 10 in test_segfaults',
