@@ -43,6 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         perf.configure(config)
         benchbridge.configure(config)
+    from . import explain
+
+    explain.configure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -103,8 +106,9 @@ def pytest_runtest_call(item: pytest.Item):
     scope.finish_call(item)
     sanitize.finish_call(item)
     if item.stash.get(markers.TARGET_KEY, None) is not None and state.get(item.config).perf:
-        from . import perf
+        from . import explain, perf
 
+        explain.finish_call(item)
         perf.finish_call(item)
     return result
 
@@ -118,7 +122,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if state.get(item.config).perf:
         from . import perf
 
+        from . import explain
+
         perf.annotate_report(item, call, report)
+        explain.annotate_report(item, report)
     return report
 
 
@@ -127,12 +134,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if state.get(config).perf:
         from . import report
 
+        from . import explain
+
         report.terminal_summary(terminalreporter, config)
+        explain.terminal_summary(terminalreporter, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sanitize.session_finish(session)
     if state.get(session.config).perf:
-        from . import report
+        from . import explain, report
 
         report.finish(session.config)
+        explain.session_finish(session.config)
