@@ -95,13 +95,20 @@ def occupancy(launch: dict, device) -> dict | None:
 
 # --- the roofline position ---------------------------------------------------------------------
 
-def roofline_position(m: dict) -> dict:
+def roofline_position(m: dict, operand_bytes: int | None = None) -> dict:
     """Arithmetic intensity, the bound, and the achieved fraction of the binding ceiling, against
-    the datasheet and the measured ceilings."""
+    the datasheet and the measured ceilings. Without bytes=, the intensity is taken over the
+    operands' sizes (each tensor passed at launch moved once: the least traffic the kernel
+    needs), where the launches were read."""
     peaks = m.get("peaks") or {}
     fl, by = m.get("flops"), m.get("bytes")
-    out = {"intensity": fl / by if fl and by else None, "bound": None, "datasheet": None,
-           "measured": None}
+    gbps = m.get("gbps")
+    source = "bytes=" if by else None
+    if fl and not by and operand_bytes:
+        by, source = operand_bytes, "operands"
+        gbps = by / m["median_ms"] / 1e6 if m.get("median_ms") else None
+    out = {"intensity": fl / by if fl and by else None, "intensity_from": source if fl else None,
+           "bound": None, "datasheet": None, "measured": None}
     for src in ("datasheet", "measured"):
         bw, tf = peaks.get(f"dram_gbps_{src}"), peaks.get(f"tflops_{src}")
         pos = None
@@ -113,7 +120,7 @@ def roofline_position(m: dict) -> dict:
                        "fraction": m["tflops"] / tf}
             else:
                 pos = {"bound": "memory", "ridge": ridge, "ceiling": f"{bw:.0f} GB/s",
-                       "fraction": m["gbps"] / bw}
+                       "fraction": gbps / bw}
         elif by and bw:
             pos = {"bound": "memory", "ridge": None, "ceiling": f"{bw:.0f} GB/s",
                    "fraction": m["gbps"] / bw}
@@ -311,6 +318,11 @@ def _timed(record: dict) -> list[dict]:
     return picked or launches
 
 
+def _operand_bytes(launch_list: list[dict]) -> int | None:
+    sizes = {op["data_ptr"]: op["nbytes"] for la in launch_list for op in la.get("operands") or []}
+    return sum(sizes.values()) or None
+
+
 def _distinct(launch_list: list[dict]) -> list[tuple[dict, int]]:
     out: list[tuple[dict, int]] = []
     for la in launch_list:
@@ -327,14 +339,14 @@ def _distinct(launch_list: list[dict]) -> list[tuple[dict, int]]:
 def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None) -> dict:
     """The diagnosis of measurement `m` (Measurement.to_dict()), from its capture record."""
     record = record or {}
-    pos = roofline_position(m)
+    timed = _timed(record)
+    pos = roofline_position(m, _operand_bytes(timed))
     slow = pos["fraction"] is None or pos["fraction"] < NEAR_CEILING
     tuners = record.get("autotune") or []
     tuned = bool(tuners)
     n_configs = max((t.get("configs") or 0 for t in tuners), default=None) if tuners else None
     kernels = []
     hints: list[Hint] = []
-    timed = _timed(record)
     for launch, count in _distinct(timed):
         occ = occupancy(launch, device)
         kernels.append({**launch, "launches": count, "occupancy": occ})
@@ -371,7 +383,8 @@ def render(d: dict) -> str:
     lines = [f"{label}: {d['verdict']}"]
     pos = d["roofline"]
     if pos.get("bound"):
-        ai = f"{pos['intensity']:.3g} FLOP/byte" if pos.get("intensity") else (
+        over = " over the operands' sizes" if pos.get("intensity_from") == "operands" else ""
+        ai = f"{pos['intensity']:.3g} FLOP/byte{over}" if pos.get("intensity") else (
             "no flops= given" if pos["bound"] == "memory" else "no bytes= given")
         ridge = (pos.get("measured") or pos.get("datasheet") or {}).get("ridge")
         ridge_text = f", ridge {ridge:.3g}" if ridge else ""

@@ -103,9 +103,9 @@ def draw(measurements: list[dict], device, target: str, *, title: str = "") -> N
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    compute = [m for m in measurements if m.get("flops") and m.get("bytes") and m.get("tflops")]
+    compute = [m for m in measurements if m.get("flops") and m.get("tflops")]
     memory = [m for m in measurements if m.get("bytes") and not m.get("flops") and m.get("gbps")]
-    other = [m for m in measurements if m not in compute and m not in memory]
+    other = [m for m in measurements if all(m is not x for x in compute + memory)]
     numbered = compute + memory
     number = {id(m): i + 1 for i, m in enumerate(numbered)}
 
@@ -136,55 +136,94 @@ def draw(measurements: list[dict], device, target: str, *, title: str = "") -> N
     plt.close(fig)
 
 
+def intensity(m: dict) -> tuple[float | None, str | None]:
+    """A measurement's FLOP/byte and where it came from: bytes=, or the operands' sizes read by
+    --triton-perf-explain."""
+    if m.get("flops") and m.get("bytes"):
+        return m["flops"] / m["bytes"], "bytes="
+    pos = (m.get("explain") or {}).get("roofline") or {}
+    if m.get("flops") and pos.get("intensity"):
+        return pos["intensity"], pos.get("intensity_from") or "operands"
+    return None, None
+
+
+def _scatter(ax, x, y, m: dict, hollow: bool = False) -> None:
+    colour = VERDICT_COLOURS.get(m["verdict"], "#000")
+    ax.scatter([x], [y], s=44, marker=DTYPE_MARKERS.get(m.get("dtype") or "", "o"),
+               facecolor="white" if hollow else colour, edgecolor=colour if hollow else "black",
+               linewidths=1.4 if hollow else 0.5, zorder=3)
+
+
 def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
-    ax.set_title("Compute: measurements with flops= and bytes=", fontsize=11)
+    ax.set_title("Compute: measurements with flops=, at their arithmetic intensity", fontsize=11)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="both", alpha=0.25)
     if not points:
-        ax.text(0.5, 0.5, "no measurement gave both flops= and bytes=", ha="center",
-                va="center", transform=ax.transAxes, color="#666")
+        ax.text(0.5, 0.5, "no measurement gave flops=", ha="center", va="center",
+                transform=ax.transAxes, color="#666")
         return
-    ais = [m["flops"] / m["bytes"] for m in points]
+    placed = [(m, *intensity(m)) for m in points]
+    known = [(m, ai, src) for m, ai, src in placed if ai]
+    unknown = [m for m, ai, _ in placed if not ai]
     dtypes = sorted({m.get("dtype") or "float16" for m in points})
     ceil = _ceilings(device, dtypes)
-    lo, hi = min(ais) / 4, max(ais) * 4
+    ais = [ai for _, ai, _ in known] or [1.0]
+    ridges = [tf * 1e3 / ceil["bw"][src] for (dt, src), tf in ceil["tf"].items()
+              if ceil["bw"].get(src)]
+    lo = min(min(ais), *(ridges or [ais[0]])) / 6
+    hi = max(max(ais), *(ridges or [ais[0]])) * 3
+    band = hi * 4 if unknown else hi  # a strip right of the roofline for unknown intensities
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ymax = max(m["tflops"] for m in points)
-    labelled = set()
-    for (dt, src), tf in sorted(ceil["tf"].items()):
+    tops = [m["tflops"] for m in points]
+    seen = set()
+    for (dt, src), tf in sorted(ceil["tf"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
         bw = ceil["bw"].get(src)
-        if not bw or (dt, tf) in labelled:
+        if not bw or (round(tf), src) in seen:
             continue
-        labelled.add((dt, tf))
+        seen.add((round(tf), src))
         ys = [min(tf, x * bw / 1e3) for x in xs]
-        ls = "-" if src == "datasheet" else "--"
-        ax.plot(xs, ys, ls=ls, color="#333", lw=1.2, alpha=0.9 if src == "datasheet" else 0.7)
-        what = "cuBLAS" if src == "measured" else "datasheet"
-        ax.annotate(f"{dt} {what} {tf:.0f} TFLOP/s", (hi, tf), xytext=(-4, 3),
-                    textcoords="offset points", ha="right", va="bottom", fontsize=8, color="#333")
-        ymax = max(ymax, tf)
-    for src, bw in ceil["bw"].items():
-        if bw:
-            x0 = lo * 1.5
-            ax.annotate(f"{'copy' if src == 'measured' else 'HBM datasheet'} {bw:.0f} GB/s",
-                        (x0, x0 * bw / 1e3), xytext=(4, 4 if src == "datasheet" else -10),
-                        textcoords="offset points", fontsize=8, color="#333",
-                        rotation=_slope_angle(ax), rotation_mode="anchor")
-    for m, ai in zip(points, ais):
-        ax.scatter([ai], [m["tflops"]], s=46, color=VERDICT_COLOURS.get(m["verdict"], "#000"),
-                   marker=DTYPE_MARKERS.get(m.get("dtype") or "", "o"), edgecolor="black",
-                   linewidths=0.5, zorder=3)
-    _number_points(ax, [(m["flops"] / m["bytes"], m["tflops"], number[id(m)]) for m in points])
-    ax.set_xlim(lo, hi)
-    ymin = min(m["tflops"] for m in points) / 3
-    ax.set_ylim(ymin, ymax * 1.6)
-    dt_handles = _dtype_handles({m.get("dtype") for m in points})
-    if dt_handles:
-        ax.legend(handles=dt_handles, loc="lower right", fontsize=8, title="dtype",
-                  title_fontsize=8, framealpha=0.85)
+        ax.plot(xs + ([band] if unknown else []), ys + ([tf] if unknown else []),
+                ls="-" if src == "datasheet" else "--", color="#333", lw=1.2,
+                alpha=0.9 if src == "datasheet" else 0.7)
+        tops.append(tf)
+    for m, ai, src in known:
+        _scatter(ax, ai, m["tflops"], m, hollow=src != "bytes=")
+    pts = [(ai, m["tflops"], number[id(m)]) for m, ai, _ in known]
+    if unknown:
+        ax.axvspan(hi * 1.2, band, color="#000", alpha=0.05)
+        ax.text((hi * 1.2 * band) ** 0.5, min(tops) / 2.2, "intensity\nunknown\n(no bytes=)",
+                ha="center", va="bottom", fontsize=7.5, color="#555")
+        for i, m in enumerate(unknown):
+            x = hi * 1.2 * (band / (hi * 1.2)) ** ((i + 0.5) / len(unknown))
+            _scatter(ax, x, m["tflops"], m)
+            pts.append((x, m["tflops"], number[id(m)]))
+    _number_points(ax, pts)
+    ax.set_xlim(lo, band)
+    ax.set_ylim(min(tops) / 3, max(tops) * 1.8)
+    from matplotlib.lines import Line2D
+
+    handles = []
+    for src in ("datasheet", "measured"):  # the ceilings' values, in the legend: no label on a line
+        mine = sorted(((tf, dt) for (dt, s2), tf in ceil["tf"].items() if s2 == src), reverse=True)
+        bw = ceil["bw"].get(src)
+        if not bw:
+            continue
+        what = "datasheet" if src == "datasheet" else "measured (copy; cuBLAS)"
+        text = f"{what}: {bw:.0f} GB/s" + (
+            "; " + ", ".join(f"{dt} {tf:.0f}" for tf, dt in mine) + " TFLOP/s" if mine else "")
+        handles.append(Line2D([], [], color="#333", ls="-" if src == "datasheet" else "--",
+                              label=text))
+    handles += _dtype_handles({m.get("dtype") for m in points})
+    if any(src != "bytes=" for _, _, src in known):
+        handles.append(Line2D([], [], marker="o", ls="", markerfacecolor="white",
+                              markeredgecolor="#555", markeredgewidth=1.4,
+                              label="hollow: intensity over the\noperands' sizes (no bytes=)"))
+    if handles:
+        ax.legend(handles=handles, loc="lower right", fontsize=7.5, framealpha=0.95,
+                  bbox_to_anchor=(0.84 if unknown else 1.0, 0.0))
 
 
 def _slope_angle(ax) -> float:
@@ -212,7 +251,7 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
     families: dict[str, list[dict]] = {}
     for m in points:
         families.setdefault(_family(m), []).append(m)
-    x, ticks, labels, placed = 0.0, [], [], []
+    x, spans, placed = 0.0, [], []
     for fam, ms in families.items():
         start = x
         for m in ms:
@@ -221,28 +260,33 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
                        linewidths=0.5, zorder=3)
             placed.append((x, m["gbps"], number[id(m)]))
             x += 1
-        ticks.append((start + x - 1) / 2)
-        labels.append(fam)
-        ax.axvspan(start - 0.5, x - 0.5, color="#000", alpha=0.03 if len(ticks) % 2 else 0.0)
+        spans.append((start, x - 1, fam))
         x += 1.5
-    ax.set_xticks(ticks)
-    ax.set_xticklabels(labels, rotation=25, ha="right", fontsize=9)
+    ax.set_xticks([])
     ax.set_xlim(-1, x - 0.5)
+    ax.set_xlabel("measurements, grouped by test")
+    for i, (a, b, fam) in enumerate(spans):  # the group's name, upright inside the plot
+        ax.axvspan(a - 0.6, b + 0.6, color="#000", alpha=0.045 if i % 2 == 0 else 0.0)
+        ax.text((a + b) / 2, 0.02, fam, rotation=90, ha="center", va="bottom", fontsize=8,
+                color="#333", transform=ax.get_xaxis_transform())
+    from matplotlib.lines import Line2D
+
     bw = _ceilings(device, [])["bw"]
     top = max(m["gbps"] for m in points)
+    handles = []
     for src, value in bw.items():
         if value:
-            ax.axhline(value, color="#333", ls="-" if src == "datasheet" else "--", lw=1.2)
-            ax.annotate(f"{'HBM datasheet' if src == 'datasheet' else 'measured copy'} "
-                        f"{value:.0f} GB/s", (x - 0.6, value), xytext=(0, 3),
-                        textcoords="offset points", ha="right", fontsize=8)
+            ls = "-" if src == "datasheet" else "--"
+            ax.axhline(value, color="#333", ls=ls, lw=1.2)
+            handles.append(Line2D([], [], color="#333", ls=ls, label=(
+                f"{'HBM datasheet' if src == 'datasheet' else 'measured copy'} {value:.0f} GB/s")))
             top = max(top, value)
-    ax.set_ylim(0, top * 1.12)
+    ax.set_ylim(0, top * 1.1)
     _number_points(ax, placed, log=False)
-    dt_handles = _dtype_handles({m.get("dtype") for m in points})
-    if dt_handles:
-        ax.legend(handles=dt_handles, loc="lower left", fontsize=8, title="dtype",
-                  title_fontsize=8, framealpha=0.85)
+    handles += _dtype_handles({m.get("dtype") for m in points})
+    if handles:
+        ax.legend(handles=handles, loc="lower center", fontsize=7.5, framealpha=0.95,
+                  bbox_to_anchor=(0.5, 0.33), ncol=2)
 
 
 def _number_points(ax, pts: list[tuple], log: bool = True) -> None:

@@ -120,9 +120,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if state.get(item.config).perf:
-        from . import perf
-
-        from . import explain
+        from . import explain, perf
 
         perf.annotate_report(item, call, report)
         explain.annotate_report(item, report)
@@ -132,9 +130,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
-        from . import report
-
-        from . import explain
+        from . import explain, report
 
         report.terminal_summary(terminalreporter, config)
         explain.terminal_summary(terminalreporter, config)
