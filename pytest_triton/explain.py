@@ -77,8 +77,9 @@ def occupancy(launch: dict, device) -> dict | None:
         reserved = SMEM_RESERVED if tuple(device.cc) >= (8, 0) else 0
         limits["shared memory"] = device.smem_per_sm // (shared + reserved)
     blocks = min(limits.values())
-    # The limiter named is the scarcest resource; ties go to the one a kernel author controls.
-    order = ("registers", "shared memory", "warps", "blocks")
+    # The limiter named is the scarcest resource; on a tie the hardware's own limits (warps,
+    # blocks per SM) are named: a kernel at them is not held back by its registers.
+    order = ("warps", "blocks", "registers", "shared memory")
     limiter = next(k for k in order if k in limits and limits[k] == blocks)
     out = {"blocks_per_sm": blocks, "warps_per_sm": blocks * warps, "max_warps_per_sm": max_warps,
            "occupancy": blocks * warps / max_warps, "limiter": limiter, "limits": limits}
@@ -176,7 +177,7 @@ def _structural(launch: dict, occ: dict | None, device) -> list[Hint]:
         if not op.get("unit_stride"):
             item = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(op["dtype"])
             step = min((s for s, n in zip(op["stride"], op["shape"]) if n > 1), default=0)
-            gap = f" ({step * item} bytes apart)" if item and step else ""
+            gap = f" ({step * item} bytes)" if item and step else ""
             hints.append(Hint("coalescing", "a strided operand: neighbouring threads load "
                               "addresses far apart, so no load coalesces; pass a contiguous "
                               "tensor (.contiguous()) or index along its unit-stride dimension",
@@ -259,15 +260,17 @@ def _fusion(launch_list: list[dict]) -> list[Hint]:
         if len(chain) >= 2:
             names = " -> ".join(c["kernel"] for c in chain)
             moved = sum(op["nbytes"] for c in chain for op in c.get("operands") or [])
-            saved = 2 * sum(shared_bufs.values())
+            unique = {op["data_ptr"]: op["nbytes"] for c in chain for op in c.get("operands") or []}
+            once = sum(unique.values())
+            n = len(shared_bufs)
             hints.append(Hint("fusion", "element-wise kernels run one after another on each other's "
-                              "buffers: fuse them into one kernel, which reads the inputs once and "
-                              "writes the output once",
+                              "buffers: fuse them into one kernel, which reads the inputs once, "
+                              "keeps the intermediates in registers and writes the output once",
                               f"{len(chain)} element-wise launches in one call of fn ({names}) "
-                              f"share {len(shared_bufs)} intermediate buffer"
-                              f"{'s' if len(shared_bufs) != 1 else ''}: fusing saves writing and "
-                              f"re-reading {saved / 1e6:.1f} MB of the {moved / 1e6:.1f} MB they "
-                              "move", chain[0]["kernel"]))
+                              f"pass {n} buffer{'s' if n != 1 else ''} between them: they move "
+                              f"{moved / 1e6:.1f} MB, {(moved - once) / 1e6:.1f} MB more than "
+                              f"touching each of their {len(unique)} buffers once "
+                              f"({once / 1e6:.1f} MB)", chain[0]["kernel"]))
         chain.clear()
         shared_bufs.clear()
 
@@ -407,8 +410,13 @@ def render(d: dict) -> str:
             lines.append("    constexprs: " + ", ".join(f"{n}={v}" for n, v in k["constexprs"].items()))
         occ = k.get("occupancy")
         if occ:
-            waves = (f"; {occ['waves']:.2f} waves of {occ['slots']} slots, last "
-                     f"{100 * occ['last_wave_fill']:.0f}% full") if "waves" in occ else ""
+            waves = ""
+            if "waves" in occ and occ["waves"] < 1:
+                waves = (f"; {k.get('programs')} programs for {occ['slots']} slots (SMs x "
+                         f"blocks/SM): {100 * occ['waves']:.0f}% of one wave")
+            elif "waves" in occ:
+                waves = (f"; {occ['waves']:.2f} waves of {occ['slots']} slots, last "
+                         f"{100 * occ['last_wave_fill']:.0f}% full")
             lines.append(f"    occupancy: {occ['blocks_per_sm']} blocks/SM = {occ['warps_per_sm']}"
                          f" of {occ['max_warps_per_sm']} warps ({100 * occ['occupancy']:.0f}%), "
                          f"limited by {occ['limiter']}{waves}")
@@ -596,7 +604,7 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     spent_s = sum(d.get("cost_s", 0.0) for _, d in diagnosed)
     tr.section("pytest-triton explain")
     for _, d in diagnosed:
-        label = d["nodeid"].split("::", 1)[-1] + (f" [{d['name']}]" if d.get("name") else "")
+        label = d["nodeid"] + (f" [{d['name']}]" if d.get("name") else "")
         frac = d["roofline"].get("fraction")
         at = f" ({100 * frac:.0f}% of {d['roofline']['binding']} ceiling)" if frac is not None else ""
         codes = ", ".join(h["code"] for h in d["hints"]) or "no hints"
