@@ -179,7 +179,7 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     tops = [m["tflops"] for m in points]
     seen = set()
-    for (dt, src), tf in sorted(ceil["tf"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
+    for (_, src), tf in sorted(ceil["tf"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
         bw = ceil["bw"].get(src)
         if not bw or (round(tf), src) in seen:
             continue
