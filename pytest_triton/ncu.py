@@ -116,7 +116,9 @@ def profile_item(item: pytest.Item, captures: dict) -> dict:
             output = f"timed out after {TIMEOUT_S} s: {exc}"
         text = _read(log)
         order = [json.loads(line) for line in _read(seen).splitlines() if line.strip()]
-    return attribute(parse(text), order, captures, names, output + "\n" + text)
+    # The CSV goes to the log file; older ncu releases print it to stdout whatever --log-file says.
+    kernels = parse(text) or parse(output)
+    return attribute(kernels, order, captures, names, output + "\n" + text)
 
 
 def _read(path: str) -> str:

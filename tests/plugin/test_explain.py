@@ -424,3 +424,46 @@ FAKE["test_mm"] = 0.25
     png = (pytester.path / "out" / "roof.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
     result.stdout.fnmatch_lines([f"pytest-triton: roofline PNG of this run: {pytester.path / 'out' / 'roof.png'}"])
+
+
+# --- ncu: the command, its CSV, and what it says when it cannot profile ---------------------------
+
+NCU_CSV = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
+==PROF== Profiling "_add_kernel": 0%....50%....100% - 9 passes
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum","gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed","lts__throughput.avg.pct_of_peak_sustained_elapsed","sm__throughput.avg.pct_of_peak_sustained_elapsed","sm__warps_active.avg.pct_of_peak_sustained_active","sm__maximum_warps_per_active_cycle_pct","smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio","smsp__average_warps_issue_stalled_selected_per_issue_active.ratio","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
+"","","","","","","","","","","","usecond","%","%","%","%","%","ratio","ratio","ratio"
+"0","4242","python3.12","127.0.0.1","_add_kernel","1","7","(128, 1, 1)","(65536, 1, 1)","0","9.0","281.57","91.42","38.10","12.05","87.31","100","11.2","1.0","0.8"
+"1","4242","python3.12","127.0.0.1","_relu_kernel","1","7","(128, 1, 1)","(65536, 1, 1)","0","9.0","190.1","90.1","35.0","9.1","85.2","100","9.1","1.0","0.7"
+'''
+
+
+def test_ncu_csv_is_read_and_given_to_its_measurement():
+    from pytest_triton import explain, ncu
+
+    kernels = ncu.parse(NCU_CSV)
+    assert [k["name"] for k in kernels] == ["_add_kernel", "_relu_kernel"]
+    k = kernels[0]
+    assert (k["duration_us"], k["dram_pct"], k["l2_pct"], k["sm_pct"]) == (281.57, 91.42, 38.10, 12.05)
+    assert (k["achieved_occupancy_pct"], k["theoretical_occupancy_pct"]) == (87.31, 100.0)
+    assert (k["stall"], k["stall_ratio"]) == ("long_scoreboard", 11.2)  # 'selected' is no stall
+    captures = {0: {"launches": [{"kernel": "_add_kernel", "name": "_add_kernel"}]},
+                1: {"launches": [{"kernel": "_relu_kernel", "name": "_relu_kernel"}]}}
+    order = [{"index": 0, "launches": ["_add_kernel"]}, {"index": 1, "launches": ["_relu_kernel"]}]
+    got = ncu.attribute(kernels, order, captures, ["_add_kernel", "_relu_kernel"], "")
+    assert [k["name"] for k in got[0]["kernels"]] == ["_add_kernel"]
+    assert [k["name"] for k in got[1]["kernels"]] == ["_relu_kernel"]
+    assert explain.ncu_lines(got[0]) == [
+        "ncu _add_kernel 281.6 us: DRAM 91.4%, L2 38.1%, SM 12.1%, achieved occupancy 87.3%, "
+        "theoretical 100.0%; dominant stall: long_scoreboard (11 cycles/instr)"]
+
+
+def test_ncu_without_counter_permission_says_so():
+    from pytest_triton import ncu
+
+    out = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have "
+           "permission to access NVIDIA GPU Performance Counters on the target device 0.\n")
+    got = ncu.attribute([], [], {0: {"launches": []}}, ["_k"], out)
+    assert got[0]["unavailable"].startswith("ncu cannot read the GPU's performance counters "
+                                            "(ERR_NVGPUCTRPERM)")
+    assert ncu.unavailable_reason("==WARNING== No kernels were profiled.\n") == \
+        "ncu: No kernels were profiled."
