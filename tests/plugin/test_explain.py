@@ -467,3 +467,20 @@ def test_ncu_without_counter_permission_says_so():
                                             "(ERR_NVGPUCTRPERM)")
     assert ncu.unavailable_reason("==WARNING== No kernels were profiled.\n") == \
         "ncu: No kernels were profiled."
+
+
+def test_the_triton_frames_the_launch_hook_reads_are_still_there():
+    """launches.py reads JITFunction.run's locals (kernel, grid_0..2, bound_args) from the launch
+    hook: a Triton release that renames them must fail here, not diagnose nothing on a GPU."""
+    import inspect
+
+    import triton
+    from triton.compiler import CompiledKernel
+    from triton.runtime.jit import JITFunction
+
+    run = inspect.getsource(JITFunction.run)
+    for name in ("grid_0", "grid_1", "grid_2", "bound_args", "kernel.run(", "launch_enter_hook"):
+        assert name in run, f"triton {triton.__version__}: JITFunction.run has no {name}"
+    assert "self.n_spills" in inspect.getsource(CompiledKernel), "CompiledKernel.n_spills is gone"
+    assert hasattr(triton.knobs.runtime.launch_enter_hook, "add")
+    assert hasattr(triton.knobs.compilation, "listener")
