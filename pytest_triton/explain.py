@@ -149,6 +149,10 @@ def _blocks(launch: dict) -> dict:
             and ("BLOCK" in k.upper() or "TILE" in k.upper())}
 
 
+def _blocks_text(n: int) -> str:
+    return f"{n} block{'' if n == 1 else 's'}/SM"
+
+
 def _kb(n: float) -> str:
     return f"{n / 1024:.1f} KB" if n >= 1024 else f"{int(n)} B"
 
@@ -164,8 +168,9 @@ def _structural(launch: dict, occ: dict | None, device) -> list[Hint]:
     hints = []
     spill = launch.get("spill_bytes")
     if spill:
-        hints.append(Hint("spills", "registers spill to local memory: lower the block size or "
-                          "num_warps per program, or split the work (fewer values live at once)",
+        hints.append(Hint("spills", "registers spill to local memory: give each thread fewer "
+                          "values (a smaller block, or more num_warps over the same block) or keep "
+                          "fewer of them live at once",
                           f"{k}: {_kb(spill)} of local memory per thread ({launch.get('n_regs')} "
                           f"registers/thread, {_launch_text(launch)})", k))
     odd = {n: v for n, v in _blocks(launch).items() if not _pow2(v)}
@@ -195,7 +200,7 @@ def _speed(launch: dict, occ: dict | None, device, tuned: bool, n_configs: int |
             and occ["limiter"] in ("registers", "blocks"):
         if occ["limiter"] == "registers":
             why = (f"{launch.get('n_regs')} registers/thread x {warps * (device.warp_size or 32)}"
-                   f" threads allow {occ['blocks_per_sm']} blocks/SM")
+                   f" threads allow {_blocks_text(occ['blocks_per_sm'])}")
             fix = "fewer registers per thread (smaller blocks per program, fewer live values)"
         else:
             why = (f"blocks of {warps} warp{'s' if warps != 1 else ''}: at most "
@@ -417,7 +422,7 @@ def render(d: dict) -> str:
             elif "waves" in occ:
                 waves = (f"; {occ['waves']:.2f} waves of {occ['slots']} slots, last "
                          f"{100 * occ['last_wave_fill']:.0f}% full")
-            lines.append(f"    occupancy: {occ['blocks_per_sm']} blocks/SM = {occ['warps_per_sm']}"
+            lines.append(f"    occupancy: {_blocks_text(occ['blocks_per_sm'])} = {occ['warps_per_sm']}"
                          f" of {occ['max_warps_per_sm']} warps ({100 * occ['occupancy']:.0f}%), "
                          f"limited by {occ['limiter']}{waves}")
         else:

@@ -187,13 +187,13 @@ def test_failed_target_is_diagnosed_without_the_flag_spills_and_register_occupan
         "  roofline: memory-bound (no flops= given): 24.0% of datasheet 3352 GB/s, 26.8% of measured 3000 GB/s",
         "  kernel _fat_kernel: grid (16384, 1, 1) = 16384 programs; num_warps 8, num_stages 3, "
         "255 registers/thread, spills 1.0 KB, shared 0 B",
-        "    occupancy: 1 blocks/SM = 8 of 64 warps (12%), limited by registers; 124.12 waves of 132 slots, last 12% full",
+        "    occupancy: 1 block/SM = 8 of 64 warps (12%), limited by registers; 124.12 waves of 132 slots, last 12% full",
         "  hints:",
         "    [[]spills] registers spill to local memory*",
         "        evidence: _fat_kernel: 1.0 KB of local memory per thread (255 registers/thread, "
         "num_warps=8, num_stages=3, BLOCK=4096)",
         "    [[]occupancy] low occupancy for a kernel without tensor-core work*",
-        "        evidence: _fat_kernel: 255 registers/thread x 256 threads allow 1 blocks/SM = 8 of 64 warps (12%), limited by registers",
+        "        evidence: _fat_kernel: 255 registers/thread x 256 threads allow 1 block/SM = 8 of 64 warps (12%), limited by registers",
         "    [[]autotune] the kernel is not autotuned*",
     ])
 
