@@ -51,22 +51,27 @@ def session_finish(config: pytest.Config) -> None:
     if not points:
         config.stash[WRITTEN_KEY] = f"roofline not drawn: no measurement in this run ({target})"
         return
-    draw(points, ps.device, target, title=_title(config, ps.device))
+    try:
+        draw(points, ps.device, target, title=_title(config, ps.device, points))
+    except Exception as exc:  # noqa: BLE001 - a picture must not lose the run's results
+        config.stash[WRITTEN_KEY] = f"roofline NOT drawn to {target}: {type(exc).__name__}: {exc}"
+        return
     config.stash[WRITTEN_KEY] = f"roofline of {len(points)} measurements written to {target}"
 
 
 def terminal_summary(tr, config: pytest.Config) -> None:
-    """The summary runs before session finish: announce where the plot goes."""
+    """Where the plot went (session finish, which draws it, runs before the summary)."""
     target = path(config)
     if target is not None:
-        tr.write_line(f"pytest-triton: roofline PNG of this run: {target}")
+        tr.write_line("pytest-triton: " + config.stash.get(WRITTEN_KEY, f"roofline PNG: {target}"))
 
 
-def _title(config: pytest.Config, device) -> str:
+def _title(config: pytest.Config, device, points: list[dict]) -> str:
     import torch
     import triton
 
-    name = device.name if device is not None else "no device"
+    name = device.name if device is not None else \
+        ((points[0].get("device") or {}).get("name") or "no device")
     return (f"{name} — torch {torch.__version__}, triton {triton.__version__}"
             f" — L2 {state.get(config).perf_session.l2}")
 
@@ -84,12 +89,21 @@ def _family(m: dict) -> str:
     return _short(m).split("[", 1)[0].split(" ", 1)[0]
 
 
-def _ceilings(device, dtypes: list[str]) -> dict:
-    bw = {src: device.peak_gbps(src)[0] for src in ("datasheet", "measured")} if device else {}
-    tf = {}
-    for dt in dtypes:
-        for src in ("datasheet", "measured"):
+def _ceilings(device, dtypes: list[str], measurements: list[dict] = ()) -> dict:
+    """{"bw": {src: GB/s}, "tf": {(dtype, src): TFLOP/s}}: from the device where this process
+    has one, else from the peaks each measurement carries (an xdist controller has no device)."""
+    bw, tf = {}, {}
+    for src in ("datasheet", "measured"):
+        value = device.peak_gbps(src)[0] if device else None
+        for m in measurements:
+            value = value or (m.get("peaks") or {}).get(f"dram_gbps_{src}")
+        if value:
+            bw[src] = value
+        for dt in dtypes:
             value = device.peak_tflops(dt, src)[0] if device else None
+            for m in measurements:
+                if (m.get("dtype") or "float16") == dt:
+                    value = value or (m.get("peaks") or {}).get(f"tflops_{src}")
             if value:
                 tf[(dt, src)] = value
     return {"bw": bw, "tf": tf}
@@ -169,7 +183,7 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
     known = [(m, ai, src) for m, ai, src in placed if ai]
     unknown = [m for m, ai, _ in placed if not ai]
     dtypes = sorted({m.get("dtype") or "float16" for m in points})
-    ceil = _ceilings(device, dtypes)
+    ceil = _ceilings(device, dtypes, points)
     ais = [ai for _, ai, _ in known] or [1.0]
     ridges = [tf * 1e3 / ceil["bw"][src] for (dt, src), tf in ceil["tf"].items()
               if ceil["bw"].get(src)]
@@ -271,7 +285,7 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
                 color="#333", transform=ax.get_xaxis_transform())
     from matplotlib.lines import Line2D
 
-    bw = _ceilings(device, [])["bw"]
+    bw = _ceilings(device, [], points)["bw"]
     top = max(m["gbps"] for m in points)
     handles = []
     for src, value in bw.items():

@@ -423,7 +423,7 @@ FAKE["test_mm"] = 0.25
     result.assert_outcomes(passed=2, failed=1)
     png = (pytester.path / "out" / "roof.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20000
-    result.stdout.fnmatch_lines([f"pytest-triton: roofline PNG of this run: {pytester.path / 'out' / 'roof.png'}"])
+    result.stdout.fnmatch_lines([f"pytest-triton: roofline of 3 measurements written to {pytester.path / 'out' / 'roof.png'}"])
 
 
 # --- ncu: the command, its CSV, and what it says when it cannot profile ---------------------------
