@@ -405,9 +405,13 @@ def render(d: dict) -> str:
     for k in d["kernels"][:6]:
         grid = tuple(k.get("grid") or ())
         times = f" x{k['launches']}" if k.get("launches", 1) > 1 else ""
+        if k.get("source") == "hook only":  # a Triton whose launch frames could not be read
+            lines.append(f"  kernel {k['kernel']}{times}: launched (its compiled metadata could "
+                         "not be read from this Triton's launch path)")
+            continue
         lines.append(f"  kernel {k['kernel']}{times}: grid {grid} = {k.get('programs')} programs; "
                      f"num_warps {k.get('num_warps')}, num_stages {k.get('num_stages')}, "
-                     f"{k.get('n_regs')} registers/thread, spills "
+                     f"{k.get('n_regs') if k.get('n_regs') is not None else '?'} registers/thread, spills "
                      f"{_kb(k['spill_bytes']) if k.get('spill_bytes') is not None else '?'}, "
                      f"shared {_kb(k['shared']) if k.get('shared') is not None else '?'}"
                      + (f" [{k['source']}]" if k.get("source") not in (None, "launch hook") else ""))

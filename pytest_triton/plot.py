@@ -123,9 +123,11 @@ def draw(measurements: list[dict], device, target: str, *, title: str = "") -> N
     numbered = compute + memory
     number = {id(m): i + 1 for i, m in enumerate(numbered)}
 
-    fig = plt.figure(figsize=(17, 11), dpi=130)
-    grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 1.5], width_ratios=[1, 1.15],
-                            hspace=0.28, wspace=0.16)
+    n_lines = len(numbered) + (1 if other else 0)
+    key_h = 0.3 + 0.125 * math.ceil(n_lines / _key_columns(n_lines))  # inches: the key's rows
+    fig = plt.figure(figsize=(17, 7.8 + key_h), dpi=130)
+    grid = fig.add_gridspec(2, 2, height_ratios=[7.0, key_h], width_ratios=[1, 1.15],
+                            hspace=0.3, wspace=0.16)
     ax_r, ax_b = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     ax_key = fig.add_subplot(grid[1, :])
     ax_key.axis("off")
@@ -277,7 +279,7 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
         spans.append((start, x - 1, fam))
         x += 1.5
     ax.set_xticks([])
-    ax.set_xlim(-1, x - 0.5)
+    ax.set_xlim(-1, max(x - 0.5, 8))
     ax.set_xlabel("measurements, grouped by test")
     for i, (a, b, fam) in enumerate(spans):  # the group's name, upright inside the plot
         ax.axvspan(a - 0.6, b + 0.6, color="#000", alpha=0.045 if i % 2 == 0 else 0.0)
@@ -324,6 +326,10 @@ def _overlap(a, b) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
+def _key_columns(n_lines: int) -> int:
+    return max(1, min(4, math.ceil(n_lines / 22)))
+
+
 def _draw_key(ax, numbered: list[dict], number: dict, other: list[dict]) -> None:
     """The numbers' key: test, achieved and verdict, in columns."""
     lines = []
@@ -337,11 +343,11 @@ def _draw_key(ax, numbered: list[dict], number: dict, other: list[dict]) -> None
                       + (" ..." if len(other) > 6 else ""), "measured"))
     if not lines:
         return
-    cols = max(1, min(4, math.ceil(len(lines) / 22)))
+    cols = _key_columns(len(lines))
     per = math.ceil(len(lines) / cols)
     for c in range(cols):
         chunk = lines[c * per:(c + 1) * per]
         for r, (text, verdict) in enumerate(chunk):
-            ax.text(c / cols, 1 - r / max(per, 22), text, transform=ax.transAxes, fontsize=6.6,
+            ax.text(c / cols, 1 - r / per, text, transform=ax.transAxes, fontsize=6.6,
                     family="monospace", va="top",
                     color="#222" if verdict == "pass" else VERDICT_COLOURS.get(verdict, "#222"))
