@@ -179,7 +179,7 @@ def _structural(launch: dict, occ: dict | None, device) -> list[Hint]:
                           "other sizes leave lanes masked and loads unaligned)",
                           f"{k}: " + ", ".join(f"{n}={v}" for n, v in odd.items()), k))
     for op in launch.get("operands") or []:
-        if not op.get("unit_stride"):
+        if not op.get("unit_stride") and not op.get("descriptor"):
             item = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(op["dtype"])
             step = min((s for s, n in zip(op["stride"], op["shape"]) if n > 1), default=0)
             gap = f" ({step * item} bytes)" if item and step else ""

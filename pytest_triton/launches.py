@@ -39,6 +39,7 @@ class Operand:
     data_ptr: int
     contiguous: bool
     unit_stride: bool  # some dimension of size > 1 has stride 1 (coalesced along it)
+    descriptor: bool = False  # the base of a TMA tensor descriptor (loaded by the TMA unit)
 
 
 @dataclass
@@ -118,9 +119,12 @@ def describe(kernel, grid=(1, 1, 1), jit=None, args: dict | None = None,
     for name, value in (args or {}).items():
         if name in constexpr_names and isinstance(value, (int, float, bool, str)):
             constexprs[name] = value
-        elif _is_tensor(value):
+        elif _is_tensor(value) or _is_tensor(getattr(value, "base", None)):
             try:
-                operands.append(asdict(_operand(name, value)))
+                if _is_tensor(value):
+                    operands.append(asdict(_operand(name, value)))
+                else:  # a host-side TensorDescriptor: its base tensor is what moves
+                    operands.append({**asdict(_operand(name, value.base)), "descriptor": True})
             except Exception:  # noqa: BLE001 - a tensor-like we cannot read is left out
                 pass
     spills = getattr(kernel, "n_spills", None)

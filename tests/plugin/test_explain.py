@@ -484,3 +484,43 @@ def test_the_triton_frames_the_launch_hook_reads_are_still_there():
     assert "self.n_spills" in inspect.getsource(CompiledKernel), "CompiledKernel.n_spills is gone"
     assert hasattr(triton.knobs.runtime.launch_enter_hook, "add")
     assert hasattr(triton.knobs.compilation, "listener")
+
+
+def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from pytest_triton import explain, launches
+    from pytest_triton.device import DeviceInfo
+
+    h100 = DeviceInfo(name="H100", sms=132, dram_gbps=3352.0, tflops={"float16": 989.4},
+                      regs_per_sm=65536, smem_per_sm=233472, max_threads_per_sm=2048,
+                      max_blocks_per_sm=32)
+    # A pipelined matmul tile: 8 warps, 168 registers, 96 KB of shared memory per program.
+    mm = {"num_warps": 8, "n_regs": 168, "shared": 96 * 1024, "programs": 1024}
+    occ = explain.occupancy(mm, h100)
+    assert occ["limits"] == {"warps": 8, "blocks": 32, "registers": 1, "shared memory": 2}
+    assert (occ["blocks_per_sm"], occ["limiter"], occ["occupancy"]) == (1, "registers", 0.125)
+    assert round(occ["waves"], 3) == round(1024 / 132, 3) and occ["last_wave_fill"] == (1024 - 7 * 132) / 132
+    assert explain.occupancy(mm, DeviceInfo(name="X", sms=1, dram_gbps=1.0, tflops={})) is None
+
+    a, b, c = torch.empty(256, 512, dtype=torch.float16), torch.empty(512, 128, dtype=torch.float16), \
+        torch.empty(256, 128, dtype=torch.float16)
+    desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [64, 64])
+
+    class Jit:
+        __name__ = "_mm"
+        params = []
+
+    la = launches.describe(None, (4, 2), Jit(), {"a_desc": desc, "b_ptr": b.t(), "c_ptr": c})
+    ops = {op["arg"]: op for op in la.operands}
+    assert ops["a_desc"]["descriptor"] and ops["a_desc"]["nbytes"] == a.nbytes
+    assert ops["b_ptr"]["unit_stride"] and not ops["b_ptr"]["contiguous"]  # a transpose coalesces
+    assert la.programs == 8
+    m = {"flops": 2 * 256 * 512 * 128, "bytes": None, "tflops": 100.0, "gbps": None,
+         "median_ms": 2 * 256 * 512 * 128 / 100.0 / 1e9,
+         "peaks": {"dram_gbps_datasheet": 3352.0, "tflops_datasheet": 989.4}}
+    pos = explain.roofline_position(m, explain._operand_bytes([la.to_dict()]))
+    assert pos["intensity_from"] == "operands"
+    assert pos["intensity"] == m["flops"] / (a.nbytes + b.nbytes + c.nbytes)
+    assert pos["bound"] == "memory" and pos["binding"] == "datasheet"  # 73 FLOP/byte < ridge 295
