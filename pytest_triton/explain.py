@@ -37,7 +37,7 @@ LOW_OCCUPANCY = 0.5  # of the SM's warp slots: too few bytes in flight for a mem
 TAIL_IDLE = 0.25  # of the SM-time of the last wave left idle by a partial wave
 STAGES = (2, 4)  # num_stages range the checklist asks loop kernels to be tuned in
 SMALL_TILE = 256  # elements per program below which per-program overhead dominates
-COMPILE_DOMINATES_S = 2.0  # compile time that is worth a hint when it is most of the tuning
+COMPILE_DOMINATES_S = 5.0  # seconds of compilation worth a hint, when they are most of the tuning
 SMEM_RESERVED = 1024  # bytes the driver reserves per block on sm_80 and later
 REG_UNIT = 256  # registers are allocated per warp in units of 256
 
