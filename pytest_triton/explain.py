@@ -363,11 +363,13 @@ def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None) -> d
             hints += _speed(launch, occ, device, tuned or bool(launch.get("autotuner")), n_configs)
     hints += _fusion(record.get("launches") or [])
     hints += _compile_hint(record)
-    seen, unique = set(), []
-    for h in hints:  # one hint of a kind per kernel
-        if (h.code, h.kernel) not in seen:
-            seen.add((h.code, h.kernel))
-            unique.append(h)
+    unique: list[Hint] = []
+    for h in hints:  # one hint of a kind; the same advice for several kernels lists each one's evidence
+        same = next((u for u in unique if u.code == h.code and u.message == h.message), None)
+        if same is None:
+            unique.append(Hint(h.code, h.message, h.evidence, h.kernel))
+        elif h.evidence not in same.evidence:
+            same.evidence += "; " + h.evidence
     return {"nodeid": m.get("nodeid"), "name": m.get("name"), "verdict": m.get("verdict"),
             "roofline": pos, "near_ceiling": not slow, "kernels": kernels,
             "all_launches": len(record.get("launches") or []), "autotune": tuners,

@@ -302,6 +302,9 @@ def test_structural_and_checklist_hints_name_their_evidence(explain):
     assert ("evidence: 3 element-wise launches in one call of fn (_add_kernel -> _mul_kernel -> "
             "_relu_kernel) pass 3 buffers between them: they move 33.6 MB, 12.6 MB more than "
             "touching each of their 5 buffers once (21.0 MB)") in chain
+    assert chain.count("[autotune]") == 1  # one hint, the evidence of each kernel
+    assert "_add_kernel: no Autotuner chose this launch" in chain and \
+        "; _relu_kernel: no Autotuner chose this launch" in chain
     good_chain = _section(result, "test_chain_good")
     assert "near its ceiling" in good_chain and "[fusion]" in good_chain
     assert "[autotune]" not in good_chain  # a speed hint: not raised near the ceiling
