@@ -122,6 +122,13 @@ class DeviceInfo:
     measured: dict | None = None  # {"dram_gbps": ..., "tflops": {...}} from --triton-perf-calibrate
     use_measured: bool = False  # take fractions against `measured`
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Per-SM limits that bound occupancy (issue 10: --triton-perf-explain); None where unknown.
+    regs_per_sm: int | None = None  # 32-bit registers per SM
+    smem_per_sm: int | None = None  # shared memory per SM, bytes
+    smem_per_block: int | None = None  # the most one block may opt in to, bytes
+    max_threads_per_sm: int | None = None
+    max_blocks_per_sm: int | None = None
+    warp_size: int = 32
 
     @property
     def label(self) -> str:
@@ -193,6 +200,26 @@ def fingerprint(fields_: dict) -> str:
     return hashlib.sha1(json.dumps(fields_, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# Resident blocks per SM by compute capability: CUDA C++ Programming Guide, "Technical
+# Specifications per Compute Capability" (torch does not expose it).
+MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16, (8, 9): 24,
+                     (9, 0): 32, (10, 0): 32, (10, 3): 32, (12, 0): 32}
+
+
+def sm_limits(props, cc: tuple[int, int]) -> dict:
+    """The per-SM limits of torch.cuda.get_device_properties(), as DeviceInfo fields."""
+    def get(name):
+        value = getattr(props, name, None)
+        return int(value) if value else None
+
+    return {"regs_per_sm": get("regs_per_multiprocessor"),
+            "smem_per_sm": get("shared_memory_per_multiprocessor"),
+            "smem_per_block": get("shared_memory_per_block_optin"),
+            "max_threads_per_sm": get("max_threads_per_multi_processor"),
+            "max_blocks_per_sm": MAX_BLOCKS_PER_SM.get(tuple(cc)),
+            "warp_size": get("warp_size") or 32}
+
+
 def cuda_device_info(device) -> DeviceInfo:
     """DeviceInfo of a real CUDA device (initialises CUDA in this process)."""
     import torch
@@ -218,7 +245,7 @@ def cuda_device_info(device) -> DeviceInfo:
                       "uuid": uuid, "driver": driver, "cuda": torch.version.cuda})
     return DeviceInfo(name=name, sms=sms, dram_gbps=dram, tflops=tflops,
                       sku=sku.label if sku else None, l2_bytes=props.L2_cache_size, cc=cc,
-                      driver=driver, fingerprint=fp, notes=tuple(notes))
+                      driver=driver, fingerprint=fp, notes=tuple(notes), **sm_limits(props, cc))
 
 
 # --- NVML: clocks, temperature, throttling, settings (read only: never set anything) --------------

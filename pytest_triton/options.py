@@ -15,11 +15,12 @@ import pytest
 @dataclass(frozen=True)
 class Option:
     name: str  # the dest / ini name, e.g. "triton_perf"
-    kind: str  # "bool", "string" or "linelist"
+    kind: str  # "bool", "string", "linelist" or "flag" (a bare flag, or --flag=CHOICE)
     default: Any
     help: str
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
+    const: str | None = None  # kind "flag": the value of the bare flag
 
     @property
     def flag(self) -> str:
@@ -78,6 +79,21 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_perf_allow_unchecked", "bool", False,
            "with --triton-perf, let the run pass although perf targets were left unchecked (no "
            "GPU to time on: their bodies only dry-ran); without it such a run fails"),
+    # issue 10: why is it slow (diagnosis, hardware counters, profiles, a roofline picture)
+    Option("triton_perf_explain", "flag", "off",
+           "diagnose every perf test (failed and inconclusive ones are diagnosed anyway): the "
+           "compiled kernel (registers, spills, shared memory, warps, stages, block sizes, "
+           "grid), occupancy and waves, the autotune record, the roofline position and checklist "
+           "hints. --triton-perf-explain=ncu adds Nsight Compute's speed-of-light figures "
+           "(one ncu run per test). The value only with '=': on, ncu or off",
+           metavar="ncu", choices=("off", "on", "ncu"), const="on"),
+    Option("triton_perf_profile", "string", None,
+           "write a torch.profiler Chrome trace of each perf test's kernel (a few calls, after "
+           "timing) to DIR, one file named after the test", metavar="DIR"),
+    Option("triton_perf_plot", "string", None,
+           "draw the run's roofline (every measurement against the device's datasheet and "
+           "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
+           "(pip install 'pytest-triton[plot]')", metavar="PATH"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}
@@ -90,6 +106,11 @@ def add_options(parser: pytest.Parser) -> None:
         if opt.kind == "bool":
             group.addoption(opt.flag, action="store_true", dest=opt.name, default=None, help=opt.help)
             parser.addini(opt.name, ini_help, type="bool", default=opt.default)
+        elif opt.kind == "flag":
+            group.addoption(opt.flag, action="store", dest=opt.name, default=None, nargs="?",
+                            const=opt.const, metavar=opt.metavar, type=_flag_value(opt),
+                            help=opt.help)
+            parser.addini(opt.name, ini_help, type="string", default=opt.default)
         elif opt.kind == "linelist":
             parser.addini(opt.name, opt.help, type="linelist", default=opt.default)
         else:
@@ -97,6 +118,24 @@ def add_options(parser: pytest.Parser) -> None:
                             metavar=opt.metavar, choices=opt.choices, help=opt.help)
             parser.addini(opt.name, ini_help, type="string",
                           default=opt.default if opt.default is not None else "")
+
+
+def _flag_value(opt: Option):
+    """The type= of a "flag" option: a bare flag followed by a test path would take the path as
+    its value (argparse's nargs="?"), so anything but a choice is refused, saying how to write
+    it, rather than run without that path."""
+    import argparse
+
+    def check(value: str) -> str:
+        if value not in opt.choices:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not one of {', '.join(opt.choices)}; give a value with '=' "
+                f"({opt.flag}={opt.choices[-1]}), and put test paths before the bare "
+                f"{opt.flag} (or write {opt.flag}={opt.const})")
+        return value
+
+    check.__name__ = opt.flag  # argparse names the type in its error
+    return check
 
 
 def get(config: pytest.Config, name: str) -> Any:
@@ -107,7 +146,7 @@ def get(config: pytest.Config, name: str) -> Any:
         if cli is not None:
             return cli
     value = config.getini(name)
-    if opt.kind == "string":
+    if opt.kind in ("string", "flag"):
         value = value or opt.default
         if opt.choices and value not in opt.choices:
             raise pytest.UsageError(
@@ -122,7 +161,7 @@ def get_early(early_config: pytest.Config, name: str) -> Any:
     if cli is not None:
         return cli
     value = early_config.getini(name)
-    if opt.kind == "string":
+    if opt.kind in ("string", "flag"):
         value = value or opt.default
     return value
 

@@ -291,6 +291,21 @@ class TritonBench:
         l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
         settings = Settings(l2=l2, max_time=ps.max_time)
         note = _checklist_note(self._config, self._target)
+        from . import explain, launches
+
+        with launches.watch_compiles() as compiles:
+            m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
+        self._item.stash[MEASUREMENTS_KEY].append(m)
+        explain.after_measure(self._item, m, fn, kernel, compiles, passed=m.verdict == verdict.PASS)
+        from . import benchbridge, profile
+
+        profile.after_measure(self._item, m, fn)
+        benchbridge.record(self._item, m)
+        return m
+
+    def _measure(self, fn, bytes, flops, baseline, dt, kernel, name, settings, note):
+        __tracebackhide__ = True
+        ps = session(self._config)
         m = None
         timings = None
         for rounds in range(1, ps.retries + 2):
@@ -310,10 +325,6 @@ class TritonBench:
             if m.verdict not in (verdict.INCONCLUSIVE,) and not (m.verdict == verdict.FAIL
                                                                  and timings.throttled):
                 break
-        self._item.stash[MEASUREMENTS_KEY].append(m)
-        from . import benchbridge
-
-        benchbridge.record(self._item, m)
         return m
 
 

@@ -53,6 +53,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
         perf.configure(config)
         benchbridge.configure(config)
+    from . import explain
+
+    explain.configure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -113,9 +116,11 @@ def pytest_runtest_call(item: pytest.Item):
     scope.finish_call(item)
     sanitize.finish_call(item)
     if "triton_bench" in getattr(item, "fixturenames", ()):
-        from . import perf
+        from . import explain, perf
 
-        perf.finish_call(item)
+        if state.get(item.config).perf:
+            explain.finish_call(item)
+        perf.finish_call(item)  # also a dry run's: a triton_bench never called fails
     return result
 
 
@@ -128,26 +133,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if "triton_bench" in getattr(item, "fixturenames", ()):
-        from . import perf
+        from . import explain, perf
 
         perf.annotate_dry_report(item, call, report)
         if state.get(item.config).perf:
             perf.annotate_report(item, call, report)
+            explain.annotate_report(item, report)
     return report
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
-        from . import report
+        from . import explain, report
 
         report.terminal_summary(terminalreporter, config)
+        explain.terminal_summary(terminalreporter, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sanitize.session_finish(session)
     if state.get(session.config).perf:
-        from . import perf, report
+        from . import explain, perf, report
 
         report.finish(session.config)
+        explain.session_finish(session.config)
         perf.gate(session)

@@ -1,0 +1,73 @@
+"""--triton-perf-profile DIR: a Chrome trace of each perf measurement, for a person to open.
+
+After triton_bench has timed `fn`, a few more calls run under torch.profiler (CPU activity, and
+CUDA activity on a GPU) inside a record_function range named after the test, and the trace is
+written to DIR/<test id>.json (chrome://tracing, ui.perfetto.dev). torch.profiler rather than
+proton: it is there wherever torch is, its traces open in any browser, and it sees the torch
+ops around a Triton launch too. The calls are not timed and change no verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+import pytest
+
+from . import options, state
+
+CALLS = 3  # calls traced: the first may still show one-time work (allocations), the rest steady
+TRACES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> trace path
+
+
+def directory(config: pytest.Config) -> str | None:
+    return options.get(config, "triton_perf_profile") or None
+
+
+def filename(label: str) -> str:
+    """A file name for a test id: path separators and brackets become '_' and '-', long ids are
+    cut and keep a hash so two tests never share a file."""
+    name = label.replace("::", "__").replace("/", ".")
+    name = re.sub(r"[^\w.\-]+", "-", name).strip("-.")
+    if len(name) > 150:
+        name = name[:140] + "-" + hashlib.sha1(label.encode()).hexdigest()[:8]
+    return name + ".json"
+
+
+def after_measure(item: pytest.Item, m, fn) -> None:
+    out = directory(item.config)
+    if not out:
+        return
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    rt = state.get(item.config).runtime
+    activities = [ProfilerActivity.CPU]
+    if not rt.interpret:
+        activities.append(ProfilerActivity.CUDA)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, filename(m.label))
+    with profile(activities=activities, record_shapes=True) as prof:
+        with record_function(m.label):
+            for _ in range(CALLS):
+                fn()
+            if not rt.interpret:
+                torch.cuda.synchronize(rt.device)
+    prof.export_chrome_trace(path)
+    from .perf import MEASUREMENTS_KEY
+
+    item.stash.setdefault(TRACES_KEY, {})[len(item.stash[MEASUREMENTS_KEY]) - 1] = path
+
+
+def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
+    """The trace's path in the payload (the JSON file) and as a JUnit property."""
+    payload = getattr(report, "triton_perf", None)
+    traces = item.stash.get(TRACES_KEY, None)
+    if report.when != "call" or not payload or not traces:
+        return
+    for i, m in enumerate(payload["measurements"]):
+        if i in traces:
+            m["trace"] = traces[i]
+            prefix = f"triton[{m['name']}]." if m.get("name") else "triton."
+            item.user_properties.append((prefix + "trace", traces[i]))
