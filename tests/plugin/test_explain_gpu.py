@@ -98,7 +98,7 @@ def test_good(xyz, triton_bench):
 
 
 @slow
-@perf_target(bandwidth_frac=0.7, peak="measured")
+@perf_target(bandwidth_frac=0.9, peak="measured")  # it spills yet streams at ~71% (H100)
 def test_spilling(triton_bench):
     x = torch.randn(ROWS, COLS, device="cuda")
     out = torch.empty_like(x)
