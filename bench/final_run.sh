@@ -26,7 +26,8 @@ for step in $steps; do
       grep -E "measurements:|GPU settings|passed|failed" "$OUT/perf.log" | tail -4 ;;
     suite)
       start=$(date +%s)
-      python3 -m pytest -q -p no:cacheprovider -n 8 > "$OUT/suite.log" 2>&1
+      # --timeout (pytest-timeout, on the GPU machines): a hung test dumps its stacks, not the run
+      python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 240 --durations 12 -rfE > "$OUT/suite.log" 2>&1
       echo "suite (pytest -n 8: tests/ and reference_kernels/ on CUDA) rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/suite.log"
       tail -3 "$OUT/suite.log" ;;
     checks)
