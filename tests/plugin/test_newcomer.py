@@ -265,7 +265,12 @@ def test_plain_kernel_under_TRITON_DEBUG(monkeypatch):
 
 def test_device_assert_fires_under_the_interpreter_in_tritons_debug_mode(pytester, run_interpreted):
     pytester.makepyfile(test_assert=ASSERTING)
-    result = run_interpreted("-p", "no:cacheprovider", "-rf")
+    if torch.cuda.is_available():
+        # A process that started on the GPU built Triton's own @jit functions for it: only a
+        # fresh process runs the inner kernels the way a CPU job's interpreter does.
+        result = pytester.runpytest_subprocess("--triton-interpret", "-p", "no:cacheprovider", "-rf")
+    else:
+        result = run_interpreted("-p", "no:cacheprovider", "-rf")
     result.assert_outcomes(passed=2, failed=3)
     result.stdout.fnmatch_lines([
         "FAILED test_assert.py::test_debug_kernel[[]negative[]]*",

@@ -234,8 +234,8 @@ def test_terminal_table_json_and_junit(perf, pytester):
         "*= pytest-triton perf =*",
         "NVIDIA H100 80GB HBM3 (132 SMs), driver 580.0; torch *, triton *; clocks unknown (no NVML); L2 cold; peaks: H100 SXM datasheet peak*",
         "test * median ms * GB/s * TFLOP/s * of peak * speedup * target * verdict * noise * method*",
-        "test_add * 0.2800 * 2876 * 85.8% bw * 1.036x * bw>=80.0% (2682 GB/s), >=0.98x baseline * pass*",
-        "test_mm * 0.2000 * 687.2 * 69.5% float16 * >=500 TFLOP/s * pass*",
+        "test_add * 0.2800 * 2876 * 85.8% bw*1.036x * bw>=80.0% (2682 GB/s), >=0.98x baseline * pass*",
+        "test_mm * 0.2000 * 687.2 * 69.5% float16*>=500 TFLOP/s * pass*",
         "2 measurements: 2 pass",
     ])
     doc = json.loads((pytester.path / "perf.json").read_text())
