@@ -8,6 +8,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+import torch
 
 FAKE_GPU = '''
 import os
