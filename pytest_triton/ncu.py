@@ -18,7 +18,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,15 +48,9 @@ _TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3
 
 
 def find_ncu() -> str | None:
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            path = os.path.join(root, "bin", "ncu")
-            if os.access(path, os.X_OK):
-                return path
-    return None
+    from .runtime import find_cuda_tool
+
+    return find_cuda_tool("ncu")
 
 
 def why_unavailable(config: pytest.Config) -> str | None:

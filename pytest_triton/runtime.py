@@ -63,6 +63,20 @@ def autotune_configs(configs: list, *, interpreter=None) -> list:
     return list(configs)
 
 
+def find_cuda_tool(name: str) -> str | None:
+    """The path of a CUDA toolkit program (ncu, compute-sanitizer): on PATH, else in the bin of
+    $CUDA_HOME, $CUDA_PATH or /usr/local/cuda; None when there is none."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            path = os.path.join(root, "bin", name)
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
 def _visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -21,7 +21,6 @@ compute-sanitizer, nothing is checked, and the header and the summary say so.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,15 +63,9 @@ def tool(config: pytest.Config) -> str | None:
 
 
 def find_sanitizer() -> str | None:
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            path = os.path.join(root, "bin", "compute-sanitizer")
-            if os.access(path, os.X_OK):
-                return path
-    return None
+    from .runtime import find_cuda_tool
+
+    return find_cuda_tool("compute-sanitizer")
 
 
 def configure(config: pytest.Config) -> None:
