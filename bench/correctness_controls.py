@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import textwrap
 
 import torch
 
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pytest_triton import TensorFactory, assert_deterministic  # noqa: E402
 from tests.plugin.test_determinism import atomic_sum, tree_sum  # noqa: E402
+from tests.plugin.test_sanitize import GPU_TESTS  # noqa: E402
 
 print("=== 1. assert_deterministic: 4096 programs atomically adding into one float32 ===")
 x = TensorFactory("cuda", 0)(1 << 20)
@@ -37,30 +37,7 @@ except AssertionError as exc:
     print(exc)
 
 print("\n=== 2. pytest --triton-sanitize memcheck: a store one past the end, and clean tests ===")
-TESTS = textwrap.dedent('''
-    import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _fill_kernel(out_ptr, n, EXTRA: tl.constexpr, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        tl.store(out_ptr + offs, offs.to(tl.float32), mask=offs < n + EXTRA)
-
-    def fill(out, extra):
-        _fill_kernel[(triton.cdiv(out.numel() + extra, 128),)](out, out.numel(), EXTRA=extra,
-                                                                BLOCK=128)
-        torch.cuda.synchronize()
-
-    def test_clean_kernel():
-        fill(torch.empty(1000, device="cuda"), extra=0)
-
-    def test_planted_one_past_the_end():
-        fill(torch.empty(1000, device="cuda"), extra=1)
-
-    def test_clean_kernel_after_the_error():
-        fill(torch.empty(1000, device="cuda"), extra=0)
-''')
+TESTS = GPU_TESTS  # the same tests tests/plugin/test_sanitize.py asserts on
 with tempfile.TemporaryDirectory() as tmp:
     with open(os.path.join(tmp, "test_oob.py"), "w") as f:
         f.write(TESTS)

@@ -24,7 +24,8 @@ import tempfile
 
 import pytest
 
-from . import options, state
+from . import state
+from .runtime import child_pytest_options
 
 CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # in the child: the file its launch lists go to
 SECTIONS = ("SpeedOfLight", "Occupancy", "WarpStateStats")
@@ -72,17 +73,10 @@ def command(config: pytest.Config, item: pytest.Item, ncu: str, names: list[str]
     cmd += ["--csv", "--page", "raw", "--log-file", log]
     test = str(item.path) + "".join("::" + part for part in item.nodeid.split("::")[1:])
     cmd += [sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider",
-            "--rootdir", str(config.rootpath), "--triton-perf", "--triton-perf-retries", "0",
+            "--triton-perf", "--triton-perf-retries", "0",
             "--triton-perf-max-time", "0.01", "--triton-perf-explain=off",
             "-o", "triton_perf_json=", "-o", "triton_perf_plot=", "-o", "triton_perf_profile=",
-            "--triton-seed", str(state.get(config).base_seed)]
-    if config.inipath is not None:
-        cmd += ["-c", str(config.inipath)]
-    device = options.get(config, "triton_device")
-    if device:
-        cmd += ["--triton-device", device]
-    if config.pluginmanager.hasplugin("xdist"):
-        cmd += ["-n", "0"]
+            "--triton-seed", str(state.get(config).base_seed), *child_pytest_options(config)]
     return cmd
 
 

@@ -77,6 +77,20 @@ def find_cuda_tool(name: str) -> str | None:
     return None
 
 
+def child_pytest_options(config: pytest.Config) -> list[str]:
+    """Options that make a child pytest (under ncu or compute-sanitizer) collect and run as this
+    session does: its rootdir and ini file, its device, and no xdist workers of its own."""
+    opts = ["--rootdir", str(config.rootpath)]
+    if config.inipath is not None:
+        opts += ["-c", str(config.inipath)]
+    device = options.get(config, "triton_device")
+    if device:
+        opts += ["--triton-device", device]
+    if config.pluginmanager.hasplugin("xdist"):
+        opts += ["-n", "0"]
+    return opts
+
+
 def _visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from . import options, seeding, state
+from .runtime import child_pytest_options
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 CHILD_ENV = "PYTEST_TRITON_SANITIZE_CHILD"  # set in the child: the tool it runs under
@@ -107,14 +108,8 @@ def _child_command(config: pytest.Config, sanitizer: str, t: str) -> list[str]:
     st = state.get(config)
     cmd = [sanitizer, "--tool", t, "--destroy-on-device-error", "kernel",
            sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-           "--rootdir", str(config.rootpath), "--triton-seed", seeding.option_value(config, st.base_seed)]
-    if config.inipath is not None:
-        cmd += ["-c", str(config.inipath)]
-    device = options.get(config, "triton_device")
-    if device:
-        cmd += ["--triton-device", device]
-    if config.pluginmanager.hasplugin("xdist"):
-        cmd += ["-n", "0"]
+           "--triton-seed", seeding.option_value(config, st.base_seed),
+           *child_pytest_options(config)]
     if getattr(config.option, "pyargs", False):
         cmd.append("--pyargs")
     mode = getattr(config.option, "importmode", None)
