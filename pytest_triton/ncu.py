@@ -24,7 +24,7 @@ import tempfile
 
 import pytest
 
-from . import state
+from . import seeding, state
 from .runtime import child_pytest_options
 
 CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # in the child: the file its launch lists go to
@@ -72,11 +72,14 @@ def command(config: pytest.Config, item: pytest.Item, ncu: str, names: list[str]
         cmd += ["--section", s]
     cmd += ["--csv", "--page", "raw", "--log-file", log]
     test = str(item.path) + "".join("::" + part for part in item.nodeid.split("::")[1:])
+    seed = seeding.for_item(item, state.get(config).base_seed)
     cmd += [sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider",
             "--triton-perf", "--triton-perf-retries", "0",
             "--triton-perf-max-time", "0.01", "--triton-perf-explain=off",
             "-o", "triton_perf_json=", "-o", "triton_perf_plot=", "-o", "triton_perf_profile=",
-            "--triton-seed", str(state.get(config).base_seed), *child_pytest_options(config)]
+            # The test's own seed, fixed: the child profiles the inputs the parent timed, whatever
+            # the child's node id and whether the parent's --triton-seed was BASE or BASE:SEED.
+            "--triton-seed", f"{seed.base}:{seed.seed}", *child_pytest_options(config)]
     return cmd
 
 

@@ -530,3 +530,26 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
     assert pos["intensity_from"] == "operands"
     assert pos["intensity"] == m["flops"] / (a.nbytes + b.nbytes + c.nbytes)
     assert pos["bound"] == "memory" and pos["binding"] == "datasheet"  # 73 FLOP/byte < ridge 295
+
+
+@pytest.mark.parametrize("given", ["7", "7:12345"])
+def test_ncu_child_profiles_the_inputs_the_parent_timed(pytester, given):
+    # The child gets the test's own seed, fixed (BASE:SEED): its inputs are the parent's whatever
+    # node id the child gives the test and whether the parent was given BASE or BASE:SEED.
+    pytester.makepyfile(test_k="""
+        from pytest_triton import ncu, seeding, state
+        def test_k(request, make_tensor):
+            cmd = ncu.command(request.config, request.node, "ncu", ["_k"], "log.csv")
+            value = cmd[cmd.index("--triton-seed") + 1]
+            seed = seeding.for_item(request.node, state.get(request.config).base_seed)
+            assert value == f"7:{seed.seed}", value
+            with open("seed.txt", "w") as f:
+                f.write(value)
+    """)
+    result = pytester.runpytest("--triton-interpret", "--triton-seed", given, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    value = (pytester.path / "seed.txt").read_text()
+    if ":" in given:
+        assert value == given
+    else:
+        assert value.startswith("7:") and value != "7:7"
