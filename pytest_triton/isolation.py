@@ -33,7 +33,7 @@ import time
 
 import pytest
 
-from . import gpufaults, options, seeding, state
+from . import gpufaults, options, runtime, seeding, state
 
 RECORDS_KEY = pytest.StashKey[list]()  # config: the tests that broke their process
 _CHILD_KEY = pytest.StashKey[str]()  # config: this process is a child; its exchange directory
@@ -75,7 +75,7 @@ def configure(config: pytest.Config) -> None:
         return
     config.stash[RECORDS_KEY] = []
     config.pluginmanager.register(_Summary(config), "triton-fault-summary")
-    if getattr(config.option, "dist", "no") != "no":
+    if runtime.xdist_controller(config):
         from . import xdistfaults
 
         xdistfaults.configure_controller(config)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 import pytest
 
-from . import isolation, options, state, verdict
+from . import isolation, options, runtime, state, verdict
 from .device import DeviceInfo
 from .markers import TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
 
@@ -37,7 +37,7 @@ def configure(config: pytest.Config) -> None:
     st = state.get(config)
     config.pluginmanager.register(_DefaultHooks(), "triton-perf-defaults")
     config.pluginmanager.register(_ReportCollector(config), "triton-perf-collector")
-    xdist_controller = config.pluginmanager.hasplugin("dsession")
+    xdist_controller = runtime.xdist_controller(config)
     info = None
     if not xdist_controller:  # the workers time; the controller must not start CUDA
         info = config.hook.pytest_triton_device_info(config=config)
@@ -150,7 +150,7 @@ def dry_run(config: pytest.Config) -> bool:
     time on (Triton's interpreter; or --triton-perf without a device). On a GPU without
     --triton-perf they skip: their full-size bodies belong to the perf job."""
     st = state.get(config)
-    if st.perf and not config.pluginmanager.hasplugin("dsession"):
+    if st.perf and not runtime.xdist_controller(config):
         ps = session(config)
         return ps is None or ps.device is None
     # Without --triton-perf; or on the xdist controller, which never looks for a device itself

@@ -91,6 +91,17 @@ def child_pytest_options(config: pytest.Config) -> list[str]:
     return opts
 
 
+def xdist_controller(config: pytest.Config) -> bool:
+    """Whether this process is pytest-xdist's controller, which runs no tests (its workers do).
+    Reliable from pytest_configure on: xdist decides the distribution in its tryfirst
+    pytest_cmdline_main, but registers its "dsession" plugin only in a trylast pytest_configure,
+    after the plugin's own."""
+    if hasattr(config, "workerinput") or config.getoption("collectonly", False):
+        return False
+    return (getattr(config.option, "dist", "no") != "no"
+            and bool(getattr(config.option, "tx", None)))
+
+
 def _visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -270,7 +270,14 @@ def test_measurement_returned_to_the_test(perf):
 
 
 def test_results_are_gathered_from_xdist_workers(pytester):
-    pytester.makeconftest(FAKE_GPU)
+    pytester.makeconftest(FAKE_GPU + """
+import os
+_fake_device_info = pytest_triton_device_info
+def pytest_triton_device_info(config):
+    with open(os.path.join(str(config.rootpath), "device_info_asked.txt"), "a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "controller") + "\\n")
+    return _fake_device_info(config)
+""")
     pytester.makepyfile(test_k="""
         import pytest
         from pytest_triton import perf_target
@@ -285,6 +292,10 @@ def test_results_are_gathered_from_xdist_workers(pytester):
     result.stdout.fnmatch_lines(["*4 measurements: 4 pass*"])
     doc = json.loads((pytester.path / "perf.json").read_text())
     assert sorted(r["nodeid"] for r in doc["results"]) == [f"test_k.py::test_k[{i}]" for i in range(4)]
+    # Only the workers, which time, asked for the device: the controller runs no test and must
+    # not start CUDA (nor calibrate) on a GPU its workers share.
+    asked = (pytester.path / "device_info_asked.txt").read_text().split()
+    assert sorted(asked) == ["gw0", "gw1"], asked
 
 
 def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester):
