@@ -199,20 +199,61 @@ class _Summary:
 
 # -- the parent: continue (or run) the session in child processes ---------------------------
 
+def supervision(config: pytest.Config) -> tuple[bool, str]:
+    """(whether the tests run in a supervised child from the start, why). --triton-supervise=auto
+    turns it on where a crash is likely and a child changes nothing the user relies on: kernels
+    under Triton's interpreter (whose out-of-bounds accesses touch host memory), in a run of its
+    own. Not inside another test (a pytester run: PYTEST_CURRENT_TEST is set), not for a debugger
+    on this terminal, not for plugin objects given to pytest.main (a child cannot receive them);
+    xdist runs never get here (a dead worker is replaced anyway)."""
+    mode = options.get(config, "triton_supervise")
+    if mode in ("on", "off"):
+        return mode == "on", f"--triton-supervise={mode}"
+    if not state.get(config).runtime.interpret:
+        return False, "auto: kernels run on a GPU, whose faults are contained without it"
+    if os.environ.get("PYTEST_CURRENT_TEST"):
+        return False, "auto: this run is inside another test"
+    if config.getoption("usepdb", False) or config.getoption("trace", False):
+        return False, "auto: a debugger needs this process"
+    if config.invocation_params.plugins:
+        return False, "auto: pytest.main was given plugin objects, which a child cannot get"
+    return True, "--triton-supervise=auto, under Triton's interpreter"
+
+
 class _Supervisor:
     """Without xdist: once this process's context is lost (or from the first test, with
     --triton-supervise), the remaining tests run in child processes instead of here."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.supervise = bool(options.get(config, "triton_supervise"))
+        self.supervise, self.why = supervision(config)
+        self.auto = options.get(config, "triton_supervise") == "auto"
         self.took_over = False
 
+    def _line(self) -> str:
+        return (f"pytest-triton: tests run in a supervised child process ({self.why}): a test "
+                "that crashes it fails alone, and a new child runs the rest")
+
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        if not self.supervise:
-            return []
-        return ["pytest-triton: tests run in a supervised child process (--triton-supervise): a "
-                "test that crashes it fails alone, and a new child runs the rest"]
+        # auto decides once the tests are known (pytest_collection_finish)
+        return [self._line()] if self.supervise and not self.auto else []
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not (self.supervise and self.auto) or not session.items:
+            return
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        # pytest-benchmark keeps its results in the process that ran the benchmarks, and a child
+        # is told not to write them: supervised, they would be lost.
+        timed = sum("benchmark" in getattr(it, "fixturenames", ()) for it in session.items)
+        if timed:
+            self.supervise = False
+            if tr is not None:
+                tr.write_line(f"pytest-triton: not supervised although under Triton's interpreter: "
+                              f"{timed} test{'s use' if timed > 1 else ' uses'} pytest-benchmark's "
+                              f"benchmark fixture, whose results stay in the process that runs it "
+                              f"(--triton-supervise=on supervises anyway, without them)")
+        elif tr is not None:
+            tr.write_line(self._line())
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):

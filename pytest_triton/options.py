@@ -71,10 +71,14 @@ OPTIONS: tuple[Option, ...] = (
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
     # issue 13: a test that crashes its process fails alone
-    Option("triton_supervise", "bool", False,
+    Option("triton_supervise", "flag", "auto",
            "run the tests in a child process that is replaced when it dies, so that a test which "
-           "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs "
-           "(costs one more interpreter start; without xdist only: -n workers are replaced anyway)"),
+           "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "
+           "costs one more interpreter start and collection. auto (the default): on under "
+           "Triton's interpreter in a run of its own (not under -n, --pdb or --trace, nor inside "
+           "another test or a pytest.main(plugins=...) call). The value only with '=': on, off "
+           "or auto",
+           metavar="off", choices=("auto", "on", "off"), const="on"),
     # issue 14: a CI gate that cannot pass by accident
     Option("triton_perf_allow_unchecked", "bool", False,
            "with --triton-perf, let the run pass although perf targets were left unchecked (no "

@@ -173,7 +173,7 @@ def test_supervised_run_survives_a_segfault_under_the_interpreter(pytester, run_
     result.assert_outcomes(passed=2, failed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # not 139
     result.stdout.fnmatch_lines([
-        "pytest-triton: tests run in a supervised child process (--triton-supervise)*",
+        "pytest-triton: tests run in a supervised child process (--triton-supervise=on)*",
         "pytest-triton: the test process died in test_seg.py::test_segfaults (signal SIGSEGV, *); "
         "the remaining test runs in a fresh process",
         "ProcessCrashed: the process running this test died (signal SIGSEGV, *).",
@@ -185,6 +185,82 @@ def test_supervised_run_survives_a_segfault_under_the_interpreter(pytester, run_
         '*File "*test_seg.py", line 10 in test_segfaults',
         "test_seg.py::test_segfaults: process crashed in call (signal SIGSEGV, *)",
     ])
+
+
+SEGFAULTING = STORE_FAR + textwrap.dedent("""
+    def test_before(): pass
+    def test_segfaults(make_tensor):
+        _store_far[(1,)](make_tensor(16), 1 << 44)
+    def test_after(): pass
+""")
+
+
+def test_by_default_a_run_of_its_own_under_the_interpreter_is_supervised(pytester, monkeypatch):
+    # A user's `pytest` on a CPU machine: a run of its own (this test's PYTEST_CURRENT_TEST
+    # removed), in a subprocess, under the interpreter. The segfault fails its test alone.
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.makepyfile(test_seg=SEGFAULTING)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret")
+    result.assert_outcomes(passed=2, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # not 139
+    result.stdout.fnmatch_lines([
+        "pytest-triton: tests run in a supervised child process (--triton-supervise=auto, under "
+        "Triton's interpreter)*",
+        "ProcessCrashed: the process running this test died (signal SIGSEGV, *).",
+    ])
+    # Negative control: switched off, the same run dies with the segfault and reports nothing.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret",
+                                           "--triton-supervise=off")
+    assert result.ret not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    assert "supervised child" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("args, env, why", [
+    ((), {"PYTEST_CURRENT_TEST": "outer.py::test (call)"}, None),  # inside another test
+    (("--pdb",), {}, None),
+    (("--triton-supervise=off",), {}, None),
+    (("--triton-supervise=on",), {"PYTEST_CURRENT_TEST": "outer.py::test (call)"},
+     "--triton-supervise=on"),
+])
+def test_auto_supervision_stays_off_where_a_child_would_change_the_run(pytester, monkeypatch, args,
+                                                                       env, why):
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.makepyfile(test_ok="def test_ok(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret", *args)
+    result.assert_outcomes(passed=1)
+    if why is None:
+        assert "supervised child" not in result.stdout.str()
+    else:
+        result.stdout.fnmatch_lines([f"pytest-triton: tests run in a supervised child process ({why})*"])
+
+
+def test_auto_supervision_leaves_pytest_benchmark_results_where_they_are(pytester, monkeypatch):
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.makepyfile(test_b="""
+        def test_plain(): pass
+        def test_timed(benchmark): benchmark(sum, range(10))
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret",
+                                           "--benchmark-json", "b.json")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "pytest-triton: not supervised although under Triton's interpreter: 1 test uses "
+        "pytest-benchmark's benchmark fixture*"])
+    assert "supervised child" not in result.stdout.str()
+    doc = json.loads((pytester.path / "b.json").read_text())
+    assert [b["name"] for b in doc["benchmarks"]] == ["test_timed"]
+
+
+def test_supervise_takes_its_value_with_an_equals_sign(pytester):
+    pytester.makepyfile(test_ok="def test_ok(): pass")
+    result = pytester.runpytest_subprocess("--triton-supervise", "sometimes", "test_ok.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'sometimes' is not one of auto, on, off; give a value with '='*"])
 
 
 def test_xdist_workers_retire_without_using_the_restart_budget(pytester):
