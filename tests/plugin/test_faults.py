@@ -4,6 +4,7 @@ interpreter (an unmasked store far outside its tensor)."""
 
 import json
 import os
+import sys
 import textwrap
 import types
 import xml.etree.ElementTree as ET
@@ -238,8 +239,32 @@ def test_auto_supervision_stays_off_where_a_child_would_change_the_run(pytester,
         result.stdout.fnmatch_lines([f"pytest-triton: tests run in a supervised child process ({why})*"])
 
 
+def test_auto_supervision_stays_off_for_plugin_objects_given_to_pytest_main(pytester, monkeypatch):
+    # A script calling pytest.main(plugins=[...]): a child could not receive the objects.
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.makepyfile(test_ok="def test_ok(): pass")
+    pytester.makepyfile(run_main="""
+        import sys, pytest
+        class Seen:
+            def pytest_sessionfinish(self, session):
+                print("the plugin object saw", session.testscollected, "test")
+        sys.exit(pytest.main(["-p", "no:cacheprovider", "--triton-interpret", "test_ok.py"],
+                             plugins=[Seen()]))
+    """)
+    result = pytester.run(sys.executable, "run_main.py")
+    assert result.ret == 0
+    result.assert_outcomes(passed=1)
+    assert "the plugin object saw 1 test" in result.stdout.str()
+    assert "supervised child" not in result.stdout.str()
+
+
 def test_auto_supervision_leaves_pytest_benchmark_results_where_they_are(pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    # pytest-benchmark switches itself off where PYTEST_XDIST_WORKER is set (this session may be
+    # an xdist worker); the inner run is not one.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     pytester.makepyfile(test_b="""
         def test_plain(): pass
