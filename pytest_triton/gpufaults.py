@@ -302,7 +302,7 @@ class FaultWatch:
 
     def _lose(self, item: pytest.Item, when: str, err: CudaError, surfaced: str,
               note: str) -> GPUContextLost:
-        seed = seeding.CURRENT.get() or seeding.test_seed(state.get(item.config).base_seed, item.nodeid)
+        seed = seeding.CURRENT.get() or seeding.for_item(item, state.get(item.config).base_seed)
         code = f"CUDA error {err.code} " if err.code is not None else ""
         if surfaced == "sync":
             where = (f"It surfaced at pytest-triton's torch.cuda.synchronize() after the test's {when}: "

@@ -101,7 +101,7 @@ def crash_hint(config: pytest.Config) -> str:
 
 def crash_message(config: pytest.Config, nodeid: str, how: str, after: str,
                   dump: list[str] | None) -> str:
-    seed = seeding.test_seed(state.get(config).base_seed, nodeid)
+    seed = seeding.for_nodeid(config, state.get(config).base_seed, nodeid)
     lines = [f"ProcessCrashed: the process running this test died ({how}).", crash_hint(config),
              after, f"Reproduce it alone: {seed.describe()}."]
     if dump:
@@ -331,8 +331,8 @@ class _Continuation:
     def command(self, child_dir: str) -> list[str]:
         args = [str(a) for a in self.config.invocation_params.args]
         extra = [f"--triton-child={child_dir}",
-                 # the same seeds as here, even with --triton-seed random
-                 f"--triton-seed={state.get(self.config).base_seed}"]
+                 # the same seeds as here, even with --triton-seed random or BASE:SEED
+                 f"--triton-seed={seeding.option_value(self.config, state.get(self.config).base_seed)}"]
         maxfail = self.config.getoption("maxfail", 0) or 0
         if maxfail:
             extra.append(f"--maxfail={max(1, maxfail - self.session.testsfailed)}")
@@ -464,7 +464,7 @@ class _ChildRun:
             self.current, self.phases = ev["nodeid"], {}
             hook.pytest_runtest_logstart(nodeid=ev["nodeid"], location=tuple(ev["location"]))
         elif kind == "report":
-            rep = hook.pytest_report_from_serializable(config=config, data=ev["data"])
+            rep = _with_tuples(hook.pytest_report_from_serializable(config=config, data=ev["data"]))
             self.phases[rep.when] = rep.outcome
             hook.pytest_runtest_logreport(report=rep)
         elif kind == "logfinish":
@@ -472,12 +472,23 @@ class _ChildRun:
             self.finished.append(ev["nodeid"])
             self.current = None
         elif kind == "collectreport":
-            rep = hook.pytest_report_from_serializable(config=config, data=ev["data"])
+            rep = _with_tuples(hook.pytest_report_from_serializable(config=config, data=ev["data"]))
             hook.pytest_collectreport(report=rep)
         elif kind == "warning":
             _replay_warning(config, ev)
         elif kind == "retire":
             self.retired = ev["nodeid"]
+
+
+def _with_tuples(rep):
+    """A report read back from JSON, with the tuples JSON turned into lists made tuples again:
+    a skip's longrepr (path, line, reason), which -rs and --junitxml assert is a tuple, and the
+    location."""
+    if isinstance(rep.longrepr, list):
+        rep.longrepr = tuple(rep.longrepr)
+    if isinstance(getattr(rep, "location", None), list):
+        rep.location = tuple(rep.location)
+    return rep
 
 
 def _replay_warning(config: pytest.Config, ev: dict) -> None:

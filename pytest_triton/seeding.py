@@ -98,6 +98,18 @@ def for_item(item: pytest.Item, base: int) -> TestSeed:
                    fixed=fixed is not None, location=_location(item))
 
 
+def for_nodeid(config: pytest.Config, base: int, nodeid: str) -> TestSeed:
+    """The seed of the test `nodeid` where its item is not at hand (a crashed child's test, a
+    dead xdist worker's): as for_item, with the path taken from the rootdir."""
+    derived = test_seed(base, nodeid)
+    fixed = fixed_seed(config)
+    file_part, sep, rest = nodeid.partition("::")
+    path = config.rootpath / file_part
+    location = str(path) + (sep + rest if sep else "") if path.exists() else None
+    return replace(derived, seed=derived.seed if fixed is None else fixed,
+                   fixed=fixed is not None, location=location)
+
+
 def _location(item: pytest.Item) -> str | None:
     path = getattr(item, "path", None)
     if path is None:

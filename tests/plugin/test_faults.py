@@ -217,6 +217,45 @@ def test_by_default_a_run_of_its_own_under_the_interpreter_is_supervised(pyteste
     assert "supervised child" not in result.stdout.str()
 
 
+def test_supervised_reports_keep_skips_junit_and_fixed_seeds(pytester, monkeypatch):
+    # A supervised run's reports come back from its child as JSON: a skip's (path, line, reason)
+    # must be a tuple again for -rs and --junitxml, and BASE:SEED must reach the child.
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.makepyfile(test_s="""
+        import pytest
+        def test_skipped(): pytest.skip("not today")
+        def test_seed(make_tensor):
+            assert False, make_tensor.seed
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret", "-ra",
+                                           "--junitxml=j.xml", "--triton-seed", "0:12345")
+    result.assert_outcomes(passed=0, failed=1, skipped=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([
+        "pytest-triton: tests run in a supervised child process*",
+        "*AssertionError: 12345*",
+        "SKIPPED [[]1[]] test_s.py:2: not today",
+        "FAILED test_s.py::test_seed - AssertionError: 12345*",
+    ])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    suite = ET.parse(pytester.path / "j.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("2", "1", "1")
+
+
+def test_a_crash_report_replays_from_anywhere_with_the_fixed_seed(pytester, monkeypatch):
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.makepyfile(test_seg=SEGFAULTING)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret",
+                                           "--triton-seed", "0:123")
+    result.assert_outcomes(passed=2, failed=1)
+    path = pytester.path / "test_seg.py"
+    result.stdout.fnmatch_lines([
+        f"Reproduce it alone: seed 123 (fixed by --triton-seed 0:123); replay (from any "
+        f"directory): pytest {path}::test_segfaults --triton-seed 0:123."])
+
+
 @pytest.mark.parametrize("args, env, why", [
     ((), {"PYTEST_CURRENT_TEST": "outer.py::test (call)"}, None),  # inside another test
     (("--pdb",), {}, None),
