@@ -65,9 +65,15 @@ class TensorFactory:
         shape = self._check_shape(shape)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
+        if dtype.is_complex:
+            raise TypeError(f"make_tensor: {dtype} is not supported (real floating-point, integer "
+                            "and bool dtypes are); build a complex tensor from two real ones")
         dist = self._dist(dist, low, high, dtype)
         if dist == "constant" and value is None and not poison:
             raise ValueError("make_tensor: dist='constant' needs value=")
+        if value is not None and dist != "constant":
+            raise ValueError(f"make_tensor: value={value!r} is used only by dist='constant' (got "
+                             f"dist={dist!r}); pass dist='constant' for a constant tensor")
         layout = self._layout(noncontiguous, shape)
 
         if poison:
@@ -180,9 +186,13 @@ class TensorFactory:
             if dist == "heavy" and low is None and high is None:
                 lo, hi = info.min // 4, info.max // 4
             else:
+                if (low is not None and int(low) < info.min) or \
+                        (high is not None and int(high) > info.max + 1):
+                    raise ValueError(f"make_tensor: [low={low}, high={high}) lies outside {dtype}'s "
+                                     f"range [{info.min}, {info.max + 1})")
                 lo = _INT_RANGE[0] if low is None else int(low)
                 hi = _INT_RANGE[1] if high is None else int(high)
-                lo = max(lo, info.min)
+                lo, hi = max(lo, info.min), min(hi, info.max + 1)  # the defaults, for uint8
             if hi <= lo:
                 raise ValueError(f"make_tensor: empty integer range [{lo}, {hi})")
             return torch.randint(lo, hi, shape, generator=g, device=dev, dtype=torch.int64).to(dtype)

@@ -79,10 +79,23 @@ def test_poisoned_outputs():
     ((3,), {"dist": "constant"}, ValueError, "needs value="),
     ((3,), {"noncontiguous": "rows"}, ValueError, "at least 2 dimensions"),
     ((3,), {"noncontiguous": "diagonal"}, ValueError, "noncontiguous='diagonal'"),
+    ((3,), {"value": 3.0}, ValueError, r"value=3.0 is used only by dist='constant' \(got dist='normal'\)"),
+    ((3, torch.int8), {"low": 0, "high": 1000}, ValueError,
+     r"\[low=0, high=1000\) lies outside torch.int8's range \[-128, 128\)"),
+    ((3, torch.uint8), {"low": -1}, ValueError, r"outside torch.uint8's range \[0, 256\)"),
+    ((3, torch.complex64), {}, TypeError, "torch.complex64 is not supported"),
 ])
 def test_bad_arguments_are_named(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         TensorFactory("cpu", 0)(*args, **kwargs)
+
+
+def test_narrow_integer_dtypes_stay_in_their_range():
+    m = TensorFactory("cpu", 0)
+    full = m(5000, torch.uint8, low=0, high=256)
+    assert full.min() == 0 and full.max() == 255
+    default = m(5000, torch.uint8)  # the default [-9, 10), clipped to uint8's range
+    assert default.min() == 0 and default.max() == 9
 
 
 def test_fixture_seeds_are_deterministic_and_distinct(pytester):
