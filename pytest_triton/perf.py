@@ -9,7 +9,7 @@ import pytest
 
 from . import isolation, options, runtime, state, verdict
 from .device import DeviceInfo
-from .markers import TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
+from .markers import FLOAT_DTYPES, TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
 
 MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
 UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked
@@ -209,7 +209,13 @@ class TritonBench:
         t = self._target
         target_dtype = t.dtype if t else None
         call_dtype = str(dtype).removeprefix("torch.") if dtype is not None else None
-        if target_dtype and call_dtype and target_dtype != call_dtype:
+        if call_dtype is not None and call_dtype not in FLOAT_DTYPES:
+            raise self._error(f"triton_bench(dtype={dtype!r}): expected one of "
+                              f"{', '.join(FLOAT_DTYPES)} (a torch.dtype or its name)")
+        # float32 operands run on the tensor cores as tf32: one peak, so no conflict
+        same = {"float32": "tf32"}
+        if target_dtype and call_dtype and \
+                same.get(target_dtype, target_dtype) != same.get(call_dtype, call_dtype):
             raise self._error(f"dtype conflict: perf_target(dtype={target_dtype!r}) but "
                               f"triton_bench(dtype={call_dtype!r})")
         dt = target_dtype or call_dtype

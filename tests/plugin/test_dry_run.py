@@ -71,6 +71,20 @@ def test_a_plain_cpu_run_dry_runs_perf_bodies_and_catches_their_mistakes(dry):
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
 
+def test_a_dtype_the_gpu_run_would_refuse_fails_the_dry_run_too(dry):
+    result = dry("""
+        import torch
+        from pytest_triton import perf_target
+        @perf_target(tflops_frac=0.5)
+        def test_bad(triton_bench): triton_bench(lambda: None, flops=10, dtype=torch.float64)
+        @perf_target(tflops_frac=0.5, dtype="tf32")
+        def test_float32_is_tf32(triton_bench): triton_bench(lambda: None, flops=10, dtype=torch.float32)
+    """)
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*test_k.py::test_bad: triton_bench(dtype=torch.float64): expected "
+                                 "one of float32, tf32, float16*"])
+
+
 def test_tflops_frac_and_measured_peaks_are_named_as_not_checkable_without_a_gpu(dry):
     result = dry("""
         import torch
