@@ -56,7 +56,7 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
     if baseline is None:
         raise ValueError("assert_close: baseline_factor= needs baseline= (a low-precision result "
                          "of the same op to compare the kernel's error with)")
-    compare._check_operands(baseline, expected)
+    compare._check_operands(baseline, expected, "baseline")
     if baseline.shape != actual.shape:
         raise AssertionError(f"assert_close: baseline has shape {tuple(baseline.shape)}, actual "
                              f"{tuple(actual.shape)}")

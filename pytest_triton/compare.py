@@ -125,21 +125,23 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
-def _check_operands(actual, expected) -> None:
+def _check_operands(actual, expected, name: str = "actual") -> None:
+    """That `actual` (named `name` in the messages: "baseline" for baseline=) can be compared with
+    `expected`."""
     __tracebackhide__ = True
-    for arg, value in (("actual", actual), ("expected", expected)):
+    for arg, value in ((name, actual), ("expected", expected)):
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"assert_close: {arg} must be a torch.Tensor, got {type(value).__name__}")
     problems = []
     if actual.shape != expected.shape:
-        problems.append(f"shape: actual {tuple(actual.shape)} vs expected {tuple(expected.shape)} "
+        problems.append(f"shape: {name} {tuple(actual.shape)} vs expected {tuple(expected.shape)} "
                         "(no broadcasting)")
     if actual.device != expected.device:
-        problems.append(f"device: actual on {actual.device} vs expected on {expected.device} "
+        problems.append(f"device: {name} on {actual.device} vs expected on {expected.device} "
                         "(move the reference with .to(actual.device))")
     ka, ke = _kind(actual.dtype), _kind(expected.dtype)
     if ka != ke:
-        problems.append(f"dtype kind: actual {actual.dtype} ({ka}) vs expected {expected.dtype} ({ke})")
+        problems.append(f"dtype kind: {name} {actual.dtype} ({ka}) vs expected {expected.dtype} ({ke})")
     if "complex" in (ka, ke) and not problems:
         raise TypeError("assert_close: complex tensors are not supported; compare .real and .imag")
     if problems:

@@ -87,8 +87,8 @@ def test_nonfinite_elements_must_match_and_a_broken_baseline_is_an_error():
     ({"baseline": torch.zeros(3), "rtol": 1e-3}, ValueError, "rtol= does not apply"),
     ({"baseline": torch.zeros(3), "baseline_factor": 0}, ValueError, "baseline_factor=0"),
     ({"baseline": torch.zeros(3), "baseline_factor": "2"}, ValueError, "baseline_factor='2'"),
-    ({"baseline": torch.zeros(4)}, AssertionError, r"shape: actual \(4,\) vs expected \(3,\)"),
-    ({"baseline": [0.0, 0.0, 0.0]}, TypeError, "actual must be a torch.Tensor"),
+    ({"baseline": torch.zeros(4)}, AssertionError, r"shape: baseline \(4,\) vs expected \(3,\)"),
+    ({"baseline": [0.0, 0.0, 0.0]}, TypeError, "baseline must be a torch.Tensor"),
 ])
 def test_bad_baseline_arguments_are_named(kwargs, error, match):
     with pytest.raises(error, match=match):
