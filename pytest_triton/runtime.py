@@ -43,13 +43,18 @@ def interpreting() -> bool:
     return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
 
 
-def skip_interpreter_gap(gap: str) -> None:
-    """Skip the calling test under the interpreter when it needs `gap` (a key of INTERPRETER_GAPS)."""
+def skip_interpreter_gap(gap: str, reason: str | None = None) -> None:
+    """Skip the calling test under the interpreter when it needs `gap` (a key of INTERPRETER_GAPS,
+    or "other" with reason=), as the interpreter_gap marker does."""
     __tracebackhide__ = True
-    if gap not in INTERPRETER_GAPS:
-        raise ValueError(f"unknown interpreter gap {gap!r}; known: {', '.join(INTERPRETER_GAPS)}")
+    if gap == "other":
+        if not reason:
+            raise ValueError("skip_interpreter_gap('other') needs reason=")
+    elif gap not in INTERPRETER_GAPS:
+        raise ValueError(f"unknown interpreter gap {gap!r}; known: {', '.join(INTERPRETER_GAPS)} "
+                         "or 'other' (with reason=)")
     if interpreting():
-        pytest.skip(f"interpreter gap: {INTERPRETER_GAPS[gap]}")
+        pytest.skip(f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}")
 
 
 def autotune_configs(configs: list, *, interpreter=None) -> list:

@@ -2,6 +2,8 @@
 
 import pytest
 
+from pytest_triton import skip_interpreter_gap
+
 
 @pytest.mark.parametrize("marker, needle", [
     ("perf_target(bandwidth_fraction=0.8)", "perf_target can't have 'bandwidth_fraction' keyword argument"),
@@ -103,8 +105,21 @@ def test_interpreter_gap_with_reason_and_runtime_skip(pytester, run_interpreted)
         def test_b(dtype):
             if dtype == torch.bfloat16:
                 skip_interpreter_gap("bf16_dot")
+        @pytest.mark.interpreter_gap("other", reason="needs warp specialization")
+        def test_c(): pass
+        def test_d():
+            skip_interpreter_gap("other", reason="needs a cluster launch")
     """)
     result = run_interpreted("-rs")
-    result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*interpreter gap: needs warp specialization*",
-                                 "*interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly*"])
+    result.assert_outcomes(passed=1, skipped=4)
+    # each marked test at its own line (not folded into one line of the plugin's hook)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_interpreter_gap_with_reason_and_runtime_skip.py:3: "
+                                 "interpreter gap: needs warp specialization",
+                                 "SKIPPED [[]1[]] test_interpreter_gap_with_reason_and_runtime_skip.py:8: "
+                                 "interpreter gap: Triton's interpreter computes bf16 tl.dot wrongly",
+                                 "SKIPPED [[]1[]] test_interpreter_gap_with_reason_and_runtime_skip.py:9: "
+                                 "interpreter gap: needs warp specialization",
+                                 "SKIPPED [[]1[]] test_interpreter_gap_with_reason_and_runtime_skip.py:12: "
+                                 "interpreter gap: needs a cluster launch"])
+    with pytest.raises(ValueError, match=r"skip_interpreter_gap\('other'\) needs reason="):
+        skip_interpreter_gap("other")
