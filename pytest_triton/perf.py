@@ -9,7 +9,15 @@ import pytest
 
 from . import isolation, options, runtime, state, verdict
 from .device import DeviceInfo
-from .markers import FLOAT_DTYPES, TARGET_KEY, PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
+from .markers import (
+    FLOAT_DTYPES,
+    TARGET_KEY,
+    PerfInconclusive,
+    PerfInvalid,
+    PerfTarget,
+    PerfTargetError,
+    PerfTargetMissed,
+)
 
 MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
 UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from . import isolation, state
+from . import isolation, options, state
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -35,9 +35,11 @@ def header(config: pytest.Config) -> list[str]:
     from .perf import dry_run
 
     if st.perf:
+        accepted = options.get(config, "triton_perf_allow_unchecked")
         perf = "on" if not dry_run(config) else (
             "on, but no GPU to time on: perf_target bodies dry-run untimed and their targets are "
-            "UNCHECKED, which fails the run unless --triton-perf-allow-unchecked")
+            + ("UNCHECKED, accepted by --triton-perf-allow-unchecked" if accepted else
+               "UNCHECKED, which fails the run unless --triton-perf-allow-unchecked"))
     elif rt.interpret:
         perf = "off (no GPU: perf_target bodies dry-run once, untimed)"
     else:
