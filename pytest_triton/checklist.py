@@ -84,8 +84,18 @@ def _from_toml(config: pytest.Config) -> dict[str, dict]:
 def load(config: pytest.Config) -> dict[str, dict]:
     """The checklist in force: defaults, then the TOML table, then the ini lines."""
     from . import options
+    from .markers import PerfTargetError, parse_perf_target
 
     entries = {k: dict(v) for k, v in DEFAULTS.items()}
-    entries.update(_from_toml(config))
-    entries.update(_from_ini(options.get(config, "triton_perf_checklist")))
+    toml, ini = _from_toml(config), _from_ini(options.get(config, "triton_perf_checklist"))
+    entries.update(toml)
+    entries.update(ini)
+    # An override is checked at start-up, not when a test first names it (a misspelt key would
+    # otherwise pass every run that does not use the entry, and then be blamed on a test).
+    for name in {**toml, **ini}:
+        source = "triton_perf_checklist" if name in ini else "[tool.pytest-triton.checklist]"
+        try:
+            parse_perf_target((name,), {}, entries, where=f"{source} entry {name!r}: ")
+        except PerfTargetError as exc:
+            raise pytest.UsageError(str(exc)) from None
     return entries

@@ -551,7 +551,14 @@ def configure(config: pytest.Config) -> None:
     in an ncu child, take over timing."""
     from . import ncu, plot
 
-    mode(config)
+    given = [opt for opt, on in (("--triton-perf-explain", mode(config) != "off"),
+                                 ("--triton-perf-profile", options.get(config, "triton_perf_profile")),
+                                 ("--triton-perf-plot", plot.path(config))) if on]
+    if given and not state.get(config).perf and not hasattr(config, "workerinput"):
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f"pytest-triton: {' and '.join(given)} {'act' if len(given) > 1 else 'acts'} on perf "
+            "measurements, and there are none without --triton-perf: add --triton-perf"),
+            stacklevel=2)
     plot.configure(config)
     ncu.configure(config)
 

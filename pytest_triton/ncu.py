@@ -57,7 +57,7 @@ def find_ncu() -> str | None:
 def why_unavailable(config: pytest.Config) -> str | None:
     rt = state.get(config).runtime
     if rt.interpret:
-        return f"no CUDA GPU here ({rt.why}): kernels run under Triton's interpreter"
+        return f"kernels run under Triton's interpreter on the CPU ({rt.why})"
     if find_ncu() is None:
         return "Nsight Compute (ncu) was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
     return None

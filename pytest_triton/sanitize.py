@@ -84,8 +84,8 @@ def why_unchecked(config: pytest.Config) -> str | None:
     """Why the sanitizer cannot run here, or None when it can."""
     rt = state.get(config).runtime
     if rt.interpret:
-        return (f"no CUDA GPU here ({rt.why}): kernels run under Triton's interpreter on the "
-                "CPU, which compute-sanitizer cannot see")
+        return (f"kernels run under Triton's interpreter on the CPU ({rt.why}), which "
+                "compute-sanitizer cannot see")
     if find_sanitizer() is None:
         return "compute-sanitizer was not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
     return None

@@ -17,6 +17,10 @@ def test_readme_first_kernel_test_runs(pytester):
         result.stdout.fnmatch_lines(["*dry run, nothing timed (no GPU): 1 triton_bench call checked "
                                      "and fn and baseline run once; targets unchecked: "
                                      "perf_target(bandwidth_frac=0.8)*"])
+        # the README quotes this skip line (as test_add.py): the same line of the same file
+        quoted = re.search(r"^SKIPPED \[1\] test_add\.py:(\d+): (.*)$", readme, re.M)
+        result.stdout.fnmatch_lines([f"SKIPPED [[]1[]] test_first.py:{quoted.group(1)}: "
+                                     f"{quoted.group(2)}"])
     else:
         result.stdout.fnmatch_lines(["*perf test (perf_target(bandwidth_frac=0.8)): run with "
                                      "--triton-perf*"])

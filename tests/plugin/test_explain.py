@@ -375,7 +375,7 @@ def test_json_and_junit_carry_the_diagnosis(explain, pytester):
 def test_ncu_without_a_gpu_says_why_and_carries_on(explain):
     result = explain(GOOD, "--triton-perf-explain=ncu", "-rP")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["  ncu: not run: no CUDA GPU here (*): kernels run under Triton's interpreter"])
+    result.stdout.fnmatch_lines(["  ncu: not run: kernels run under Triton's interpreter on the CPU (*)"])
 
 
 def test_bare_flag_does_not_swallow_a_test_path(explain, pytester):
@@ -553,3 +553,14 @@ def test_ncu_child_profiles_the_inputs_the_parent_timed(pytester, given):
         assert value == given
     else:
         assert value.startswith("7:") and value != "7:7"
+
+
+def test_explain_without_triton_perf_says_it_does_nothing(pytester):
+    pytester.makepyfile(test_k="def test_k(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--triton-perf-explain=on")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*PytestConfigWarning: pytest-triton: --triton-perf-explain acts on "
+                                 "perf measurements, and there are none without --triton-perf: add "
+                                 "--triton-perf*"])
+    quiet = pytester.runpytest("-p", "no:cacheprovider", "--triton-perf-explain=off")
+    assert "PytestConfigWarning" not in quiet.stdout.str()

@@ -222,6 +222,21 @@ def test_checklist_overrides_from_ini_and_toml(perf, pytester):
     result.stdout.fnmatch_lines(["*target 2000 GB/s (gbps=2000)*", "*target 1600 GB/s (gbps=1600)*"])
 
 
+@pytest.mark.parametrize("toml, needle", [
+    ('[tool.pytest.ini_options]\ntriton_perf_checklist = ["softmax: gbs=600"]',
+     "triton_perf_checklist entry 'softmax': checklist entry 'softmax' has unknown key 'gbs'"),
+    ('[tool.pytest-triton.checklist]\nmine = {gbps = "fast"}',
+     "[tool.pytest-triton.checklist] entry 'mine': gbps='fast': expected a number"),
+])
+def test_a_bad_checklist_override_stops_the_run_at_start(pytester, toml, needle):
+    # Even when no test names the entry: a typo must not wait for the first test that uses it.
+    pytester.makepyprojecttoml(toml)
+    pytester.makepyfile(test_k="def test_k(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in result.stderr.str(), result.stderr.str()
+
+
 def test_terminal_table_json_and_junit(perf, pytester):
     result = perf(f"""
         import torch

@@ -53,11 +53,10 @@ def test_without_a_gpu_the_run_says_nothing_was_checked(pytester, run_interprete
     result = run_interpreted("--triton-sanitize", "memcheck", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
-        "pytest-triton: --triton-sanitize memcheck: NOT CHECKED: no CUDA GPU here (interpreter "
-        "requested): kernels run under Triton's interpreter on the CPU, which compute-sanitizer "
-        "cannot see",
+        "pytest-triton: --triton-sanitize memcheck: NOT CHECKED: kernels run under Triton's "
+        "interpreter on the CPU (interpreter requested), which compute-sanitizer cannot see",
         "*= pytest-triton --triton-sanitize memcheck =*",
-        "NOT CHECKED: no CUDA GPU here *. No test was run under compute-sanitizer; out-of-bounds "
+        "NOT CHECKED: kernels run under Triton's interpreter *. No test was run under compute-sanitizer; out-of-bounds "
         "accesses past the guard regions of poisoned buffers, races in shared memory and reads of "
         "uninitialised memory went unchecked.",
     ])
