@@ -95,6 +95,27 @@ def pin_config(kernel, config: triton.Config):
         tuner.configs = saved
 
 
+@contextlib.contextmanager
+def _counting_launches(tuner):
+    """Inside, launches of `tuner` are counted: yields a list whose length is the count."""
+    launched: list = []
+    own = tuner.__dict__.get("run")  # the class's run, unless something wrapped it already
+    inner = tuner.run
+
+    def run(*args, **kwargs):
+        launched.append(1)
+        return inner(*args, **kwargs)
+
+    tuner.run = run
+    try:
+        yield launched
+    finally:
+        if own is None:
+            del tuner.run
+        else:
+            tuner.run = own
+
+
 def config_params(kernel) -> list:
     """One pytest.param per config of the autotuned `kernel`, named by config_id."""
     return [pytest.param(c, id=config_id(c).replace(", ", "-"))
@@ -130,8 +151,13 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
     for i, cfg in enumerate(todo):
         repoison(outputs)
         try:
-            with pin_config(tuner, cfg):
+            with pin_config(tuner, cfg), _counting_launches(tuner) as launched:
                 check()
+            if not launched:
+                # a check that never launches the kernel would pass every config vacuously
+                raise AssertionError(f"check() never launched {_name(tuner)}, so this config was "
+                                     "not exercised: call the kernel (or the function that "
+                                     "launches it) inside check")
         except skippable as exc:
             skipped.append((i, cfg, exc))
         except Exception as exc:  # noqa: BLE001 - every failure of a config is reported

@@ -87,6 +87,22 @@ def test_every_config_is_checked_into_a_repoisoned_output_and_the_failure_names_
     assert_every_config(double_kernel, check, outputs=[out], configs=[CONFIGS[0], CONFIGS[2]])
 
 
+def test_a_check_that_never_launches_the_kernel_fails_every_config(make_tensor):
+    x = make_tensor(100)
+    out = make_tensor.poisoned_like(x)
+    with pytest.raises(AssertionError) as info:  # compares x with itself: no launch
+        assert_every_config(double_kernel, lambda: assert_close(x, x.double()), outputs=[out])
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("3 of 3 configs of _double_kernel fail this check")
+    assert lines[2] == ("    AssertionError: check() never launched _double_kernel, so this config "
+                        "was not exercised: call the kernel (or the function that launches it) "
+                        "inside check")
+    assert "run" not in double_kernel.__dict__  # the counting wrapper is gone
+    with pin_config(double_kernel, CONFIGS[0]):
+        double(x, out)  # and the kernel launches as before
+    assert_close(out, 2 * x.double())
+
+
 def test_a_config_that_cannot_run_is_listed_and_fails_only_if_none_can(make_tensor):
     x = make_tensor(10)
     out = make_tensor.poisoned_like(x)
