@@ -310,6 +310,7 @@ def pytest_triton_device_info(config):
     result.stdout.fnmatch_lines(["*4 measurements: 4 pass*"])
     doc = json.loads((pytester.path / "perf.json").read_text())
     assert sorted(r["nodeid"] for r in doc["results"]) == [f"test_k.py::test_k[{i}]" for i in range(4)]
+    assert doc["device"]["name"] == "NVIDIA H100 80GB HBM3"  # the workers' (the controller has none)
     # Only the workers, which time, asked for the device: the controller runs no test and must
     # not start CUDA (nor calibrate) on a GPU its workers share.
     asked = (pytester.path / "device_info_asked.txt").read_text().split()
