@@ -139,14 +139,16 @@ if SMOKE:
 
 
 def cfg_str(cfg) -> str:
-    """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K; aT/aC: A loaded by TMA or by
-    masked copies), a launch dict, or a LaunchTuner's best_config text ('BLOCK_M: 64, ...');
+    """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies), a launch dict, or a LaunchTuner's best_config text ('BLOCK_M: 64, ...');
     '-' for none."""
     if cfg is None:
         return "-"
     if isinstance(cfg, str):  # reference_kernels/_tuning.py's "key: value, ..." text
+        def value(v):
+            return {"True": True, "False": False}.get(v) if v in ("True", "False") else int(v)
         try:
-            cfg = {k: int(v) for k, v in (item.split(": ") for item in cfg.split(", "))}
+            cfg = {k: value(v) for k, v in (item.split(": ") for item in cfg.split(", "))}
         except ValueError:
             return cfg
     if isinstance(cfg, dict):
@@ -157,7 +159,8 @@ def cfg_str(cfg) -> str:
     dims = "x".join(str(kw[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kw)
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
-    return f"{dims}{split} s{cfg.num_stages} w{cfg.num_warps}{a_load}"
+    fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup
+    return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}"
 
 
 def _short(exc: BaseException) -> str:

@@ -9,8 +9,9 @@ At the LLM shapes of test_matmul_llm_shapes_speed with M in (128, 1024), N x K i
   M=128   the default (matmul(a, b): variant tma_splitk, its launch chosen by timing
           _splitk_space), the old default (variant tma: the autotuned unsplit 64-row tiles), every
           launch of _splitk_space(every_split=True) (each of SPLITK_TILES at split 1 and every
-          split in 1-2 waves), and EXTRA_TILES (128-row tiles with BLOCK_N 32 or 64, deeper or
-          shallower pipelines) unsplit and at their wave-model split;
+          split in 1-2 waves; the split ones both with the reduce kernel and with the in-kernel
+          fixup, "+fx"), and EXTRA_TILES (128-row tiles with BLOCK_N 32 or 64, deeper or
+          shallower pipelines) unsplit and at their wave-model split (reduce kernel);
   M=1024  the default (persistent, autotuned), and each big tile of _matmul_configs one tile per
           program and persistent, plus a 5-stage 128 x 128;
 
@@ -101,8 +102,10 @@ def candidates_m128(m, n, k) -> list:
         sms = mm._sm_count(torch.device("cpu"))
     else:
         sms = torch.cuda.get_device_properties(sc.DEVICE).multi_processor_count
-    out += [("tma_splitk", _as_config(c))
-            for c in mm._splitk_space(m, n, k, sms, every_split=True)]
+    space = mm._splitk_space(m, n, k, sms, every_split=True)
+    out += [("tma_splitk", _as_config({**c, "FIXUP": False})) for c in space]
+    # The split launches again with the in-kernel fixup instead of the reduce kernel.
+    out += [("tma_splitk", _as_config({**c, "FIXUP": True})) for c in space if c["SPLIT_K"] > 1]
     for bm, bn, bk, stages, warps in EXTRA_TILES:
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
         for split in sorted({1, mm._wave_split(tiles, triton.cdiv(k, bk), sms)}):

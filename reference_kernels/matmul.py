@@ -207,6 +207,7 @@ def _matmul_tma_kernel(
              # (N, K) row-major tensor whose .T is B, block [BLOCK_N, BLOCK_K]
     c_desc,  # descriptor of C, M x N row-major, block [BLOCK_M, BLOCK_N]
     ws_ptr,  # *out* split_k x M x N float32 partial sums when SPLIT, else any pointer
+    counts_ptr,  # *inout* int32 per tile, zeros, when FIXUP (left zeros), else any pointer
     bias_ptr,  # *in* N (any dtype), or any pointer when HAS_BIAS is False
     M,  # rows of A and C
     N,  # columns of B and C
@@ -218,6 +219,8 @@ def _matmul_tma_kernel(
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
     SPLIT: tl.constexpr,  # split_k > 1: reduce one K-slice, write float32 partials to ws_ptr
+    FIXUP: tl.constexpr,  # with SPLIT: the last program of a tile sums its partials (no reduce
+                          # kernel)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -252,9 +255,25 @@ def _matmul_tma_kernel(
             # Partial sums stay float32 (and mostly in L2) until _splitk_reduce_kernel, which
             # applies the epilogue once to their sum.
             offs_m = off_m + tl.arange(0, BLOCK_M)
-            ws = (ws_ptr + (tl.program_id(1).to(tl.int64) * M + offs_m[:, None]) * N
-                  + offs_n[None, :])
-            tl.store(ws, acc, mask=(offs_m < M)[:, None] & (offs_n < N)[None, :])
+            ws = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+            ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+            tl.store(ws + tl.program_id(1).to(tl.int64) * M * N, acc, mask=ok)
+            if FIXUP:
+                # The tile's programs count themselves in once their partial is stored (the
+                # barrier: every thread's stores before the one atomic; acq_rel at GPU scope:
+                # they are visible to whoever counts in after). The last to arrive sums all the
+                # partials in split order, as the reduce kernel would (the same bits whichever
+                # program is last), through L2 (.cg: no stale L1 line), and resets the count.
+                tl.debug_barrier()
+                arrived = tl.atomic_add(counts_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+                if arrived == split_k - 1:
+                    acc = tl.load(ws, mask=ok, other=0.0, cache_modifier=".cg")
+                    for split in range(1, split_k):
+                        acc += tl.load(ws + (split * M).to(tl.int64) * N, mask=ok, other=0.0,
+                                       cache_modifier=".cg")
+                    acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+                    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+                    tl.atomic_xchg(counts_ptr + tile_id, 0, sem="relaxed", scope="gpu")
         else:
             acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
             # The TMA store clips the rows and columns past M and N.
@@ -366,17 +385,28 @@ def _splitk_space(M: int, N: int, K: int, n_sms: int, *, every_split: bool = Fal
 # The split-K launches chosen on this process's GPUs (reports read best_config).
 SPLITK_TUNER = _tuning.LaunchTuner("matmul_splitk")
 
+# How split partials are summed when a launch does not say (its FIXUP): False, by
+# _splitk_reduce_kernel (a second launch, which reads split x M x N x 4 bytes: at M=128, N=4096
+# split 2, 4 MB from L2, about a microsecond plus the launch gap of a CUDA graph); True, by the
+# last of each tile's programs to finish (FIXUP in _matmul_tma_kernel: no second launch, a
+# zeroed int32 count per tile instead). Both are deterministic. The sweep
+# (bench/sweep_matmul_smallm.py) times both.
+SPLITK_FIXUP = False
+
 # Elements per program of the reduce: 16 x 128 float32 per partial (8 KB), 4 warps; M=128,
 # N=4096 gives 256 programs, two per SM.
 REDUCE_BLOCK = (16, 128)
 
 
 def _splitk_meta(config: dict, where: str) -> tuple[dict, int]:
-    """(the TMA kernel's meta-parameters, split) from a launch dict, checked."""
+    """(the TMA kernel's meta-parameters, split) from a launch dict, checked; FIXUP stays in the
+    meta-parameters when given."""
     meta = dict(config)
     split = meta.pop("SPLIT_K", 1)
     if not isinstance(split, int) or isinstance(split, bool) or split < 1:
         raise ValueError(f"{where}: SPLIT_K={split!r} must be an int >= 1")
+    if not isinstance(meta.get("FIXUP", False), bool):
+        raise ValueError(f"{where}: FIXUP={meta['FIXUP']!r} must be a bool")
     return meta, split
 
 
@@ -394,11 +424,15 @@ def _matmul_splitk(a, b, bias, activation, out, cfg: dict) -> None:
     bias_arg = bias if bias is not None else out
     ws = torch.empty((split, M, N), dtype=torch.float32, device=a.device) if split > 1 else out
     common = dict(HAS_BIAS=bias is not None, ACTIVATION=activation or "")
-    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split)
-    _matmul_tma_kernel[grid](a_desc, b_desc, c_desc, ws, bias_arg, M, N, K, split,
-                             OPERAND_DTYPE=str(a.dtype).removeprefix("torch."), B_TRANS=b_trans,
-                             SPLIT=split > 1, **common, **meta)
-    if split > 1:
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    fixup = meta.pop("FIXUP", SPLITK_FIXUP) and split > 1
+    # Zeros per call (a memset, not a cached buffer): launches on two streams cannot share counts.
+    counts = torch.zeros(tiles, dtype=torch.int32, device=a.device) if fixup else ws
+    _matmul_tma_kernel[(tiles, split)](a_desc, b_desc, c_desc, ws, counts, bias_arg, M, N, K,
+                                       split, OPERAND_DTYPE=str(a.dtype).removeprefix("torch."),
+                                       B_TRANS=b_trans, SPLIT=split > 1, FIXUP=fixup, **common,
+                                       **meta)
+    if split > 1 and not fixup:
         rm, rn = REDUCE_BLOCK
         _splitk_reduce_kernel[(triton.cdiv(M, rm), triton.cdiv(N, rn))](
             ws, bias_arg, out, M, N, M * N, out.stride(0), out.stride(1), **common,
@@ -556,9 +590,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     chosen = _choose_variant(a, b, out, variant)
     if config is not None:
         cfg = _check_config(config, "matmul")
-        if "SPLIT_K" in cfg and chosen != "tma_splitk":
-            raise ValueError(f"matmul: SPLIT_K is a parameter of variant 'tma_splitk', not of "
-                             f"{chosen!r}")
+        if {"SPLIT_K", "FIXUP"} & set(cfg) and chosen != "tma_splitk":
+            raise ValueError(f"matmul: SPLIT_K and FIXUP are parameters of variant 'tma_splitk', "
+                             f"not of {chosen!r}")
     if chosen == "tma_splitk":
         if config is None:
             b_trans = _tma_layout(b) == "cols"
@@ -583,9 +617,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
         a_desc = TensorDescriptor.from_tensor(a, [16, 16])
         b_desc = TensorDescriptor.from_tensor(b.T if b_trans else b, [16, 16])
         c_desc = TensorDescriptor.from_tensor(out, [16, 16])
-        args = (a_desc, b_desc, c_desc, out, bias_arg, M, N, K, 1)
+        args = (a_desc, b_desc, c_desc, out, out, bias_arg, M, N, K, 1)
         common.update(OPERAND_DTYPE=str(a.dtype).removeprefix("torch."), B_TRANS=b_trans,
-                      SPLIT=False)
+                      SPLIT=False, FIXUP=False)
         kernel = _matmul_tma_kernel
     else:
         args = (a, b, out, bias_arg, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),

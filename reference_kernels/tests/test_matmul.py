@@ -212,74 +212,87 @@ def test_matmul_pruning_times_nothing_for_small_gemms():
 # --- split-K (variant "tma_splitk") ------------------------------------------------------------
 
 
-def _split_cfg(split: int, bm: int = 32, bn: int = 32, bk: int = 32) -> triton.Config:
+def _split_cfg(split, fixup=False, bm: int = 32, bn: int = 32, bk: int = 32) -> triton.Config:
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 2,
-                          "SPLIT_K": split}, num_warps=4, num_stages=1)
+                          "SPLIT_K": split, "FIXUP": fixup}, num_warps=4, num_stages=1)
+
+
+FIXUPS = [pytest.param(False, id="reduce_kernel"), pytest.param(True, id="fixup")]
 
 
 # (M, N, K, SPLIT_K) over 32-wide tiles: odd M, N and K crossing tile edges (N and K multiples
 # of 8 for TMA); K of 136 = 5 steps of 32 split 2 (3 + 2 steps) or 3 (2 + 2 + 1), 200 = 7 steps
 # split 4 (2 + 2 + 2 + 1), 40 = 2 steps split 4 (two slices empty: zero partials), 8 = one step
 # split 5. On a GPU, an LLM-like shape with the GPU's tiles.
-SPLITK_CASES = [(100, 72, 136, 2), (33, 40, 136, 3), (65, 96, 200, 4), (7, 48, 40, 4),
-                (1, 8, 8, 5)]
+# split, then the epilogue (bias, activation): each case its own, all five combinations covered.
+SPLITK_CASES = [(100, 72, 136, 2, True, "gelu"), (33, 40, 136, 3, True, "relu"),
+                (65, 96, 200, 4, False, "gelu"), (7, 48, 40, 4, True, None),
+                (1, 8, 8, 5, False, None)]
 
 
-@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
-@pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("fixup", FIXUPS)
 @pytest.mark.parametrize("b_transposed", [False, True], ids=["b_rows", "b_transposed"])
-@pytest.mark.parametrize("case", SPLITK_CASES, ids=lambda c: "x".join(map(str, c)))
-def test_matmul_splitk(make_tensor, triton_device, case, b_transposed, with_bias, activation):
+@pytest.mark.parametrize("case", SPLITK_CASES,
+                         ids=lambda c: "x".join(map(str, c[:4])) + f"-{c[4] and 'bias'}-{c[5]}")
+def test_matmul_splitk(make_tensor, triton_device, case, b_transposed, fixup):
     # The epilogue runs once, on the sum of the partials: bias added split times, or relu/gelu
     # applied to a partial, would fail here (partials of both signs; bias of order one).
     _need_variant("tma_splitk", triton_device)
-    m, n, k, split = case
+    m, n, k, split, with_bias, activation = case
     a, b, bias = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16,
                                b_transposed=b_transposed, bias=with_bias)
     out = make_tensor((m, n), torch.float16, poison=True)
     matmul(a, b, bias=bias, activation=activation, out=out, variant="tma_splitk",
-           config=_split_cfg(split))
+           config=_split_cfg(split, fixup))
     _check(out, a, b, bias, activation)
 
 
 @pytest.mark.skipif(interpreting(), reason="GPU tile sizes")
+@pytest.mark.parametrize("fixup", FIXUPS)
 @pytest.mark.parametrize("split", [1, 2, 4, 8])
-def test_matmul_splitk_gpu_tiles(make_tensor, split):
+def test_matmul_splitk_gpu_tiles(make_tensor, split, fixup):
     # The GPU's split-K tiles at an M=128 shape with K = 4104: 33 steps of 128 (or 65 of 64),
-    # no split dividing them.
+    # no split dividing them; each launch twice (the fixup's counts must be left at zero).
     a, b, bias = matmul_inputs(make_tensor, 128, 1032, 4104, dtype=torch.float16, bias=True)
     for bm, bn, bk, stages, warps in mm.SPLITK_TILES:
         cfg = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
-                             "SPLIT_K": split}, num_warps=warps, num_stages=stages)
-        out = make_tensor((128, 1032), torch.float16, poison=True)
-        matmul(a, b, bias=bias, activation="gelu", out=out, variant="tma_splitk", config=cfg)
-        _check(out, a, b, bias, "gelu")
+                             "SPLIT_K": split, "FIXUP": fixup}, num_warps=warps,
+                            num_stages=stages)
+        for _ in range(2):
+            out = make_tensor((128, 1032), torch.float16, poison=True)
+            matmul(a, b, bias=bias, activation="gelu", out=out, variant="tma_splitk", config=cfg)
+            _check(out, a, b, bias, "gelu")
 
 
-def test_matmul_splitk_is_deterministic(make_tensor, triton_device):
-    # Partials summed in split order, not by atomics: the same bits on every run.
+@pytest.mark.parametrize("fixup", FIXUPS)
+def test_matmul_splitk_is_deterministic(make_tensor, triton_device, fixup):
+    # Partials summed in split order, not by atomics: the same bits on every run, and the same
+    # bits from the reduce kernel and the fixup.
     _need_variant("tma_splitk", triton_device)
-    a, b, _ = matmul_inputs(make_tensor, 65, 96, 200, dtype=torch.float16, dist="heavy",
+    a, b, _ = matmul_inputs(make_tensor, 33, 40, 200, dtype=torch.float16, dist="heavy",
                             scale=1e-2)
-    first = matmul(a, b, variant="tma_splitk", config=_split_cfg(4))
+    first = matmul(a, b, variant="tma_splitk", config=_split_cfg(4, False))
     for _ in range(2):
-        assert torch.equal(matmul(a, b, variant="tma_splitk", config=_split_cfg(4)), first)
+        assert torch.equal(matmul(a, b, variant="tma_splitk", config=_split_cfg(4, fixup)),
+                           first)
 
 
 @pytest.mark.parametrize("variant", sorted(set(mm._AUTOTUNED) - {"tma_splitk"}))
 def test_matmul_split_k_belongs_to_the_split_variant(make_tensor, triton_device, variant):
     _need_variant(variant, triton_device)
     a, b, _ = matmul_inputs(make_tensor, 16, 16, 16, dtype=torch.float16)
-    with pytest.raises(ValueError, match="SPLIT_K is a parameter"):
+    with pytest.raises(ValueError, match="SPLIT_K and FIXUP are parameters"):
         matmul(a, b, variant=variant, config=_split_cfg(2))
 
 
-@pytest.mark.parametrize("split", [0, -1, 2.0, True])
-def test_matmul_splitk_rejects_bad_split(make_tensor, triton_device, split):
+@pytest.mark.parametrize("split, fixup, match", [
+    (0, False, "SPLIT_K"), (-1, False, "SPLIT_K"), (2.0, False, "SPLIT_K"), (True, False, "SPLIT_K"),
+    (2, 1, "FIXUP"), (2, "yes", "FIXUP")])
+def test_matmul_splitk_rejects_bad_split(make_tensor, triton_device, split, fixup, match):
     _need_variant("tma_splitk", triton_device)
     a, b, _ = matmul_inputs(make_tensor, 16, 16, 16, dtype=torch.float16)
-    with pytest.raises(ValueError, match="SPLIT_K"):
-        matmul(a, b, variant="tma_splitk", config=_split_cfg(split))
+    with pytest.raises(ValueError, match=match):
+        matmul(a, b, variant="tma_splitk", config=_split_cfg(split, fixup))
 
 
 def test_matmul_splitk_every_launch(make_tensor, triton_device):
@@ -287,7 +300,9 @@ def test_matmul_splitk_every_launch(make_tensor, triton_device):
     # the interpreter its three), at shapes that cross every tile's edges, into a re-poisoned
     # output.
     _need_variant("tma_splitk", triton_device)
-    for m, n, k in EVERY_CONFIG_SHAPES:
+    # (Under the interpreter a smaller first shape: 3 x 4 tiles of 32 still cross every edge.)
+    shapes = [(65, 104, 200)] + EVERY_CONFIG_SHAPES[1:] if interpreting() else EVERY_CONFIG_SHAPES
+    for m, n, k in shapes:
         a, b, _ = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16)
         for cfg in mm._splitk_space(m, n, k, mm._sm_count(a.device), every_split=True):
             out = make_tensor((m, n), torch.float16, poison=True)
@@ -357,32 +372,41 @@ def test_every_config_check_names_the_config_wrong_only_at_some_shapes(make_tens
         assert text.endswith("passed: config 0 of 2")
 
 
-@pytest.mark.parametrize("bug", [None, "drops_last_partial", "no_bias", "sums_partial_twice"])
+@pytest.mark.parametrize("bug", [None, "drops_last_partial", "no_bias", "sums_partial_twice",
+                                 "fixup", "fixup_count_starts_at_one"])
 def test_control_splitk_reduce(make_tensor, triton_device, bug):
     # The split-K tests' check must see a reduce that loses a K-slice, skips the epilogue's bias
-    # or counts a slice twice: the real TMA kernel's partials, then the reduce launched wrong
-    # (bug=None: launched right, and the check passes).
+    # or counts a slice twice, and a fixup whose count does not start at zero (a tile's second
+    # last program sums before the last partial is written): the real TMA kernel's partials,
+    # then the reduce launched wrong (bug None or "fixup": launched right, and the check passes).
     _need_variant("tma_splitk", triton_device)
     m, n, k, split = 65, 96, 200, 4
     a, b, bias = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16, bias=True)
     out = make_tensor((m, n), torch.float16, poison=True)
     bm = bn = bk = 32
-    ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    ws = torch.full((split, m, n), float("nan"), dtype=torch.float32, device=a.device)
+    fixup = bug is not None and bug.startswith("fixup")
+    counts = torch.full((tiles,), int(bug == "fixup_count_starts_at_one"), dtype=torch.int32,
+                        device=a.device)
     descs = (mm.TensorDescriptor.from_tensor(a, [bm, bk]),
              mm.TensorDescriptor.from_tensor(b, [bk, bn]),
              mm.TensorDescriptor.from_tensor(out, [bm, bn]))
-    mm._matmul_tma_kernel[(triton.cdiv(m, bm) * triton.cdiv(n, bn), split)](
-        *descs, ws, bias, m, n, k, split, OPERAND_DTYPE="float16", B_TRANS=False, HAS_BIAS=True,
-        ACTIVATION="", SPLIT=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=2, num_warps=4,
-        num_stages=1)
-    if bug == "sums_partial_twice":
-        ws[1] += ws[0]
-    reduce_split = split - 1 if bug == "drops_last_partial" else split
-    mm._splitk_reduce_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 32))](
-        ws, bias, out, m, n, m * n, out.stride(0), out.stride(1), HAS_BIAS=bug != "no_bias",
-        ACTIVATION="", SPLIT_K=reduce_split, BLOCK_M=16, BLOCK_N=32, num_warps=4)
-    if bug is None:
+    mm._matmul_tma_kernel[(tiles, split)](
+        *descs, ws, counts, bias, m, n, k, split, OPERAND_DTYPE="float16", B_TRANS=False,
+        HAS_BIAS=True, ACTIVATION="", SPLIT=True, FIXUP=fixup, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=bk, GROUP_M=2, num_warps=4, num_stages=1)
+    if not fixup:
+        if bug == "sums_partial_twice":
+            ws[1] += ws[0]
+        reduce_split = split - 1 if bug == "drops_last_partial" else split
+        mm._splitk_reduce_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 32))](
+            ws, bias, out, m, n, m * n, out.stride(0), out.stride(1), HAS_BIAS=bug != "no_bias",
+            ACTIVATION="", SPLIT_K=reduce_split, BLOCK_M=16, BLOCK_N=32, num_warps=4)
+    if bug in (None, "fixup"):
         _check(out, a, b, bias)
+        if fixup:
+            assert not counts.any()  # left at zero for the next launch
         return
     with pytest.raises(AssertionError):
         _check(out, a, b, bias)
