@@ -20,8 +20,9 @@ remaining measurement is skipped and counted:
               same tiles with A TMA-loaded (masked in registers); 1x1 layers also through the
               matmul module
   attention   candidate tiles per head dim at every perf-test shape (TMA variant)
-  matmul      M=128 shapes: the default (autotuned) and the small-M tiles, one program per tile
-              and persistent
+  matmul      M=128 shapes: the default (split-K, its launch timed: see
+              bench/sweep_matmul_smallm.py for the split-K sweep) and the unsplit small-M tiles,
+              one program per tile and persistent
 
 Prints one line per measurement as it goes, one table at the end (best row per shape starred),
 the geometric-mean speedups the perf tests check (planned/default rows, and best of sweep), and

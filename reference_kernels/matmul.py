@@ -15,8 +15,15 @@ one program per tile that is the classic kernel; launched on one program per SM 
 Tiles are visited in grouped order (GROUP_M rows of tiles at a time) so that programs running at
 the same time share A and B tiles through L2.
 
-`matmul(a, b)` picks the variant (TMA where the operands allow it, persistent or not by M) and
-the tile configuration (autotuned per (M, N, K)); `variant=` and `config=` override both.
+For small M (decode-like GEMMs that stream B from DRAM) the TMA kernel can also split each tile's
+reduction over SPLIT_K programs (variant "tma_splitk"): float32 partials in a workspace, summed
+in split order, with the bias and activation applied once to the sum, by `_splitk_reduce_kernel`
+or by the tile's last program (FIXUP). Deterministic either way.
+
+`matmul(a, b)` picks the variant (TMA where the operands allow it; persistent for large M,
+split-K for M <= SMALL_M) and the tile configuration (autotuned per (M, N, K); for split-K, the
+tile and split timed among a few launches on the GPU it runs on); `variant=` and `config=`
+override both.
 """
 
 from __future__ import annotations
@@ -321,6 +328,14 @@ def _splitk_reduce_kernel(
 # activation once and rounds once (deterministic, unlike float32 atomics). Its cost, a second
 # launch and a read of split x M x N x 4 bytes, is what the split must win back, so the choice is
 # timed on the GPU it runs on (reference_kernels/_tuning.py) among a few candidates.
+
+# Not yet measured on a GPU (written without one): bench/sweep_matmul_smallm.py times every
+# launch below (and EXTRA_TILES, and FIXUP both ways) against cuBLAS on the H100 and H200. Once
+# its numbers are in: keep in SPLITK_TILES the tiles that are best or near it on some shape and
+# order them so that the first is the best untimed guess (_splitk_space's first launch serves
+# GEMMs under _tuning.TUNE_MIN_BYTES, and graph captures of never-timed shapes); set SPLITK_FIXUP
+# to the reduction that wins; set SMALL_M_VARIANT back to "tma" if no split launch beats it; and
+# raise test_matmul_llm_shapes_speed's perf_target once the default rows clear it.
 
 # Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps). The first
 # three are the unsplit small-M group of _matmul_configs (64 x 64 x 128: 4 stages x 32 KB).
