@@ -98,17 +98,15 @@ def candidates_m128(m, n, k) -> list:
     """(variant, config) pairs at a small-M shape: the default, the old default, every split-K
     launch of the space, and EXTRA_TILES unsplit and at their wave-model split."""
     out = [(None, None), ("tma", None)]
-    if SMOKE:
-        sms = mm._sm_count(torch.device("cpu"))
-    else:
-        sms = torch.cuda.get_device_properties(sc.DEVICE).multi_processor_count
-    space = mm._splitk_space(m, n, k, sms, every_split=True)
+    sms, smem = mm._sm_count(sc.DEVICE), mm._smem_per_block(sc.DEVICE)
+    space = mm._splitk_space(m, n, k, sms, smem_per_block=smem, every_split=True)
     out += [("tma_splitk", _as_config({**c, "FIXUP": False})) for c in space]
     # The split launches again with the in-kernel fixup instead of the reduce kernel.
     out += [("tma_splitk", _as_config({**c, "FIXUP": True})) for c in space if c["SPLIT_K"] > 1]
     for bm, bn, bk, stages, warps in EXTRA_TILES:
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-        for split in sorted({1, mm._wave_split(tiles, triton.cdiv(k, bk), sms)}):
+        slots = sms * mm._resident(bm, bn, bk, stages, smem)
+        for split in sorted({1, mm._wave_split(tiles, triton.cdiv(k, bk), slots)}):
             out.append(("tma_splitk", _cfg(bm, bn, bk, stages, warps, split)))
     return out
 

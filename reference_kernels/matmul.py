@@ -348,8 +348,10 @@ SPLITK_TILES = ((64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
 # prologue and the partial's store a large share of each program).
 SPLITS = (2, 4, 8)
 MIN_SPLIT_STEPS = 8
-# Programs per SM the wave model aims at: splits multiply the tiles up to this many waves.
-SPLIT_WAVES = 2
+# Shared memory one program may use where the device does not say (Hopper: 227 KB), and what
+# the hardware reserves per resident program besides.
+DEFAULT_SMEM_PER_BLOCK = 227 * 1024
+SMEM_RESERVED_PER_BLOCK = 1024
 
 # Under the interpreter: INTERPRETER_CONFIG's tiles split 2 first (the default of every
 # small-M TMA test: the workspace, the reduce, and K-slices that are empty at K <= 32), then an
@@ -358,11 +360,33 @@ INTERPRETER_SPLITK_SPACE = [{**INTERPRETER_CONFIG.all_kwargs(), "SPLIT_K": split
                             for split in (2, 3, 1)]
 
 
-def _wave_split(tiles: int, k_steps: int, n_sms: int) -> int:
-    """The largest split of SPLITS (or 1) that keeps tiles x split within SPLIT_WAVES waves of
-    the SMs and MIN_SPLIT_STEPS steps per split."""
-    ok = [s for s in SPLITS
-          if tiles * s <= SPLIT_WAVES * n_sms and k_steps >= MIN_SPLIT_STEPS * s]
+@functools.cache
+def _smem_per_block(device: torch.device) -> int:
+    """The shared memory one program may opt into on `device` (Triton's driver query)."""
+    if device.type != "cuda":
+        return DEFAULT_SMEM_PER_BLOCK
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        props = triton.runtime.driver.active.utils.get_device_properties(index)
+        return int(props["max_shared_mem"])
+    except Exception:  # pragma: no cover - a driver without the query
+        return DEFAULT_SMEM_PER_BLOCK
+
+
+def _resident(bm: int, bn: int, bk: int, stages: int, smem_per_block: int) -> int:
+    """Programs of this tile one SM holds at once, by shared memory: `stages` A and B tiles
+    plus the epilogue's C tile, 2 bytes an element (64 x 64 x 128 in 4 stages: 136 KB, one per
+    SM; 64 x 128 x 64 in 4: 112 KB, two)."""
+    smem = stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
+    return max(1, (smem_per_block + SMEM_RESERVED_PER_BLOCK) // (smem + SMEM_RESERVED_PER_BLOCK))
+
+
+def _wave_split(tiles: int, k_steps: int, slots: int, waves: int = 1) -> int:
+    """The largest split of SPLITS (or 1) whose tiles x split programs fit `waves` waves of the
+    GPU's `slots` (SMs x programs resident per SM), each split keeping MIN_SPLIT_STEPS steps:
+    every SM then streams B with all the programs it can hold (M=128, N=4096 on 132 SMs:
+    64 x 128 tiles, two per SM, split 4 into 256 programs)."""
+    ok = [s for s in SPLITS if tiles * s <= waves * slots and k_steps >= MIN_SPLIT_STEPS * s]
     return max(ok, default=1)
 
 
@@ -371,12 +395,13 @@ def _splitk_cfg(bm, bn, bk, stages, warps, split) -> dict:
             "num_stages": stages, "num_warps": warps}
 
 
-def _splitk_space(M: int, N: int, K: int, n_sms: int, *, every_split: bool = False) -> list:
+def _splitk_space(M: int, N: int, K: int, n_sms: int, *,
+                  smem_per_block: int = DEFAULT_SMEM_PER_BLOCK, every_split: bool = False) -> list:
     """The launches the split-K path times for an (M, N, K) GEMM (dicts of meta-parameters,
     SPLIT_K, num_stages, num_warps), first the untimed heuristic: each of SPLITK_TILES at its
-    wave-model split (_wave_split), and unsplit; tiles with more rows than M allows are left out
-    (their MMA would be mostly padding). every_split: every split of SPLITS in 1-2 waves instead
-    (for sweeps)."""
+    wave-model split (_wave_split: one wave of resident programs), and unsplit; tiles with more
+    rows than M allows are left out (their MMA would be mostly padding). every_split: every
+    split of SPLITS within two waves instead (for sweeps)."""
     if interpreting():
         return [dict(c) for c in INTERPRETER_SPLITK_SPACE]
     out = []
@@ -385,11 +410,12 @@ def _splitk_space(M: int, N: int, K: int, n_sms: int, *, every_split: bool = Fal
             continue
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
         steps = triton.cdiv(K, bk)
+        slots = n_sms * _resident(bm, bn, bk, stages, smem_per_block)
         if every_split:
-            splits = [1] + [s for s in SPLITS if tiles * s <= SPLIT_WAVES * n_sms
+            splits = [1] + [s for s in SPLITS if tiles * s <= 2 * slots
                             and steps >= MIN_SPLIT_STEPS * s]
         else:
-            splits = [_wave_split(tiles, steps, n_sms), 1]
+            splits = [_wave_split(tiles, steps, slots), 1]
         for split in splits:
             cfg = _splitk_cfg(bm, bn, bk, stages, warps, split)
             if cfg not in out:
@@ -611,7 +637,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     if chosen == "tma_splitk":
         if config is None:
             b_trans = _tma_layout(b) == "cols"
-            space = _splitk_space(M, N, K, _sm_count(a.device))
+            space = _splitk_space(M, N, K, _sm_count(a.device),
+                                  smem_per_block=_smem_per_block(a.device))
             cfg = SPLITK_TUNER.choose(
                 a.device, (M, N, K, a.dtype, b_trans), space,
                 lambda c: _matmul_splitk(a, b, bias, activation, out, c), matmul_bytes(a, b))

@@ -311,29 +311,37 @@ def test_matmul_splitk_every_launch(make_tensor, triton_device):
 
 
 def test_matmul_splitk_space_follows_the_wave_model(monkeypatch):
-    # The GPU's space, on a 132-SM GPU: the heuristic first; 64 x 64 tiles at M=128, N=4096
-    # (128 tiles) split 2, within two waves; at N=14336 (448 tiles) unsplit; 128 x 128 tiles
-    # (32 of them) split 8 at K=4096 (64 steps: 8 per split). Every launch keeps
-    # MIN_SPLIT_STEPS per split and at most SPLIT_WAVES waves, and no tile is taller than M.
+    # The GPU's space on a 132-SM GPU with 227 KB per program: the heuristic first (64 x 64 x
+    # 128 unsplit, the unsplit path's tile); at M=128, N=4096, 64 x 128 tiles (64 of them, two
+    # resident per SM) split 4 into 256 programs, 128 x 128 (32, one per SM) split 4; at
+    # N=14336 (224 and 112 tiles) nothing is split. Every launch keeps MIN_SPLIT_STEPS steps
+    # per split and fits two waves of resident programs, and no tile is taller than M.
     monkeypatch.setattr(mm, "interpreting", lambda: False)
-    space = mm._splitk_space(128, 4096, 4096, 132)
+    smem = 227 * 1024
+    assert mm._resident(64, 64, 128, 4, smem) == 1 and mm._resident(64, 128, 64, 4, smem) == 2
+    space = mm._splitk_space(128, 4096, 4096, 132, smem_per_block=smem)
     first = space[0]
     assert (first["BLOCK_M"], first["BLOCK_N"], first["BLOCK_K"], first["SPLIT_K"]) == \
-        (64, 64, 128, 2)
-    assert {c["SPLIT_K"] for c in space if c["BLOCK_M"] == 128 and c["BLOCK_N"] == 128} == {1, 8}
-    assert mm._splitk_space(128, 14336, 4096, 132)[0]["SPLIT_K"] == 1
+        (64, 64, 128, 1)
+    splits = {(c["BLOCK_M"], c["BLOCK_N"]): set() for c in space}
+    for c in space:
+        splits[c["BLOCK_M"], c["BLOCK_N"]].add(c["SPLIT_K"])
+    assert splits == {(64, 64): {1}, (64, 128): {1, 4}, (128, 64): {1, 4}, (128, 128): {1, 4}}
+    assert {c["SPLIT_K"] for c in mm._splitk_space(128, 14336, 4096, 132)} == {1}
     for m, n, k in [(128, 4096, 4096), (128, 14336, 4096), (128, 4096, 14336), (16, 4096, 4096),
                     (256, 1024, 512)]:
         for every in (False, True):
-            space = mm._splitk_space(m, n, k, 132, every_split=every)
+            space = mm._splitk_space(m, n, k, 132, smem_per_block=smem, every_split=every)
             assert space and len(space) == len({str(c) for c in space})
             assert len(space) <= (16 if every else 2 * len(mm.SPLITK_TILES))
             for c in space:
-                tiles = triton.cdiv(m, c["BLOCK_M"]) * triton.cdiv(n, c["BLOCK_N"])
-                assert c["BLOCK_M"] <= max(64, m)
+                bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
+                tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+                slots = 132 * mm._resident(bm, bn, bk, c["num_stages"], smem)
+                assert bm <= max(64, m)
                 if c["SPLIT_K"] > 1:
-                    assert tiles * c["SPLIT_K"] <= mm.SPLIT_WAVES * 132
-                    assert triton.cdiv(k, c["BLOCK_K"]) >= mm.MIN_SPLIT_STEPS * c["SPLIT_K"]
+                    assert tiles * c["SPLIT_K"] <= (2 if every else 1) * slots
+                    assert triton.cdiv(k, bk) >= mm.MIN_SPLIT_STEPS * c["SPLIT_K"]
 
 
 # --- negative controls: assert_close must reject these kernels ----------------------------
