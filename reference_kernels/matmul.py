@@ -259,8 +259,8 @@ def _matmul_tma_kernel(
             acc = tl.dot(a, b, acc)
         offs_n = off_n + tl.arange(0, BLOCK_N)
         if SPLIT:
-            # Partial sums stay float32 (and mostly in L2) until _splitk_reduce_kernel, which
-            # applies the epilogue once to their sum.
+            # Partial sums stay float32 (and mostly in L2) until _splitk_reduce_kernel or the
+            # fixup below sums them and applies the epilogue once to the sum.
             offs_m = off_m + tl.arange(0, BLOCK_M)
             ws = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
             ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
@@ -324,10 +324,11 @@ def _splitk_reduce_kernel(
 # reduction over SPLIT_K programs (program_id(1)) multiplies the programs without shrinking the
 # tiles: more SMs busy, or two programs per SM, each streaming its own K-slice of B. Each writes
 # a float32 partial tile to a split x M x N workspace (M=128, N=4096: 2 MB per split, which stays
-# in the 50 MB L2); _splitk_reduce_kernel sums the partials in split order, applies bias and
-# activation once and rounds once (deterministic, unlike float32 atomics). Its cost, a second
-# launch and a read of split x M x N x 4 bytes, is what the split must win back, so the choice is
-# timed on the GPU it runs on (reference_kernels/_tuning.py) among a few candidates.
+# in the 50 MB L2); _splitk_reduce_kernel (or, FIXUP, the tile's last program) sums the partials
+# in split order, applies bias and activation once and rounds once (deterministic, unlike
+# float32 atomics). Its cost, a read of split x M x N x 4 bytes and a second launch (or a
+# zeroed count per tile), is what the split must win back, so the choice is timed on the GPU it
+# runs on (reference_kernels/_tuning.py) among a few candidates.
 
 # Not yet measured on a GPU (written without one): bench/sweep_matmul_smallm.py times every
 # launch below (and EXTRA_TILES, and FIXUP both ways) against cuBLAS on the H100 and H200. Once
@@ -338,7 +339,8 @@ def _splitk_reduce_kernel(
 # raise test_matmul_llm_shapes_speed's perf_target once the default rows clear it.
 
 # Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps). The first
-# three are the unsplit small-M group of _matmul_configs (64 x 64 x 128: 4 stages x 32 KB).
+# two are the unsplit small-M group's best of _matmul_configs (64 x 64 x 128: 4 stages x 32 KB;
+# 64 x 128 x 64, which fits twice per SM).
 # 128 x 64 and 128 x 128 read each B tile once (64-row tiles read it twice, once per 64 rows of
 # M=128, from L2 when the two programs run together) and the whole A (1 MB at K=4096) from L2
 # per column of tiles: fewer L2 bytes per DRAM byte, few tiles, made up for by the split.
@@ -453,7 +455,7 @@ def _splitk_meta(config: dict, where: str) -> tuple[dict, int]:
 
 def _matmul_splitk(a, b, bias, activation, out, cfg: dict) -> None:
     """Launch the TMA kernel one tile per program with its reduction split cfg["SPLIT_K"] ways,
-    then (split > 1) the reduce that applies the epilogue."""
+    then (split > 1, no FIXUP) the reduce that applies the epilogue."""
     M, K = a.shape
     N = b.shape[1]
     meta, split = _splitk_meta(cfg, "matmul")
@@ -621,7 +623,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     (default: DEFAULT_VARIANT, or SMALL_M_VARIANT for M <= SMALL_M, where TMA can take the
     operands, else FALLBACK_VARIANT). config: a
     triton.Config with BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M (and for "tma_splitk" optionally
-    SPLIT_K, default 1) to launch instead of autotuning.
+    SPLIT_K, default 1, and FIXUP, default SPLITK_FIXUP) to launch instead of autotuning.
     """
     out = _check_operands(a, b, bias, activation, out, "matmul")
     M, K = a.shape
