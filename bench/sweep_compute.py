@@ -141,8 +141,8 @@ if SMOKE:
 
 def cfg_str(cfg) -> str:
     """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
-    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies), a launch dict, or a LaunchTuner's best_config text ('BLOCK_M: 64, ...');
-    '-' for none."""
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies), a launch dict, or a
+    LaunchTuner's best_config text ('BLOCK_M: 64, ...'); '-' for none."""
     if cfg is None:
         return "-"
     if isinstance(cfg, str):  # reference_kernels/_tuning.py's "key: value, ..." text
