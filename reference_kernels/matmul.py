@@ -262,9 +262,9 @@ def _matmul_tma_kernel(
             # Partial sums stay float32 (and mostly in L2) until _splitk_reduce_kernel or the
             # fixup below sums them and applies the epilogue once to the sum.
             offs_m = off_m + tl.arange(0, BLOCK_M)
-            ws = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+            rows = offs_m[:, None].to(tl.int64)  # int64: split x M x N may pass 2**31 elements
             ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-            tl.store(ws + tl.program_id(1).to(tl.int64) * M * N, acc, mask=ok)
+            tl.store(ws_ptr + (rows + tl.program_id(1) * M) * N + offs_n[None, :], acc, mask=ok)
             if FIXUP:
                 # The tile's programs count themselves in once their partial is stored (the
                 # barrier: every thread's stores before the one atomic; acq_rel at GPU scope:
@@ -274,10 +274,11 @@ def _matmul_tma_kernel(
                 tl.debug_barrier()
                 arrived = tl.atomic_add(counts_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
                 if arrived == split_k - 1:
+                    ws = ws_ptr + rows * N + offs_n[None, :]
                     acc = tl.load(ws, mask=ok, other=0.0, cache_modifier=".cg")
                     for split in range(1, split_k):
-                        acc += tl.load(ws + (split * M).to(tl.int64) * N, mask=ok, other=0.0,
-                                       cache_modifier=".cg")
+                        acc += tl.load(ws_ptr + (rows + split * M) * N + offs_n[None, :],
+                                       mask=ok, other=0.0, cache_modifier=".cg")
                     acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
                     c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
                     tl.atomic_xchg(counts_ptr + tile_id, 0, sem="relaxed", scope="gpu")
@@ -294,7 +295,6 @@ def _splitk_reduce_kernel(
     c_ptr,  # *out* M x N, strides (stride_cm, stride_cn)
     M,  # rows of C
     N,  # columns of C
-    MN,  # M * N, the elements of one partial (an int64 argument from 2**31 on)
     stride_cm, stride_cn,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
@@ -307,10 +307,10 @@ def _splitk_reduce_kernel(
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
-    ws = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
-    acc = tl.load(ws, mask=ok, other=0.0)
+    rows = offs_m[:, None].to(tl.int64)  # int64: split x M x N may pass 2**31 elements
+    acc = tl.load(ws_ptr + rows * N + offs_n[None, :], mask=ok, other=0.0)
     for split in tl.static_range(1, SPLIT_K):
-        acc += tl.load(ws + split * MN, mask=ok, other=0.0)
+        acc += tl.load(ws_ptr + (rows + split * M) * N + offs_n[None, :], mask=ok, other=0.0)
     acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
     c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=ok)
@@ -478,7 +478,7 @@ def _matmul_splitk(a, b, bias, activation, out, cfg: dict) -> None:
     if split > 1 and not fixup:
         rm, rn = REDUCE_BLOCK
         _splitk_reduce_kernel[(triton.cdiv(M, rm), triton.cdiv(N, rn))](
-            ws, bias_arg, out, M, N, M * N, out.stride(0), out.stride(1), **common,
+            ws, bias_arg, out, M, N, out.stride(0), out.stride(1), **common,
             SPLIT_K=split, BLOCK_M=rm, BLOCK_N=rn, num_warps=4)
 
 

@@ -409,7 +409,7 @@ def test_control_splitk_reduce(make_tensor, triton_device, bug):
             ws[1] += ws[0]
         reduce_split = split - 1 if bug == "drops_last_partial" else split
         mm._splitk_reduce_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 32))](
-            ws, bias, out, m, n, m * n, out.stride(0), out.stride(1), HAS_BIAS=bug != "no_bias",
+            ws, bias, out, m, n, out.stride(0), out.stride(1), HAS_BIAS=bug != "no_bias",
             ACTIVATION="", SPLIT_K=reduce_split, BLOCK_M=16, BLOCK_N=32, num_warps=4)
     if bug in (None, "fixup"):
         _check(out, a, b, bias)
