@@ -20,8 +20,9 @@ remaining measurement is skipped and counted:
               same tiles with A TMA-loaded (masked in registers); 1x1 layers also through the
               matmul module
   attention   candidate tiles per head dim at every perf-test shape (TMA variant)
-  matmul      M=128 shapes: the default (autotuned) and the small-M tiles, one program per tile
-              and persistent
+  matmul      M=128 shapes: the default (split-K, its launch timed: see
+              bench/sweep_matmul_smallm.py for the split-K sweep) and the unsplit small-M tiles,
+              one program per tile and persistent
 
 Prints one line per measurement as it goes, one table at the end (best row per shape starred),
 the geometric-mean speedups the perf tests check (planned/default rows, and best of sweep), and
@@ -43,7 +44,10 @@ from pathlib import Path
 PHASES = ("conv", "attention", "matmul")
 
 
-def _parse_args():
+def _parse_args(known_only: bool = False):
+    """The command line; known_only (imported by another sweep, e.g. sweep_matmul_smallm.py,
+    which reuses the timing, checking and report helpers): the options both share (--smoke,
+    --max-time, --budget), the importer's own left to it."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     p.add_argument("--budget", type=float, default=150.0,
@@ -52,10 +56,10 @@ def _parse_args():
                    help="seconds of sampling per measurement (the plugin's max_time; default 0.3)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
-    return p.parse_args()
+    return p.parse_known_args()[0] if known_only else p.parse_args()
 
 
-ARGS = _parse_args()
+ARGS = _parse_args(known_only=__name__ != "__main__")
 if ARGS.smoke:  # before any kernel module is imported: @triton.jit reads it then
     os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, installed or not
@@ -136,15 +140,28 @@ if SMOKE:
 
 
 def cfg_str(cfg) -> str:
-    """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K; aT/aC: A loaded by TMA or by
-    masked copies); '-' for none."""
+    """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies), a launch dict, or a
+    LaunchTuner's best_config text ('BLOCK_M: 64, ...'); '-' for none."""
     if cfg is None:
         return "-"
+    if isinstance(cfg, str):  # reference_kernels/_tuning.py's "key: value, ..." text
+        def value(v):
+            return {"True": True, "False": False}.get(v) if v in ("True", "False") else int(v)
+        try:
+            cfg = {k: value(v) for k, v in (item.split(": ") for item in cfg.split(", "))}
+        except ValueError:
+            return cfg
+    if isinstance(cfg, dict):
+        kw = {k: v for k, v in cfg.items() if k not in ("num_stages", "num_warps")}
+        cfg = triton.Config(kw, num_stages=cfg.get("num_stages", 3),
+                            num_warps=cfg.get("num_warps", 4))
     kw = cfg.kwargs
     dims = "x".join(str(kw[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kw)
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
-    return f"{dims}{split} s{cfg.num_stages} w{cfg.num_warps}{a_load}"
+    fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup
+    return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}"
 
 
 def _short(exc: BaseException) -> str:

@@ -10,7 +10,8 @@ of the GPU they were swept on.
 
 Without timing (the space's first candidate): small problems (under TUNE_MIN_BYTES of traffic:
 tuning would cost more than it saves, and correctness tests stay quick and deterministic),
-Triton's interpreter, CUDA-graph capture (nothing may be timed inside one), and
+Triton's interpreter, CUDA-graph capture (nothing may be timed inside one: a key timed before the
+capture keeps its choice, so that a graph replays the launch the eager calls chose), and
 PYTEST_TRITON_TUNE=0 (every launch on its heuristic).
 """
 
@@ -49,10 +50,15 @@ class LaunchTuner:
         candidate for (device, key), timed now if it never was. run(cfg) launches with cfg."""
         if not space:
             raise ValueError(f"{self.name}: empty launch space")
-        if len(space) == 1 or not _may_time(device, nbytes):
+        if len(space) == 1:
             return self._chosen(space[0], None)
-        props = torch.cuda.get_device_properties(device)
-        k = (props.name, props.multi_processor_count, key)
+        if not _may_time(device, nbytes):
+            if _capturing(device):  # what the eager calls chose, if they timed this key
+                k = self._key(device, key)
+                if k in self.cache:
+                    return self._chosen(self.cache[k], self.timings.get(k))
+            return self._chosen(space[0], None)
+        k = self._key(device, key)
         if k not in self.cache:
             self.timings[k] = [(cfg, _median_ms(run, cfg, device)) for cfg in space]
             timed = [(ms, i) for i, (_, ms) in enumerate(self.timings[k]) if math.isfinite(ms)]
@@ -60,6 +66,11 @@ class LaunchTuner:
                 return self._chosen(space[0], None)
             self.cache[k] = space[min(timed)[1]]
         return self._chosen(self.cache[k], self.timings.get(k))
+
+    @staticmethod
+    def _key(device, key: tuple) -> tuple:
+        props = torch.cuda.get_device_properties(device)
+        return (props.name, props.multi_processor_count, key)
 
     def _chosen(self, cfg: dict, timings) -> dict:
         self.best_config = _cfg_text(cfg)
@@ -76,6 +87,10 @@ def _may_time(device: torch.device, nbytes: int) -> bool:
     if os.environ.get("PYTEST_TRITON_TUNE", "1").strip().lower() in ("0", "false", "off", "no"):
         return False
     return not torch.cuda.is_current_stream_capturing()
+
+
+def _capturing(device) -> bool:
+    return getattr(device, "type", None) == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def _median_ms(run, cfg: dict, device: torch.device) -> float:

@@ -15,8 +15,15 @@ one program per tile that is the classic kernel; launched on one program per SM 
 Tiles are visited in grouped order (GROUP_M rows of tiles at a time) so that programs running at
 the same time share A and B tiles through L2.
 
-`matmul(a, b)` picks the variant (TMA where the operands allow it, persistent or not by M) and
-the tile configuration (autotuned per (M, N, K)); `variant=` and `config=` override both.
+For small M (decode-like GEMMs that stream B from DRAM) the TMA kernel can also split each tile's
+reduction over SPLIT_K programs (variant "tma_splitk"): float32 partials in a workspace, summed
+in split order, with the bias and activation applied once to the sum, by `_splitk_reduce_kernel`
+or by the tile's last program (FIXUP). Deterministic either way.
+
+`matmul(a, b)` picks the variant (TMA where the operands allow it; persistent for large M,
+split-K for M <= SMALL_M) and the tile configuration (autotuned per (M, N, K); for split-K, the
+tile and split timed among a few launches on the GPU it runs on); `variant=` and `config=`
+override both.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
+from . import _tuning
 from ._checks import output, require_dtype, require_tensor
 
 try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
@@ -39,16 +47,19 @@ except ImportError:  # pragma: no cover - older Triton
 
 DTYPES = (torch.float16, torch.bfloat16)
 ACTIVATIONS = (None, "relu", "gelu")
-VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent")
+VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent", "tma_splitk")
 
 # The variants `matmul` uses when the operands allow TMA (Hopper or newer, aligned): persistent
 # TMA for M > SMALL_M (on the H100, 1.00-1.07x cuBLAS at 4096^3-8192^3 against 0.95-0.97x one
-# tile per program); one 64-row tile per program for M <= SMALL_M, whose GEMMs stream B from
-# DRAM: two 112 KB programs then share each SM and keep twice the bytes in flight that one
-# persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS against 0.82x persistent). And
-# when TMA cannot take the operands, pointer loads.
+# tile per program); for M <= SMALL_M, whose GEMMs stream B from DRAM, one tile per program with
+# the reduction split over SPLIT_K programs where the tiles alone would leave SMs short of bytes
+# in flight ("tma_splitk", see _splitk_space). "tma" is the unsplit one-tile-per-program launch
+# that was the small-M default before split-K: two 112 KB programs share each SM and keep twice
+# the bytes in flight that one persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS
+# against 0.82x persistent), yet M=128, N=4096 (128 tiles of 64 x 64 on 132 SMs) stayed at
+# 0.80-0.84x. And when TMA cannot take the operands, pointer loads.
 DEFAULT_VARIANT = "tma_persistent"
-SMALL_M_VARIANT = "tma"
+SMALL_M_VARIANT = "tma_splitk"
 FALLBACK_VARIANT = "pointer"
 
 
@@ -202,15 +213,21 @@ def _matmul_tma_kernel(
     b_desc,  # descriptor of B, K x N row-major, block [BLOCK_K, BLOCK_N]; when B_TRANS, of the
              # (N, K) row-major tensor whose .T is B, block [BLOCK_N, BLOCK_K]
     c_desc,  # descriptor of C, M x N row-major, block [BLOCK_M, BLOCK_N]
+    ws_ptr,  # *out* split_k x M x N float32 partial sums when SPLIT, else any pointer
+    counts_ptr,  # *inout* int32 per tile, zeros, when FIXUP (left zeros), else any pointer
     bias_ptr,  # *in* N (any dtype), or any pointer when HAS_BIAS is False
     M,  # rows of A and C
     N,  # columns of B and C
     K,  # the reduction length
+    split_k,  # programs sharing one tile's reduction (program_id(1)); 1 unless SPLIT
     OPERAND_DTYPE: tl.constexpr,  # the operands' dtype name: descriptors carry no dtype the
                                   # autotuner can key on, so fp16 and bf16 would share a config
     B_TRANS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
+    SPLIT: tl.constexpr,  # split_k > 1: reduce one K-slice, write float32 partials to ws_ptr
+    FIXUP: tl.constexpr,  # with SPLIT: the last program of a tile sums its partials (no reduce
+                          # kernel)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -219,12 +236,21 @@ def _matmul_tma_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
+    if SPLIT:
+        # Whole BLOCK_K steps per slice, the last slice shorter (or empty: its partial is zeros);
+        # the descriptor's zero padding covers a K that no step divides.
+        per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), split_k) * BLOCK_K
+        k_first = tl.program_id(1) * per_split
+        k_last = tl.minimum(k_first + per_split, K)
+    else:
+        k_first = 0
+        k_last = K
     for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
         pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(k_first, k_last, BLOCK_K):
             a = a_desc.load([off_m, k0])
             if B_TRANS:
                 b = tl.trans(b_desc.load([off_n, k0]))
@@ -232,9 +258,228 @@ def _matmul_tma_kernel(
                 b = b_desc.load([k0, off_n])
             acc = tl.dot(a, b, acc)
         offs_n = off_n + tl.arange(0, BLOCK_N)
-        acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
-        # The TMA store clips the rows and columns past M and N.
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        if SPLIT:
+            # Partial sums stay float32 (and mostly in L2) until _splitk_reduce_kernel or the
+            # fixup below sums them and applies the epilogue once to the sum.
+            offs_m = off_m + tl.arange(0, BLOCK_M)
+            rows = offs_m[:, None].to(tl.int64)  # int64: split x M x N may pass 2**31 elements
+            ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+            tl.store(ws_ptr + (rows + tl.program_id(1) * M) * N + offs_n[None, :], acc, mask=ok)
+            if FIXUP:
+                # The tile's programs count themselves in once their partial is stored (the
+                # barrier: every thread's stores before the one atomic; acq_rel at GPU scope:
+                # they are visible to whoever counts in after). The last to arrive sums all the
+                # partials in split order, as the reduce kernel would (the same bits whichever
+                # program is last), through L2 (.cg: no stale L1 line), and resets the count.
+                tl.debug_barrier()
+                arrived = tl.atomic_add(counts_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
+                if arrived == split_k - 1:
+                    ws = ws_ptr + rows * N + offs_n[None, :]
+                    acc = tl.load(ws, mask=ok, other=0.0, cache_modifier=".cg")
+                    for split in range(1, split_k):
+                        acc += tl.load(ws_ptr + (rows + split * M) * N + offs_n[None, :],
+                                       mask=ok, other=0.0, cache_modifier=".cg")
+                    acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+                    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+                    tl.atomic_xchg(counts_ptr + tile_id, 0, sem="relaxed", scope="gpu")
+        else:
+            acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+            # The TMA store clips the rows and columns past M and N.
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def _splitk_reduce_kernel(
+    ws_ptr,  # *in* SPLIT_K x M x N float32 partial sums, contiguous
+    bias_ptr,  # *in* N (any dtype), or any pointer when HAS_BIAS is False
+    c_ptr,  # *out* M x N, strides (stride_cm, stride_cn)
+    M,  # rows of C
+    N,  # columns of C
+    stride_cm, stride_cn,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,  # "", "relu" or "gelu"
+    SPLIT_K: tl.constexpr,  # partials to sum: a constexpr, so that all their loads issue at once
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # Sums the partials in split order (deterministic: the same bits every run), then the
+    # epilogue on the fp32 sum and the one rounding to C's dtype, as the unsplit kernel does.
+    offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    rows = offs_m[:, None].to(tl.int64)  # int64: split x M x N may pass 2**31 elements
+    acc = tl.load(ws_ptr + rows * N + offs_n[None, :], mask=ok, other=0.0)
+    for split in tl.static_range(1, SPLIT_K):
+        acc += tl.load(ws_ptr + (rows + split * M) * N + offs_n[None, :], mask=ok, other=0.0)
+    acc = _epilogue(acc, bias_ptr, offs_n, N, HAS_BIAS, ACTIVATION)
+    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=ok)
+
+
+# --- split-K (variant "tma_splitk") -------------------------------------------------------------
+#
+# A small-M GEMM reads B (K x N, 32-112 MB in the LLM shapes) once from DRAM; its speed is the
+# bytes each SM keeps in flight. At M=128, N=4096 the 64 x 64 tiles are 128 programs, one per SM
+# on 132 SMs, and a deeper pipeline per program is capped by shared memory. Splitting each tile's
+# reduction over SPLIT_K programs (program_id(1)) multiplies the programs without shrinking the
+# tiles: more SMs busy, or two programs per SM, each streaming its own K-slice of B. Each writes
+# a float32 partial tile to a split x M x N workspace (M=128, N=4096: 2 MB per split, which stays
+# in the 50 MB L2); _splitk_reduce_kernel (or, FIXUP, the tile's last program) sums the partials
+# in split order, applies bias and activation once and rounds once (deterministic, unlike
+# float32 atomics). Its cost, a read of split x M x N x 4 bytes and a second launch (or a
+# zeroed count per tile), is what the split must win back, so the choice is timed on the GPU it
+# runs on (reference_kernels/_tuning.py) among a few candidates.
+
+# Not yet measured on a GPU (written without one): bench/sweep_matmul_smallm.py times every
+# launch below (and EXTRA_TILES, and FIXUP both ways) against cuBLAS on the H100 and H200. Once
+# its numbers are in: keep in SPLITK_TILES the tiles that are best or near it on some shape and
+# order them so that the first is the best untimed guess (_splitk_space's first launch serves
+# GEMMs under _tuning.TUNE_MIN_BYTES, and graph captures of never-timed shapes); set SPLITK_FIXUP
+# to the reduction that wins; set SMALL_M_VARIANT back to "tma" if no split launch beats it; and
+# raise test_matmul_llm_shapes_speed's perf_target once the default rows clear it.
+
+# Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps). The first
+# two are the unsplit small-M group's best of _matmul_configs (64 x 64 x 128: 4 stages x 32 KB;
+# 64 x 128 x 64, which fits twice per SM).
+# 128 x 64 and 128 x 128 read each B tile once (64-row tiles read it twice, once per 64 rows of
+# M=128, from L2 when the two programs run together) and the whole A (1 MB at K=4096) from L2
+# per column of tiles: fewer L2 bytes per DRAM byte, few tiles, made up for by the split.
+SPLITK_TILES = ((64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+                (128, 128, 64, 4, 8))
+# Splits tried, and the BLOCK_K steps each split keeps at least (fewer leave the pipeline's
+# prologue and the partial's store a large share of each program).
+SPLITS = (2, 4, 8)
+MIN_SPLIT_STEPS = 8
+# Shared memory one program may use where the device does not say (Hopper: 227 KB), and what
+# the hardware reserves per resident program besides.
+DEFAULT_SMEM_PER_BLOCK = 227 * 1024
+SMEM_RESERVED_PER_BLOCK = 1024
+
+# Under the interpreter: INTERPRETER_CONFIG's tiles split 2 first (the default of every
+# small-M TMA test: the workspace, the reduce, and K-slices that are empty at K <= 32), then an
+# uneven split of 3 and the unsplit launch.
+INTERPRETER_SPLITK_SPACE = [{**INTERPRETER_CONFIG.all_kwargs(), "SPLIT_K": split}
+                            for split in (2, 3, 1)]
+
+
+@functools.cache
+def _smem_per_block(device: torch.device) -> int:
+    """The shared memory one program may opt into on `device` (Triton's driver query)."""
+    if device.type != "cuda":
+        return DEFAULT_SMEM_PER_BLOCK
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        props = triton.runtime.driver.active.utils.get_device_properties(index)
+        return int(props["max_shared_mem"])
+    except Exception:  # pragma: no cover - a driver without the query
+        return DEFAULT_SMEM_PER_BLOCK
+
+
+def _resident(bm: int, bn: int, bk: int, stages: int, smem_per_block: int) -> int:
+    """Programs of this tile one SM holds at once, by shared memory: `stages` A and B tiles
+    plus the epilogue's C tile, 2 bytes an element (64 x 64 x 128 in 4 stages: 136 KB, one per
+    SM; 64 x 128 x 64 in 4: 112 KB, two)."""
+    smem = stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
+    return max(1, (smem_per_block + SMEM_RESERVED_PER_BLOCK) // (smem + SMEM_RESERVED_PER_BLOCK))
+
+
+def _wave_split(tiles: int, k_steps: int, slots: int, waves: int = 1) -> int:
+    """The largest split of SPLITS (or 1) whose tiles x split programs fit `waves` waves of the
+    GPU's `slots` (SMs x programs resident per SM), each split keeping MIN_SPLIT_STEPS steps:
+    every SM then streams B with all the programs it can hold (M=128, N=4096 on 132 SMs:
+    64 x 128 tiles, two per SM, split 4 into 256 programs)."""
+    ok = [s for s in SPLITS if tiles * s <= waves * slots and k_steps >= MIN_SPLIT_STEPS * s]
+    return max(ok, default=1)
+
+
+def _splitk_cfg(bm, bn, bk, stages, warps, split) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "SPLIT_K": split,
+            "num_stages": stages, "num_warps": warps}
+
+
+def _splitk_space(M: int, N: int, K: int, n_sms: int, *,
+                  smem_per_block: int = DEFAULT_SMEM_PER_BLOCK, every_split: bool = False) -> list:
+    """The launches the split-K path times for an (M, N, K) GEMM (dicts of meta-parameters,
+    SPLIT_K, num_stages, num_warps), first the untimed heuristic: each of SPLITK_TILES at its
+    wave-model split (_wave_split: one wave of resident programs), and unsplit; tiles with more
+    rows than M allows are left out (their MMA would be mostly padding). every_split: every
+    split of SPLITS within two waves instead (for sweeps)."""
+    if interpreting():
+        return [dict(c) for c in INTERPRETER_SPLITK_SPACE]
+    out = []
+    for bm, bn, bk, stages, warps in SPLITK_TILES:
+        if bm > max(64, M):
+            continue
+        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        steps = triton.cdiv(K, bk)
+        slots = n_sms * _resident(bm, bn, bk, stages, smem_per_block)
+        if every_split:
+            splits = [1] + [s for s in SPLITS if tiles * s <= 2 * slots
+                            and steps >= MIN_SPLIT_STEPS * s]
+        else:
+            splits = [_wave_split(tiles, steps, slots), 1]
+        for split in splits:
+            cfg = _splitk_cfg(bm, bn, bk, stages, warps, split)
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+# The split-K launches chosen on this process's GPUs (reports read best_config).
+SPLITK_TUNER = _tuning.LaunchTuner("matmul_splitk")
+
+# How split partials are summed when a launch does not say (its FIXUP): False, by
+# _splitk_reduce_kernel (a second launch, which reads split x M x N x 4 bytes: at M=128, N=4096
+# split 2, 4 MB from L2, about a microsecond plus the launch gap of a CUDA graph); True, by the
+# last of each tile's programs to finish (FIXUP in _matmul_tma_kernel: no second launch, a
+# zeroed int32 count per tile instead). Both are deterministic. The sweep
+# (bench/sweep_matmul_smallm.py) times both.
+SPLITK_FIXUP = False
+
+# Elements per program of the reduce: 16 x 128 float32 per partial (8 KB), 4 warps; M=128,
+# N=4096 gives 256 programs, two per SM.
+REDUCE_BLOCK = (16, 128)
+
+
+def _splitk_meta(config: dict, where: str) -> tuple[dict, int]:
+    """(the TMA kernel's meta-parameters, split) from a launch dict, checked; FIXUP stays in the
+    meta-parameters when given."""
+    meta = dict(config)
+    split = meta.pop("SPLIT_K", 1)
+    if not isinstance(split, int) or isinstance(split, bool) or split < 1:
+        raise ValueError(f"{where}: SPLIT_K={split!r} must be an int >= 1")
+    if not isinstance(meta.get("FIXUP", False), bool):
+        raise ValueError(f"{where}: FIXUP={meta['FIXUP']!r} must be a bool")
+    return meta, split
+
+
+def _matmul_splitk(a, b, bias, activation, out, cfg: dict) -> None:
+    """Launch the TMA kernel one tile per program with its reduction split cfg["SPLIT_K"] ways,
+    then (split > 1, no FIXUP) the reduce that applies the epilogue."""
+    M, K = a.shape
+    N = b.shape[1]
+    meta, split = _splitk_meta(cfg, "matmul")
+    bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    b_trans = _tma_layout(b) == "cols"
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    b_desc = TensorDescriptor.from_tensor(b.T if b_trans else b, [bn, bk] if b_trans else [bk, bn])
+    c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+    bias_arg = bias if bias is not None else out
+    ws = torch.empty((split, M, N), dtype=torch.float32, device=a.device) if split > 1 else out
+    common = dict(HAS_BIAS=bias is not None, ACTIVATION=activation or "")
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    fixup = meta.pop("FIXUP", SPLITK_FIXUP) and split > 1
+    # Zeros per call (a memset, not a cached buffer): launches on two streams cannot share counts.
+    counts = torch.zeros(tiles, dtype=torch.int32, device=a.device) if fixup else ws
+    _matmul_tma_kernel[(tiles, split)](a_desc, b_desc, c_desc, ws, counts, bias_arg, M, N, K,
+                                       split, OPERAND_DTYPE=str(a.dtype).removeprefix("torch."),
+                                       B_TRANS=b_trans, SPLIT=split > 1, FIXUP=fixup, **common,
+                                       **meta)
+    if split > 1 and not fixup:
+        rm, rn = REDUCE_BLOCK
+        _splitk_reduce_kernel[(triton.cdiv(M, rm), triton.cdiv(N, rn))](
+            ws, bias_arg, out, M, N, out.stride(0), out.stride(1), **common,
+            SPLIT_K=split, BLOCK_M=rm, BLOCK_N=rn, num_warps=4)
 
 
 def _autotune_kwargs() -> dict:
@@ -363,8 +608,9 @@ def _check_config(config, where: str) -> dict:
 def matmul_kernel_for(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None,
                       out: torch.Tensor | None = None):
     """The autotuned kernel `matmul(a, b, variant=variant, out=out)` launches (for its chosen
-    config)."""
-    return _AUTOTUNED[_choose_variant(a, b, out, variant)]
+    config); for "tma_splitk" the LaunchTuner whose best_config is the launch last chosen."""
+    chosen = _choose_variant(a, b, out, variant)
+    return SPLITK_TUNER if chosen == "tma_splitk" else _AUTOTUNED[chosen]
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None,
@@ -376,7 +622,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     fp32 accumulator, then rounded once to the output dtype (a's). variant: one of VARIANTS
     (default: DEFAULT_VARIANT, or SMALL_M_VARIANT for M <= SMALL_M, where TMA can take the
     operands, else FALLBACK_VARIANT). config: a
-    triton.Config with BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M to launch instead of autotuning.
+    triton.Config with BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M (and for "tma_splitk" optionally
+    SPLIT_K, default 1, and FIXUP, default SPLITK_FIXUP) to launch instead of autotuning.
     """
     out = _check_operands(a, b, bias, activation, out, "matmul")
     M, K = a.shape
@@ -384,6 +631,21 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     if M == 0 or N == 0:
         return out
     chosen = _choose_variant(a, b, out, variant)
+    if config is not None:
+        cfg = _check_config(config, "matmul")
+        if {"SPLIT_K", "FIXUP"} & set(cfg) and chosen != "tma_splitk":
+            raise ValueError(f"matmul: SPLIT_K and FIXUP are parameters of variant 'tma_splitk', "
+                             f"not of {chosen!r}")
+    if chosen == "tma_splitk":
+        if config is None:
+            b_trans = _tma_layout(b) == "cols"
+            space = _splitk_space(M, N, K, _sm_count(a.device),
+                                  smem_per_block=_smem_per_block(a.device))
+            cfg = SPLITK_TUNER.choose(
+                a.device, (M, N, K, a.dtype, b_trans), space,
+                lambda c: _matmul_splitk(a, b, bias, activation, out, c), matmul_bytes(a, b))
+        _matmul_splitk(a, b, bias, activation, out, cfg)
+        return out
     persistent = chosen.endswith("persistent")
     n_sms = _sm_count(a.device)
 
@@ -399,8 +661,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
         a_desc = TensorDescriptor.from_tensor(a, [16, 16])
         b_desc = TensorDescriptor.from_tensor(b.T if b_trans else b, [16, 16])
         c_desc = TensorDescriptor.from_tensor(out, [16, 16])
-        args = (a_desc, b_desc, c_desc, bias_arg, M, N, K)
-        common.update(OPERAND_DTYPE=str(a.dtype).removeprefix("torch."), B_TRANS=b_trans)
+        args = (a_desc, b_desc, c_desc, out, out, bias_arg, M, N, K, 1)
+        common.update(OPERAND_DTYPE=str(a.dtype).removeprefix("torch."), B_TRANS=b_trans,
+                      SPLIT=False, FIXUP=False)
         kernel = _matmul_tma_kernel
     else:
         args = (a, b, out, bias_arg, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
@@ -409,7 +672,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     if config is None:
         _AUTOTUNED[chosen][grid](*args, **common)
     else:
-        meta = {**common, **_check_config(config, "matmul")}
+        meta = {**common, **cfg}
         if chosen.startswith("tma"):
             _set_tma_block_shapes({"a_desc": args[0], "b_desc": args[1], "c_desc": args[2], **meta})
         kernel[grid(meta)](*args, **meta)

@@ -165,7 +165,7 @@ def test_matmul_tma_rejects_unaligned_operands(make_tensor):
 EVERY_CONFIG_SHAPES = [(257, 136, 200), (1, 72, 40)]
 
 
-@pytest.mark.parametrize("variant", mm.VARIANTS)
+@pytest.mark.parametrize("variant", sorted(mm._AUTOTUNED))
 def test_matmul_every_config(make_tensor, triton_device, variant):
     # Autotuning tests one config per shape; each config the autotuner holds (on a GPU all six
     # of _matmul_configs, pruned ones included; under the interpreter its one config) must be
@@ -183,12 +183,15 @@ def test_matmul_configs_fit_hopper_shared_memory():
     # A config that overflows shared memory fails only on the GPU; catch it here. Per stage an
     # A and a B tile (2 bytes per element), plus the output tile the TMA epilogue stages.
     smem_limit = 227 * 1024
-    for cfg in mm._matmul_configs():
-        bm, bn, bk = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"], cfg.kwargs["BLOCK_K"]
+    tiles = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_stages)
+             for c in mm._matmul_configs()]
+    tiles += [(bm, bn, bk, stages) for bm, bn, bk, stages, _ in mm.SPLITK_TILES]
+    for bm, bn, bk, stages in tiles:
         for size in (bm, bn, bk):
-            assert size >= 16 and size & (size - 1) == 0, cfg
-        smem = cfg.num_stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
-        assert smem <= smem_limit, f"{cfg}: {smem} bytes of shared memory > {smem_limit}"
+            assert size >= 16 and size & (size - 1) == 0, (bm, bn, bk)
+        smem = stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
+        assert smem <= smem_limit, f"{(bm, bn, bk, stages)}: {smem} bytes of shared memory > " \
+                                   f"{smem_limit}"
 
 
 @pytest.mark.parametrize("m", [1, 128, 256, 257, 8192])
@@ -204,6 +207,141 @@ def test_matmul_pruning_times_nothing_for_small_gemms():
     for m in (1, 257):
         kept = mm._prune_configs(mm._matmul_configs(), {"M": m, "N": 64, "K": 64})
         assert len(kept) == 1 and (kept[0].kwargs["BLOCK_M"] <= 64) == (m <= mm.SMALL_M)
+
+
+# --- split-K (variant "tma_splitk") ------------------------------------------------------------
+
+
+def _split_cfg(split, fixup=False, bm: int = 32, bn: int = 32, bk: int = 32) -> triton.Config:
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 2,
+                          "SPLIT_K": split, "FIXUP": fixup}, num_warps=4, num_stages=1)
+
+
+FIXUPS = [pytest.param(False, id="reduce_kernel"), pytest.param(True, id="fixup")]
+
+
+# (M, N, K, SPLIT_K) over 32-wide tiles: odd M, N and K crossing tile edges (N and K multiples
+# of 8 for TMA); K of 136 = 5 steps of 32 split 2 (3 + 2 steps) or 3 (2 + 2 + 1), 200 = 7 steps
+# split 4 (2 + 2 + 2 + 1), 40 = 2 steps split 4 (two slices empty: zero partials), 8 = one step
+# split 5. On a GPU, an LLM-like shape with the GPU's tiles.
+# split, then the epilogue (bias, activation): each case its own, all five combinations covered.
+SPLITK_CASES = [(100, 72, 136, 2, True, "gelu"), (33, 40, 136, 3, True, "relu"),
+                (65, 96, 200, 4, False, "gelu"), (7, 48, 40, 4, True, None),
+                (1, 8, 8, 5, False, None)]
+
+
+@pytest.mark.parametrize("fixup", FIXUPS)
+@pytest.mark.parametrize("b_transposed", [False, True], ids=["b_rows", "b_transposed"])
+@pytest.mark.parametrize("case", SPLITK_CASES,
+                         ids=lambda c: "x".join(map(str, c[:4])) + f"-{c[4] and 'bias'}-{c[5]}")
+def test_matmul_splitk(make_tensor, triton_device, case, b_transposed, fixup):
+    # The epilogue runs once, on the sum of the partials: bias added split times, or relu/gelu
+    # applied to a partial, would fail here (partials of both signs; bias of order one).
+    _need_variant("tma_splitk", triton_device)
+    m, n, k, split, with_bias, activation = case
+    a, b, bias = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16,
+                               b_transposed=b_transposed, bias=with_bias)
+    out = make_tensor((m, n), torch.float16, poison=True)
+    matmul(a, b, bias=bias, activation=activation, out=out, variant="tma_splitk",
+           config=_split_cfg(split, fixup))
+    _check(out, a, b, bias, activation)
+
+
+@pytest.mark.skipif(interpreting(), reason="GPU tile sizes")
+@pytest.mark.parametrize("fixup", FIXUPS)
+@pytest.mark.parametrize("split", [1, 2, 4, 8])
+def test_matmul_splitk_gpu_tiles(make_tensor, split, fixup):
+    # The GPU's split-K tiles at an M=128 shape with K = 4104: 33 steps of 128 (or 65 of 64),
+    # no split dividing them; each launch twice (the fixup's counts must be left at zero).
+    a, b, bias = matmul_inputs(make_tensor, 128, 1032, 4104, dtype=torch.float16, bias=True)
+    for bm, bn, bk, stages, warps in mm.SPLITK_TILES:
+        cfg = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                             "SPLIT_K": split, "FIXUP": fixup}, num_warps=warps,
+                            num_stages=stages)
+        for _ in range(2):
+            out = make_tensor((128, 1032), torch.float16, poison=True)
+            matmul(a, b, bias=bias, activation="gelu", out=out, variant="tma_splitk", config=cfg)
+            _check(out, a, b, bias, "gelu")
+
+
+@pytest.mark.parametrize("fixup", FIXUPS)
+def test_matmul_splitk_is_deterministic(make_tensor, triton_device, fixup):
+    # Partials summed in split order, not by atomics: the same bits on every run, and the same
+    # bits from the reduce kernel and the fixup.
+    _need_variant("tma_splitk", triton_device)
+    a, b, _ = matmul_inputs(make_tensor, 33, 40, 200, dtype=torch.float16, dist="heavy",
+                            scale=1e-2)
+    first = matmul(a, b, variant="tma_splitk", config=_split_cfg(4, False))
+    for _ in range(2):
+        assert torch.equal(matmul(a, b, variant="tma_splitk", config=_split_cfg(4, fixup)),
+                           first)
+
+
+@pytest.mark.parametrize("variant", sorted(set(mm._AUTOTUNED) - {"tma_splitk"}))
+def test_matmul_split_k_belongs_to_the_split_variant(make_tensor, triton_device, variant):
+    _need_variant(variant, triton_device)
+    a, b, _ = matmul_inputs(make_tensor, 16, 16, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="SPLIT_K and FIXUP are parameters"):
+        matmul(a, b, variant=variant, config=_split_cfg(2))
+
+
+@pytest.mark.parametrize("split, fixup, match", [
+    (0, False, "SPLIT_K"), (-1, False, "SPLIT_K"), (2.0, False, "SPLIT_K"), (True, False, "SPLIT_K"),
+    (2, 1, "FIXUP"), (2, "yes", "FIXUP")])
+def test_matmul_splitk_rejects_bad_split(make_tensor, triton_device, split, fixup, match):
+    _need_variant("tma_splitk", triton_device)
+    a, b, _ = matmul_inputs(make_tensor, 16, 16, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match=match):
+        matmul(a, b, variant="tma_splitk", config=_split_cfg(split, fixup))
+
+
+def test_matmul_splitk_every_launch(make_tensor, triton_device):
+    # Every launch the split-K path may time (on a GPU every split of the sweep's space, under
+    # the interpreter its three), at shapes that cross every tile's edges, into a re-poisoned
+    # output.
+    _need_variant("tma_splitk", triton_device)
+    # (Under the interpreter a smaller first shape: 3 x 4 tiles of 32 still cross every edge.)
+    shapes = [(65, 104, 200)] + EVERY_CONFIG_SHAPES[1:] if interpreting() else EVERY_CONFIG_SHAPES
+    for m, n, k in shapes:
+        a, b, _ = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16)
+        for cfg in mm._splitk_space(m, n, k, mm._sm_count(a.device), every_split=True):
+            out = make_tensor((m, n), torch.float16, poison=True)
+            mm._matmul_splitk(a, b, None, None, out, cfg)
+            _check(out, a, b)
+
+
+def test_matmul_splitk_space_follows_the_wave_model(monkeypatch):
+    # The GPU's space on a 132-SM GPU with 227 KB per program: the heuristic first (64 x 64 x
+    # 128 unsplit, the unsplit path's tile); at M=128, N=4096, 64 x 128 tiles (64 of them, two
+    # resident per SM) split 4 into 256 programs, 128 x 128 (32, one per SM) split 4; at
+    # N=14336 (224 and 112 tiles) nothing is split. Every launch keeps MIN_SPLIT_STEPS steps
+    # per split and fits two waves of resident programs, and no tile is taller than M.
+    monkeypatch.setattr(mm, "interpreting", lambda: False)
+    smem = 227 * 1024
+    assert mm._resident(64, 64, 128, 4, smem) == 1 and mm._resident(64, 128, 64, 4, smem) == 2
+    space = mm._splitk_space(128, 4096, 4096, 132, smem_per_block=smem)
+    first = space[0]
+    assert (first["BLOCK_M"], first["BLOCK_N"], first["BLOCK_K"], first["SPLIT_K"]) == \
+        (64, 64, 128, 1)
+    splits = {(c["BLOCK_M"], c["BLOCK_N"]): set() for c in space}
+    for c in space:
+        splits[c["BLOCK_M"], c["BLOCK_N"]].add(c["SPLIT_K"])
+    assert splits == {(64, 64): {1}, (64, 128): {1, 4}, (128, 64): {1, 4}, (128, 128): {1, 4}}
+    assert {c["SPLIT_K"] for c in mm._splitk_space(128, 14336, 4096, 132)} == {1}
+    for m, n, k in [(128, 4096, 4096), (128, 14336, 4096), (128, 4096, 14336), (16, 4096, 4096),
+                    (256, 1024, 512)]:
+        for every in (False, True):
+            space = mm._splitk_space(m, n, k, 132, smem_per_block=smem, every_split=every)
+            assert space and len(space) == len({str(c) for c in space})
+            assert len(space) <= (16 if every else 2 * len(mm.SPLITK_TILES))
+            for c in space:
+                bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
+                tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+                slots = 132 * mm._resident(bm, bn, bk, c["num_stages"], smem)
+                assert bm <= max(64, m)
+                if c["SPLIT_K"] > 1:
+                    assert tiles * c["SPLIT_K"] <= (2 if every else 1) * slots
+                    assert triton.cdiv(k, bk) >= mm.MIN_SPLIT_STEPS * c["SPLIT_K"]
 
 
 # --- negative controls: assert_close must reject these kernels ----------------------------
@@ -240,3 +378,43 @@ def test_every_config_check_names_the_config_wrong_only_at_some_shapes(make_tens
         assert ("config 1 of 2: BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=4, num_stages=1\n"
                 "    AssertionError: Tensors are not close") in text
         assert text.endswith("passed: config 0 of 2")
+
+
+@pytest.mark.parametrize("bug", [None, "drops_last_partial", "no_bias", "sums_partial_twice",
+                                 "fixup", "fixup_count_starts_at_one"])
+def test_control_splitk_reduce(make_tensor, triton_device, bug):
+    # The split-K tests' check must see a reduce that loses a K-slice, skips the epilogue's bias
+    # or counts a slice twice, and a fixup whose count does not start at zero (a tile's second
+    # last program sums before the last partial is written): the real TMA kernel's partials,
+    # then the reduce launched wrong (bug None or "fixup": launched right, and the check passes).
+    _need_variant("tma_splitk", triton_device)
+    m, n, k, split = 65, 96, 200, 4
+    a, b, bias = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16, bias=True)
+    out = make_tensor((m, n), torch.float16, poison=True)
+    bm = bn = bk = 32
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    ws = torch.full((split, m, n), float("nan"), dtype=torch.float32, device=a.device)
+    fixup = bug is not None and bug.startswith("fixup")
+    counts = torch.full((tiles,), int(bug == "fixup_count_starts_at_one"), dtype=torch.int32,
+                        device=a.device)
+    descs = (mm.TensorDescriptor.from_tensor(a, [bm, bk]),
+             mm.TensorDescriptor.from_tensor(b, [bk, bn]),
+             mm.TensorDescriptor.from_tensor(out, [bm, bn]))
+    mm._matmul_tma_kernel[(tiles, split)](
+        *descs, ws, counts, bias, m, n, k, split, OPERAND_DTYPE="float16", B_TRANS=False,
+        HAS_BIAS=True, ACTIVATION="", SPLIT=True, FIXUP=fixup, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=bk, GROUP_M=2, num_warps=4, num_stages=1)
+    if not fixup:
+        if bug == "sums_partial_twice":
+            ws[1] += ws[0]
+        reduce_split = split - 1 if bug == "drops_last_partial" else split
+        mm._splitk_reduce_kernel[(triton.cdiv(m, 16), triton.cdiv(n, 32))](
+            ws, bias, out, m, n, out.stride(0), out.stride(1), HAS_BIAS=bug != "no_bias",
+            ACTIVATION="", SPLIT_K=reduce_split, BLOCK_M=16, BLOCK_N=32, num_warps=4)
+    if bug in (None, "fixup"):
+        _check(out, a, b, bias)
+        if fixup:
+            assert not counts.any()  # left at zero for the next launch
+        return
+    with pytest.raises(AssertionError):
+        _check(out, a, b, bias)

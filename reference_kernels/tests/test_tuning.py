@@ -46,6 +46,23 @@ def test_the_fastest_candidate_is_chosen_once_per_device_and_key(fake_gpu):
     assert tuner.choose("gpu0", ("w", 2), SPACE, None, BIG)["id"] == 0  # another key too
 
 
+def test_a_graph_capture_replays_the_eager_choice(fake_gpu, monkeypatch):
+    # Inside a CUDA-graph capture nothing is timed: a key chosen before keeps its choice (the
+    # perf tests time short kernels as graph replays of what the eager calls chose); a key never
+    # timed takes the heuristic.
+    tuner = _tuning.LaunchTuner("k")
+    fake_gpu.ms.update({0: 1.0, 1: 0.5, 2: 0.7})
+    assert tuner.choose("gpu0", ("w",), SPACE, None, BIG)["id"] == 1
+    monkeypatch.setattr(_tuning, "_may_time", lambda device, nbytes: False)
+    monkeypatch.setattr(_tuning, "_capturing", lambda device: True)
+    assert tuner.choose("gpu0", ("w",), SPACE, None, BIG)["id"] == 1
+    assert tuner.configs_timings == {"id: 0": 1.0, "id: 1": 0.5, "id: 2": 0.7}
+    assert tuner.choose("gpu0", ("v",), SPACE, None, BIG)["id"] == 0
+    monkeypatch.setattr(_tuning, "_capturing", lambda device: False)  # e.g. PYTEST_TRITON_TUNE=0
+    assert tuner.choose("gpu0", ("w",), SPACE, None, BIG)["id"] == 0
+    assert fake_gpu.timed == [0, 1, 2]
+
+
 def test_small_problems_take_the_heuristic_untimed(fake_gpu):
     tuner = _tuning.LaunchTuner("k")
     fake_gpu.ms.update({0: 1.0, 1: 0.5, 2: 0.7})
