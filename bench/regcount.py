@@ -23,6 +23,13 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 
+class Const:
+    """A string constexpr argument (a plain string in `args` is a type)."""
+
+    def __init__(self, value):
+        self.value = value
+
+
 def _jit(fn):
     """The JITFunction of `fn`, unwrapping autotuners and heuristics."""
     while not isinstance(fn, triton.runtime.JITFunction):
@@ -34,13 +41,17 @@ def resources(fn, args: dict, *, num_warps: int, maxnreg: int | None = None, cc:
               num_stages: int = 3) -> dict:
     """{'regs', 'spill_stores', 'spill_loads', 'shared', 'stack'} of `fn` compiled for sm_`cc`.
 
-    args: for every parameter of fn, a type string ("*fp16", "i32", "fp32") optionally followed
-    by ":D" (16-divisible), or a constexpr value (int, bool, None)."""
+    args: for every parameter of fn, a type string ("*fp16", "i32", "fp32",
+    "tensordesc<fp16[64, 128]>") optionally followed by ":D" (16-divisible), or a constexpr value
+    (int, bool, None, or a string wrapped in Const)."""
     fn = _jit(fn)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         spec = args[name]
-        if isinstance(spec, str):
+        if isinstance(spec, Const):
+            signature[name] = "constexpr"
+            constexprs[name] = spec.value
+        elif isinstance(spec, str):
             ty, _, flag = spec.partition(":")
             signature[name] = ty
             if flag == "D":
@@ -64,6 +75,7 @@ def resources(fn, args: dict, *, num_warps: int, maxnreg: int | None = None, cc:
     for key, pat in (("regs", r"REG:(\d+)"), ("stack", r"STACK:(\d+)"), ("shared", r"SHARED:(\d+)")):
         m = re.search(pat, text)
         out[key] = int(m.group(1)) if m else None
+    out["smem"] = kernel.metadata.shared  # bytes the launch asks for (static + pipelined buffers)
     ptx = kernel.asm.get("ptx", "")
     out["local_ld"] = ptx.count("ld.local")
     out["local_st"] = ptx.count("st.local")

@@ -6,8 +6,9 @@
 At the LLM shapes of test_matmul_llm_shapes_speed with M in (128, 1024), N x K in (4096 x 4096,
 14336 x 4096, 4096 x 14336), times in fp16:
 
-  M=128   the default (matmul(a, b): variant tma_splitk, its launch chosen by timing
-          _splitk_space), the old default (variant tma: the autotuned unsplit 64-row tiles), every
+  M=128   the default (matmul(a, b): variant tma, the autotuned unsplit 64-row tiles), the
+          split-K variant as matmul(variant="tma_splitk") runs it (its launch chosen by timing
+          _splitk_space), every
           launch of _splitk_space(every_split=True) (each of SPLITK_TILES at split 1 and every
           split in 1-2 waves; the split ones both with the reduce kernel and with the in-kernel
           fixup, "+fx"), and EXTRA_TILES (128-row tiles with BLOCK_N 32 or 64, deeper or
@@ -95,9 +96,10 @@ def _as_config(launch: dict) -> triton.Config:
 
 
 def candidates_m128(m, n, k) -> list:
-    """(variant, config) pairs at a small-M shape: the default, the old default, every split-K
-    launch of the space, and EXTRA_TILES unsplit and at their wave-model split."""
-    out = [(None, None), ("tma", None)]
+    """(variant, config) pairs at a small-M shape: the default (tma), tma_splitk with its timed
+    choice, every split-K launch of the space, and EXTRA_TILES unsplit and at their wave-model
+    split."""
+    out = [(None, None), ("tma_splitk", None)]
     sms, smem = mm._sm_count(sc.DEVICE), mm._smem_per_block(sc.DEVICE)
     space = mm._splitk_space(m, n, k, sms, smem_per_block=smem, every_split=True)
     out += [("tma_splitk", _as_config({**c, "FIXUP": False})) for c in space]

@@ -51,15 +51,16 @@ VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent", "tma_split
 
 # The variants `matmul` uses when the operands allow TMA (Hopper or newer, aligned): persistent
 # TMA for M > SMALL_M (on the H100, 1.00-1.07x cuBLAS at 4096^3-8192^3 against 0.95-0.97x one
-# tile per program); for M <= SMALL_M, whose GEMMs stream B from DRAM, one tile per program with
-# the reduction split over SPLIT_K programs where the tiles alone would leave SMs short of bytes
-# in flight ("tma_splitk", see _splitk_space). "tma" is the unsplit one-tile-per-program launch
-# that was the small-M default before split-K: two 112 KB programs share each SM and keep twice
-# the bytes in flight that one persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS
-# against 0.82x persistent), yet M=128, N=4096 (128 tiles of 64 x 64 on 132 SMs) stayed at
-# 0.80-0.84x. And when TMA cannot take the operands, pointer loads.
+# tile per program); for M <= SMALL_M, whose GEMMs stream B from DRAM, one tile per program
+# ("tma"): two 112 KB programs share each SM and keep twice the bytes in flight that one
+# persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS against 0.82x persistent), yet
+# M=128, N=4096 (128 tiles of 64 x 64 on 132 SMs) stays at 0.80-0.84x. "tma_splitk" splits the
+# reduction over SPLIT_K programs where the tiles alone leave SMs short of bytes in flight (see
+# _splitk_space); it becomes SMALL_M_VARIANT once bench/sweep_matmul_smallm.py has measured it
+# on the H100 and H200 (not yet: it was written without a GPU, and only its correctness is
+# tested, under the interpreter). And when TMA cannot take the operands, pointer loads.
 DEFAULT_VARIANT = "tma_persistent"
-SMALL_M_VARIANT = "tma_splitk"
+SMALL_M_VARIANT = "tma"
 FALLBACK_VARIANT = "pointer"
 
 
@@ -335,7 +336,7 @@ def _splitk_reduce_kernel(
 # its numbers are in: keep in SPLITK_TILES the tiles that are best or near it on some shape and
 # order them so that the first is the best untimed guess (_splitk_space's first launch serves
 # GEMMs under _tuning.TUNE_MIN_BYTES, and graph captures of never-timed shapes); set SPLITK_FIXUP
-# to the reduction that wins; set SMALL_M_VARIANT back to "tma" if no split launch beats it; and
+# to the reduction that wins; set SMALL_M_VARIANT to "tma_splitk" if a split launch wins; and
 # raise test_matmul_llm_shapes_speed's perf_target once the default rows clear it.
 
 # Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps). The first
