@@ -12,6 +12,22 @@ below the diagonal need no mask and run in a first loop; only the few blocks on 
 (and a sequence tail shorter than BLOCK_N) run in a second, masked loop; blocks above the
 diagonal are skipped.
 
+Two source-level options of the inner loop, constexpr flags a config may set (off in the tuned
+configs until bench/sweep_attention.py shows where they pay; each is exact up to rounding):
+- PIPELINE: software pipelining by hand. Each step issues the next key block's Q K^T before this
+  block's softmax and P V, so that the next scores' asynchronous wgmma can run under this
+  block's exponentials (FlashAttention-3's intra-warpgroup overlap; Triton 3.6 has no warp
+  specialization on Hopper). The cost: two score tiles live at once (64 more registers a thread
+  for 128 x 128 over 8 warps). The first block's scores are a prologue and the last block (the
+  only one that may cross S) a masked epilogue that prefetches nothing, so no Q K^T is wasted;
+  the causal split into an unmasked loop and a masked diagonal loop stays.
+- LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator and row sum are rescaled
+  only when some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale
+  maximum stays, p stays <= 2**8 and the final acc / l cancels it.
+Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
+into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
+fp16/bf16.
+
 Two variants of one algorithm: `_attention_kernel` loads through pointers (any strides);
 `_attention_tma_kernel` (Hopper, Triton >= 3.4) loads Q, K and V blocks through host-side TMA
 descriptors over their contiguous (B*H*S, D) views.
@@ -37,6 +53,9 @@ DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = 1.4426950408889634
 VARIANTS = ("pointer", "tma")
+# LAZY_RESCALE's threshold, in log2 units of the scores: a stale row maximum at most 8 below the
+# true one keeps p <= 256, within fp16's range and at its full relative precision (FA4's value).
+RESCALE_THRESHOLD = tl.constexpr(8.0)
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
 # they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
@@ -136,6 +155,79 @@ def _key_ranges(
 
 
 @triton.jit
+def _load_block(
+    src,  # TMA: a descriptor over (B*H*S) x HEAD_DIM; else a BLOCK_N x HEAD_DIM pointer tile
+    kv_row,  # TMA: the row of key 0 of this (batch, head) in the descriptor
+    stride_n,  # pointers: the key stride
+    start_n,  # the block's first key
+    k_ok,  # BLOCK_N: the block's keys < S (pointers, MASKED)
+    MASKED: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    if TMA:
+        # Past S the 2-D view reads the next head's keys, or zeros past the tensor's end: their
+        # scores are masked, so their p is 0 and their values add nothing.
+        x = src.load([kv_row + start_n, 0])
+    elif MASKED:
+        x = tl.load(src + start_n * stride_n, mask=k_ok[:, None], other=0.0)
+    else:
+        x = tl.load(src + start_n * stride_n)
+    return x
+
+
+@triton.jit
+def _softmax_step(
+    acc, m_i, l_i,  # running accumulator (BLOCK_M x HEAD_DIM), row maximum and row sum (BLOCK_M)
+    s,  # BLOCK_M x BLOCK_N raw scores q k^T of the block's keys
+    v,  # BLOCK_N x HEAD_DIM values of the block's keys
+    keys,  # BLOCK_N key positions
+    offs_m,  # BLOCK_M query positions
+    S,  # the sequence length
+    qk_scale,  # sm_scale * log2(e)
+    MASKED: tl.constexpr,  # mask keys >= S and, when CAUSAL, keys after the query
+    CAUSAL: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,  # rescale only when a row maximum grows past RESCALE_THRESHOLD
+):
+    if MASKED:
+        visible = (keys < S)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= offs_m[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    # qk_scale > 0, so the row maximum of the scaled scores is the scaled row maximum: one
+    # multiply per row here and one FMA per score below (s * qk_scale - m), where scaling first
+    # would cost a multiply per score more. Every row sees a finite score in its first block
+    # (key 0 is visible to all queries), so m_new is finite from then on and a fully masked
+    # block gives p = 0, alpha = 1.
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    if LAZY_RESCALE:
+        # Keep the stale maximum unless some row's grew by more than RESCALE_THRESHOLD: then
+        # p <= 2**RESCALE_THRESHOLD, l and acc are sums against that same stale m, and the final
+        # acc / l cancels it, so the result is exact up to rounding (fp16 and bf16 carry the
+        # same relative precision at 256 as at 1). One branch for the whole tile (Triton has no
+        # warp-uniform branch): a cross-warp max and a barrier per block, against the skipped
+        # BLOCK_M x HEAD_DIM multiply of acc and the exp2 of alpha in most blocks (past the first
+        # few blocks of a row its maximum rarely grows by 2**8). The first block always rescales
+        # (m_i = -inf, alpha = 0).
+        if tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD:
+            alpha = tl.math.exp2(m_i - m_new)
+            acc = acc * alpha[:, None]
+            l_i = l_i * alpha
+            m_i = m_new
+        p = tl.math.exp2(s * qk_scale - m_i[:, None])
+        l_i = l_i + tl.sum(p, 1)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    else:
+        p = tl.math.exp2(s * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        # Rescale, then accumulate in the tensor-core product itself (no separate add of a
+        # BLOCK_M x HEAD_DIM product tile).
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
 def _attention_block(
     acc, m_i, l_i,  # running accumulator (BLOCK_M x HEAD_DIM), row maximum and row sum (BLOCK_M)
     q,  # BLOCK_M x HEAD_DIM query tile
@@ -152,41 +244,92 @@ def _attention_block(
     CAUSAL: tl.constexpr,
     TMA: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     for start_n in range(start, end, BLOCK_N):
         keys = start_n + offs_n
         k_ok = keys < S
-        if TMA:
-            # Past S the 2-D view reads the next head's keys, or zeros past the tensor's end:
-            # their scores are masked below, so their p is 0 and their values add nothing.
-            k = k_src.load([kv_row + start_n, 0])
-            v = v_src.load([kv_row + start_n, 0])
-        elif MASKED:
-            k = tl.load(k_src + start_n * stride_kn, mask=k_ok[:, None], other=0.0)
-            v = tl.load(v_src + start_n * stride_vn, mask=k_ok[:, None], other=0.0)
-        else:
-            k = tl.load(k_src + start_n * stride_kn)
-            v = tl.load(v_src + start_n * stride_vn)
+        k = _load_block(k_src, kv_row, stride_kn, start_n, k_ok, MASKED, TMA)
+        v = _load_block(v_src, kv_row, stride_vn, start_n, k_ok, MASKED, TMA)
         s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded in below
-        if MASKED:
-            visible = k_ok[None, :]
-            if CAUSAL:
-                visible = visible & (keys[None, :] <= offs_m[:, None])
-            s = tl.where(visible, s, float("-inf"))
-        # qk_scale > 0, so the row maximum of the scaled scores is the scaled row maximum: one
-        # multiply per row here and one FMA per score below (s * qk_scale - m), where scaling
-        # first would cost a multiply per score more. Every row sees a finite score in its first
-        # block (key 0 is visible to all queries), so m_new is finite from then on and a fully
-        # masked block gives p = 0, alpha = 1.
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # Rescale, then accumulate in the tensor-core product itself (no separate add of a
-        # BLOCK_M x HEAD_DIM product tile).
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, keys, offs_m, S, qk_scale,
+                                      MASKED, CAUSAL, LAZY_RESCALE)
     return acc, m_i, l_i
+
+
+@triton.jit
+def _pipelined_blocks(
+    acc, m_i, l_i,
+    s,  # raw scores of the block at `start`, computed by the caller
+    q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
+    start, end,  # the blocks [start, end) to consume; the block at `end` exists (end < S)
+    S, qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+):
+    # Each step issues the next block's Q K^T before this block's softmax and P V: its result is
+    # only carried to the next iteration, so the compiler may leave the wgmma in flight across
+    # the exponentials (FlashAttention-3's intra-warpgroup overlap, by hand).
+    for start_n in range(start, end, BLOCK_N):
+        nxt = start_n + BLOCK_N
+        k = _load_block(k_src, kv_row, stride_kn, nxt, (nxt + offs_n) < S, True, TMA)
+        v = _load_block(v_src, kv_row, stride_vn, start_n, offs_n < S, False, TMA)
+        s_next = tl.dot(q, tl.trans(k))
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, start_n + offs_n, offs_m, S,
+                                      qk_scale, MASKED, CAUSAL, LAZY_RESCALE)
+        s = s_next
+    return acc, m_i, l_i, s
+
+
+@triton.jit
+def _attend(
+    q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
+    S, qk_scale,
+    block_m,  # the query block
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PIPELINE: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+):
+    """(acc, l): the unnormalised output rows and their softmax sums, over every visible key."""
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
+    unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
+    if PIPELINE:
+        # Prologue: the first block's scores. The last block (the only one that may cross S)
+        # is peeled off as a masked epilogue that prefetches nothing, so every Q K^T computed is
+        # used: the unmasked loop stops before it, the masked loop (diagonal blocks) runs from
+        # the unmasked end up to it. masked_end >= 1: there is always a last block.
+        last = ((masked_end - 1) // BLOCK_N) * BLOCK_N
+        k = _load_block(k_src, kv_row, stride_kn, 0, offs_n < S, True, TMA)
+        s = tl.dot(q, tl.trans(k))
+        acc, m_i, l_i, s = _pipelined_blocks(acc, m_i, l_i, s, q, k_src, v_src, kv_row,
+                                             stride_kn, stride_vn, offs_m, offs_n, 0,
+                                             tl.minimum(unmasked_end, last), S, qk_scale,
+                                             False, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+        acc, m_i, l_i, s = _pipelined_blocks(acc, m_i, l_i, s, q, k_src, v_src, kv_row,
+                                             stride_kn, stride_vn, offs_m, offs_n, unmasked_end,
+                                             last, S, qk_scale, True, CAUSAL, TMA, BLOCK_N,
+                                             LAZY_RESCALE)
+        keys = last + offs_n
+        v = _load_block(v_src, kv_row, stride_vn, last, keys < S, True, TMA)
+        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, keys, offs_m, S, qk_scale,
+                                      True, CAUSAL, LAZY_RESCALE)
+    else:
+        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                         stride_vn, offs_m, offs_n, 0, unmasked_end, S,
+                                         qk_scale, False, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                         stride_vn, offs_m, offs_n, unmasked_end, masked_end, S,
+                                         qk_scale, True, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+    return acc, l_i
 
 
 @triton.jit
@@ -206,6 +349,8 @@ def _attention_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
+    PIPELINE: tl.constexpr = False,  # issue the next block's Q K^T before this one's softmax
+    LAZY_RESCALE: tl.constexpr = False,  # rescale acc only when a row maximum grows a lot
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -225,16 +370,9 @@ def _attention_kernel(
     k_ptrs = k_ptr + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd
     v_ptrs = v_ptr + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
-    unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs,
-                                     offs_m, offs_n, 0, unmasked_end, S, qk_scale,
-                                     False, CAUSAL, False, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs,
-                                     offs_m, offs_n, unmasked_end, masked_end, S, qk_scale,
-                                     True, CAUSAL, False, BLOCK_N)
+    acc, l_i = _attend(q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs, offs_m, offs_n, S, qk_scale,
+                       block_m, CAUSAL, False, HEAD_DIM, BLOCK_M, BLOCK_N, PIPELINE,
+                       LAZY_RESCALE)
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
@@ -254,6 +392,8 @@ def _attention_tma_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
+    PIPELINE: tl.constexpr = False,  # issue the next block's Q K^T before this one's softmax
+    LAZY_RESCALE: tl.constexpr = False,  # rescale acc only when a row maximum grows a lot
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -266,16 +406,8 @@ def _attention_tma_kernel(
     # Rows past S are the next head's queries (or zeros): computed, never stored.
     q = q_desc.load([row0 + block_m * BLOCK_M, 0])
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
-    unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_desc, v_desc, row0, 0, 0,
-                                     offs_m, offs_n, 0, unmasked_end, S, qk_scale,
-                                     False, CAUSAL, True, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_desc, v_desc, row0, 0, 0,
-                                     offs_m, offs_n, unmasked_end, masked_end, S, qk_scale,
-                                     True, CAUSAL, True, BLOCK_N)
+    acc, l_i = _attend(q, k_desc, v_desc, row0, 0, 0, offs_m, offs_n, S, qk_scale, block_m,
+                       CAUSAL, True, HEAD_DIM, BLOCK_M, BLOCK_N, PIPELINE, LAZY_RESCALE)
     acc = acc / l_i[:, None]
     # A pointer store, masked at S: a TMA store of the 2-D view would spill into the next head.
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
