@@ -52,7 +52,9 @@ def _parse_args():
                    help="seconds of sampling per measurement (the plugin's max_time; default 0.3)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
-    return p.parse_args()
+    # bench/sweep_attention.py imports this module for its helpers: it shares --smoke, --budget
+    # and --max-time and parses options of its own, which are left to it.
+    return p.parse_args() if __name__ == "__main__" else p.parse_known_args()[0]
 
 
 ARGS = _parse_args()
@@ -137,14 +139,17 @@ if SMOKE:
 
 def cfg_str(cfg) -> str:
     """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K; aT/aC: A loaded by TMA or by
-    masked copies); '-' for none."""
+    masked copies; attention's pipe/lazy: PIPELINE, LAZY_RESCALE; r168: maxnreg); '-' for none."""
     if cfg is None:
         return "-"
     kw = cfg.kwargs
     dims = "x".join(str(kw[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kw)
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
-    return f"{dims}{split} s{cfg.num_stages} w{cfg.num_warps}{a_load}"
+    flags = "".join(f" {name}" for key, name in (("PIPELINE", "pipe"), ("LAZY_RESCALE", "lazy"))
+                    if kw.get(key))
+    regs = f" r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""
+    return f"{dims}{split} s{cfg.num_stages} w{cfg.num_warps}{a_load}{flags}{regs}"
 
 
 def _short(exc: BaseException) -> str:
@@ -240,13 +245,13 @@ class Sweep:
         self.rows.append(row)
         print(_line(row), flush=True)
 
-    def write_json(self, summary):
+    def write_json(self, summary, name="sweep_compute.json"):
         out_dir = os.environ.get("OUT")
         if not out_dir:
             return
         payload = {"info": _info(), "elapsed_s": round(self.elapsed(), 1),
                    "skipped_over_budget": self.skipped, "rows": self.rows, "summary": summary}
-        with open(os.path.join(out_dir, "sweep_compute.json"), "w") as f:
+        with open(os.path.join(out_dir, name), "w") as f:
             json.dump(payload, f, indent=1)
 
 
@@ -263,7 +268,7 @@ def _line(row) -> str:
     def num(v, fmt):
         return format(v, fmt) if v is not None else "-"
     return (f"{row['kernel']:9} {row['shape']:26} {row['dtype']:8} {row['variant']:8} "
-            f"{row['config']:22} {num(row['ms'], '8.4f')} ms (torch {num(row['torch_ms'], '.4f')}"
+            f"{row['config']:27} {num(row['ms'], '8.4f')} ms (torch {num(row['torch_ms'], '.4f')}"
             f" {row['method']:6}) {num(row['tflops'], '6.1f')} TF/s {num(row['gbps'], '6.0f')} GB/s"
             f" x{num(row['x_torch'], '5.3f')} err {num(row['max_err'], '.1e')} "
             f"1st {num(row['first_call_s'], '.1f')}s {row['status']}")

@@ -14,16 +14,25 @@ diagonal are skipped.
 
 Two source-level options of the inner loop, constexpr flags a config may set (off in the tuned
 configs until bench/sweep_attention.py shows where they pay; each is exact up to rounding):
-- PIPELINE: software pipelining by hand. Each step issues the next key block's Q K^T before this
-  block's softmax and P V, so that the next scores' asynchronous wgmma can run under this
-  block's exponentials (FlashAttention-3's intra-warpgroup overlap; Triton 3.6 has no warp
-  specialization on Hopper). The cost: two score tiles live at once (64 more registers a thread
-  for 128 x 128 over 8 warps). The first block's scores are a prologue and the last block (the
-  only one that may cross S) a masked epilogue that prefetches nothing, so no Q K^T is wasted;
-  the causal split into an unmasked loop and a masked diagonal loop stays.
-- LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator and row sum are rescaled
-  only when some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale
-  maximum stays, p stays <= 2**8 and the final acc / l cancels it.
+- PIPELINE: FlashAttention-3's intra-warpgroup overlap, by hand (Triton 3.6 has no warp
+  specialization on Hopper). A step takes block j's Q K^T, then issues block j-1's P V, then
+  runs block j's softmax: the exponentials run while that P V's wgmma is in flight. Triton
+  decides what stays in flight (WGMMAPipeline.cpp): a wgmma whose result anything but the next
+  product's accumulator reads in the loop gets wait(0) right after it, and wait(0) drains every
+  wgmma. So the scores, which the softmax reads, are waited for at once; the P V product may stay
+  in flight only because its accumulator is read by nothing else: the rescale of block j-1 is
+  folded into it (acc * alpha, read after the scores' wait), never applied after the softmax
+  (tried: wait(0) after P V, no overlap); P is carried in fp32 and rounded at the product, so
+  it reaches the wgmma from registers (carried as fp16 it went through shared memory, whose
+  single buffer also forced a wait). The cost: P of the previous block stays live (32 more
+  registers a thread at 128 x 128 over 8 warps; Triton 3.9's sm_90 ptxas, D 128: 255
+  registers, causal spills 72-88 bytes; 128 x 64 tiles 207-232, no spills). Block 0's softmax is a prologue and the last
+  block's P V an epilogue; the causal split into an unmasked and a masked loop stays.
+- LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator is multiplied only when
+  some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale maximum stays,
+  p stays <= 2**8 and the final acc / l cancels it. With PIPELINE the branch lands before the
+  scores' wait and P V is waited for at once again (no overlap): the two combine correctly, not
+  profitably.
 Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
 into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
 fp16/bf16.
@@ -176,18 +185,20 @@ def _load_block(
 
 
 @triton.jit
-def _softmax_step(
-    acc, m_i, l_i,  # running accumulator (BLOCK_M x HEAD_DIM), row maximum and row sum (BLOCK_M)
+def _online_softmax(
     s,  # BLOCK_M x BLOCK_N raw scores q k^T of the block's keys
-    v,  # BLOCK_N x HEAD_DIM values of the block's keys
+    m_i, l_i,  # running row maximum (scaled, log2 units) and row sum (BLOCK_M)
     keys,  # BLOCK_N key positions
     offs_m,  # BLOCK_M query positions
     S,  # the sequence length
     qk_scale,  # sm_scale * log2(e)
     MASKED: tl.constexpr,  # mask keys >= S and, when CAUSAL, keys after the query
     CAUSAL: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr,  # rescale only when a row maximum grows past RESCALE_THRESHOLD
+    LAZY_RESCALE: tl.constexpr,  # keep a stale maximum unless one grows past RESCALE_THRESHOLD
 ):
+    """(p, alpha, m, l, rescale): the block's probabilities against the new maximum m, the factor
+    alpha = exp2(m_old - m) the accumulator needs, the new row sum, and whether the accumulator
+    must be multiplied by alpha at all (always, unless LAZY_RESCALE)."""
     if MASKED:
         visible = (keys < S)[None, :]
         if CAUSAL:
@@ -200,31 +211,21 @@ def _softmax_step(
     # block gives p = 0, alpha = 1.
     m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
     if LAZY_RESCALE:
-        # Keep the stale maximum unless some row's grew by more than RESCALE_THRESHOLD: then
+        # Keep the stale maxima unless some row's grew by more than RESCALE_THRESHOLD: then
         # p <= 2**RESCALE_THRESHOLD, l and acc are sums against that same stale m, and the final
         # acc / l cancels it, so the result is exact up to rounding (fp16 and bf16 carry the
-        # same relative precision at 256 as at 1). One branch for the whole tile (Triton has no
-        # warp-uniform branch): a cross-warp max and a barrier per block, against the skipped
-        # BLOCK_M x HEAD_DIM multiply of acc and the exp2 of alpha in most blocks (past the first
-        # few blocks of a row its maximum rarely grows by 2**8). The first block always rescales
-        # (m_i = -inf, alpha = 0).
-        if tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD:
-            alpha = tl.math.exp2(m_i - m_new)
-            acc = acc * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
-        p = tl.math.exp2(s * qk_scale - m_i[:, None])
-        l_i = l_i + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        # same relative precision at 256 as at 1). One decision for the whole tile (Triton has
+        # no warp-uniform branch): a cross-warp max and a barrier per block, against the
+        # skipped BLOCK_M x HEAD_DIM multiply of acc in most blocks (past a row's first few
+        # blocks its maximum rarely grows by 2**8). The first block always rescales (m_i = -inf).
+        rescale = tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD
+        m_new = tl.where(rescale, m_new, m_i)
     else:
-        p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # Rescale, then accumulate in the tensor-core product itself (no separate add of a
-        # BLOCK_M x HEAD_DIM product tile).
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
-    return acc, m_i, l_i
+        rescale = True
+    p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_i, rescale
 
 
 @triton.jit
@@ -252,17 +253,32 @@ def _attention_block(
         k = _load_block(k_src, kv_row, stride_kn, start_n, k_ok, MASKED, TMA)
         v = _load_block(v_src, kv_row, stride_vn, start_n, k_ok, MASKED, TMA)
         s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded in below
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, keys, offs_m, S, qk_scale,
-                                      MASKED, CAUSAL, LAZY_RESCALE)
+        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, keys, offs_m, S, qk_scale,
+                                                      MASKED, CAUSAL, LAZY_RESCALE)
+        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
     return acc, m_i, l_i
+
+
+@triton.jit
+def _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE: tl.constexpr):
+    """acc * alpha + p v: the accumulator rescaled to p's maximum, then the block's P V added in
+    the tensor-core product itself (no separate add of a BLOCK_M x HEAD_DIM product tile)."""
+    if LAZY_RESCALE:
+        if rescale:
+            acc = acc * alpha[:, None]
+        acc = tl.dot(p, v, acc)
+    else:
+        acc = tl.dot(p, v, acc * alpha[:, None])
+    return acc
 
 
 @triton.jit
 def _pipelined_blocks(
     acc, m_i, l_i,
-    s,  # raw scores of the block at `start`, computed by the caller
+    p, alpha, rescale,  # the block before `start`: its probabilities (fp32), whose P V is still
+                        # to add, and the rescale of acc to its maximum
     q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
-    start, end,  # the blocks [start, end) to consume; the block at `end` exists (end < S)
+    start, end,  # the blocks [start, end) whose scores to take; start >= BLOCK_N
     S, qk_scale,
     MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -270,18 +286,22 @@ def _pipelined_blocks(
     BLOCK_N: tl.constexpr,
     LAZY_RESCALE: tl.constexpr,
 ):
-    # Each step issues the next block's Q K^T before this block's softmax and P V: its result is
-    # only carried to the next iteration, so the compiler may leave the wgmma in flight across
-    # the exponentials (FlashAttention-3's intra-warpgroup overlap, by hand).
+    # One step: this block's Q K^T, waited for (its scores feed the softmax); then the previous
+    # block's P V, issued asynchronously; then this block's softmax, whose exponentials run while
+    # that P V is in flight (it is waited for at the next step's Q K^T). Triton's rule for
+    # leaving a wgmma in flight (WGMMAPipeline.cpp): inside the loop its result may feed only the
+    # next product's accumulator, after the loop's first wait(0); the rescale of acc is folded
+    # into that accumulator (acc * alpha of the previous block), never applied after the softmax.
     for start_n in range(start, end, BLOCK_N):
-        nxt = start_n + BLOCK_N
-        k = _load_block(k_src, kv_row, stride_kn, nxt, (nxt + offs_n) < S, True, TMA)
-        v = _load_block(v_src, kv_row, stride_vn, start_n, offs_n < S, False, TMA)
-        s_next = tl.dot(q, tl.trans(k))
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, start_n + offs_n, offs_m, S,
-                                      qk_scale, MASKED, CAUSAL, LAZY_RESCALE)
-        s = s_next
-    return acc, m_i, l_i, s
+        keys = start_n + offs_n
+        k = _load_block(k_src, kv_row, stride_kn, start_n, keys < S, MASKED, TMA)
+        # The previous block is full: only the last block may cross S, and it is never previous.
+        v = _load_block(v_src, kv_row, stride_vn, start_n - BLOCK_N, keys < S, False, TMA)
+        s = tl.dot(q, tl.trans(k))
+        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
+        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, keys, offs_m, S, qk_scale,
+                                                      MASKED, CAUSAL, LAZY_RESCALE)
+    return acc, m_i, l_i, p, alpha, rescale
 
 
 @triton.jit
@@ -303,25 +323,25 @@ def _attend(
     acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
     if PIPELINE:
-        # Prologue: the first block's scores. The last block (the only one that may cross S)
-        # is peeled off as a masked epilogue that prefetches nothing, so every Q K^T computed is
-        # used: the unmasked loop stops before it, the masked loop (diagonal blocks) runs from
-        # the unmasked end up to it. masked_end >= 1: there is always a last block.
-        last = ((masked_end - 1) // BLOCK_N) * BLOCK_N
+        # Prologue: block 0's scores and probabilities (masked: block 0 may be the diagonal or
+        # cross S; accumulator zero, nothing to rescale). Then the unmasked and the masked loop
+        # from block 1, each step adding the previous block's P V; epilogue: the last block's
+        # P V, its values masked as the only block that may cross S.
         k = _load_block(k_src, kv_row, stride_kn, 0, offs_n < S, True, TMA)
         s = tl.dot(q, tl.trans(k))
-        acc, m_i, l_i, s = _pipelined_blocks(acc, m_i, l_i, s, q, k_src, v_src, kv_row,
-                                             stride_kn, stride_vn, offs_m, offs_n, 0,
-                                             tl.minimum(unmasked_end, last), S, qk_scale,
-                                             False, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
-        acc, m_i, l_i, s = _pipelined_blocks(acc, m_i, l_i, s, q, k_src, v_src, kv_row,
-                                             stride_kn, stride_vn, offs_m, offs_n, unmasked_end,
-                                             last, S, qk_scale, True, CAUSAL, TMA, BLOCK_N,
-                                             LAZY_RESCALE)
-        keys = last + offs_n
-        v = _load_block(v_src, kv_row, stride_vn, last, keys < S, True, TMA)
-        acc, m_i, l_i = _softmax_step(acc, m_i, l_i, s, v, keys, offs_m, S, qk_scale,
-                                      True, CAUSAL, LAZY_RESCALE)
+        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, offs_n, offs_m, S, qk_scale,
+                                                      True, CAUSAL, LAZY_RESCALE)
+        acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
+            acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
+            offs_m, offs_n, BLOCK_N, unmasked_end, S, qk_scale, False, CAUSAL, TMA, BLOCK_N,
+            LAZY_RESCALE)
+        acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
+            acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
+            offs_m, offs_n, tl.maximum(unmasked_end, BLOCK_N), masked_end, S, qk_scale, True,
+            CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+        last = ((masked_end - 1) // BLOCK_N) * BLOCK_N  # masked_end >= 1
+        v = _load_block(v_src, kv_row, stride_vn, last, (last + offs_n) < S, True, TMA)
+        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
     else:
         acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
                                          stride_vn, offs_m, offs_n, 0, unmasked_end, S,
