@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 from pytest_triton import assert_close, interpreting, skip_interpreter_gap, tolerance_for
 from reference_kernels.attention import VARIANTS, attention, attention_inputs, attention_reference
@@ -215,8 +216,7 @@ def test_attention_loop_options(make_tensor, triton_device, shape, blocks, optio
            causal)
 
 
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_attention_lazy_rescale_large_logits(make_tensor, causal):
+def _lazy_large_logits(make_tensor, causal):
     # Logits of a few hundred whose row maxima grow block after block by more than the threshold
     # (keys of growing norm): the lazy path must rescale then, or its p overflows.
     q, k = attention_inputs(make_tensor, 1, 2, 70, 64, dtype=torch.float16, scale=4.0)[:2]
@@ -224,4 +224,25 @@ def test_attention_lazy_rescale_large_logits(make_tensor, causal):
     v = make_tensor((1, 2, 70, 64), torch.float16)
     cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "PIPELINE": True, "LAZY_RESCALE": True},
                         num_warps=4, num_stages=2)
-    _check(attention(q, k, v, causal=causal, config=cfg), q, k, v, causal)
+    return attention(q, k, v, causal=causal, config=cfg), q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_lazy_rescale_large_logits(make_tensor, causal):
+    out, q, k, v = _lazy_large_logits(make_tensor, causal)
+    _check(out, q, k, v, causal)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
+def test_control_lazy_rescale_that_never_fires_is_rejected(make_tensor, monkeypatch):
+    # Negative control for the test above: a threshold no growth passes (only block 0, from
+    # m = -inf, rescales) must fail it. The interpreter reads the module's globals as it runs;
+    # a compiled kernel froze the threshold at its first compile.
+    if not interpreting():
+        pytest.skip("patches a constexpr global: only the interpreter reads it at run time")
+    from reference_kernels import attention as attention_module
+    monkeypatch.setattr(attention_module, "RESCALE_THRESHOLD", tl.constexpr(1e9))
+    out, q, k, v = _lazy_large_logits(make_tensor, True)
+    with pytest.raises(AssertionError):
+        _check(out, q, k, v, True)
