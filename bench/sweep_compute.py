@@ -44,7 +44,7 @@ PHASES = ("conv", "attention", "matmul")
 
 
 def _parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], add_help=__name__ == "__main__")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     p.add_argument("--budget", type=float, default=150.0,
                    help="seconds after which remaining measurements are skipped (default 150)")
