@@ -24,10 +24,12 @@ configs until bench/sweep_attention.py shows where they pay; each is exact up to
   folded into it (acc * alpha, read after the scores' wait), never applied after the softmax
   (tried: wait(0) after P V, no overlap); P is carried in fp32 and rounded at the product, so
   it reaches the wgmma from registers (carried as fp16 it went through shared memory, whose
-  single buffer also forced a wait). The cost: P of the previous block stays live (32 more
+  single buffer also forced a wait). The cost: P of the previous block stays live (64 more
   registers a thread at 128 x 128 over 8 warps; Triton 3.9's sm_90 ptxas, D 128: 255
-  registers, causal spills 72-88 bytes; 128 x 64 tiles 207-232, no spills). Block 0's softmax is a prologue and the last
-  block's P V an epilogue; the causal split into an unmasked and a masked loop stays.
+  registers, causal spills 72-88 bytes; 128 x 64 tiles 207-232, no spills). Block 0's softmax
+  is a prologue and the last block's P V an epilogue; the causal split into an unmasked and a
+  masked loop stays (pipelining only the unmasked loop, the diagonal left to the plain masked
+  loop, spilled more: 112 bytes).
 - LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator is multiplied only when
   some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale maximum stays,
   p stays <= 2**8 and the final acc / l cancels it. With PIPELINE the branch lands before the
@@ -299,8 +301,10 @@ def _pipelined_blocks(
         v = _load_block(v_src, kv_row, stride_vn, start_n - BLOCK_N, keys < S, False, TMA)
         s = tl.dot(q, tl.trans(k))
         acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
-        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, keys, offs_m, S, qk_scale,
-                                                      MASKED, CAUSAL, LAZY_RESCALE)
+        p, alpha, m_i, l_i, rescale_next = _online_softmax(s, m_i, l_i, keys, offs_m, S,
+                                                           qk_scale, MASKED, CAUSAL, LAZY_RESCALE)
+        if LAZY_RESCALE:  # else rescale is the constant True: not carried through the loop
+            rescale = rescale_next
     return acc, m_i, l_i, p, alpha, rescale
 
 
