@@ -75,13 +75,13 @@ def _cfg(bm, bn, stages, warps, pipe=False, lazy=False, maxnreg=None):
 
 # Per head dim, after the default: the shipped first candidate as a config (the baseline each
 # option is judged against at the same tiles), LAZY_RESCALE on it, PIPELINE at the shipped tile
-# and stages and at one stage less (P of the previous block stays live: registers compete with
-# the K/V stages' shared memory only through occupancy, which is one CTA per SM either way), and
-# at BLOCK_N 64 (half the score tile: at D 128 no spills where 128 x 128 causal spills 72-88
-# bytes, Triton 3.9's sm_90 ptxas), PIPELINE with the 64 x 64 tile the default autotunes to at
-# S = 1024, and one PIPELINE + LAZY_RESCALE (correct, but the compiler waits for P V at once:
-# expected no faster than PIPELINE alone). D 64 adds 256 x 64 over 16 warps (107-123 registers,
-# no spills; at D 128, 256 x 128 over 16 warps spills 1.2 KB under the 128-register cap).
+# and stages and at one stage less or more, and at BLOCK_N 64 (half the score tile: more, shorter
+# steps), PIPELINE with the 64 x 64 tile the default autotunes to at S = 1024, and one PIPELINE +
+# LAZY_RESCALE (correct, but the compiler then waits for P V at once: expected no faster than
+# PIPELINE alone). Registers (Triton 3.9's sm_90 ptxas; 3.6 may differ): PIPELINE at D 128,
+# 128 x 128 over 8 warps, 229-251, no spills. D 64 adds 256 x 64 over 16 warps (107-123
+# registers, no spills; at D 128, 256 x 128 over 16 warps spills 1.2 KB under the 128-register
+# cap of 16 warps, so it is not a candidate).
 # No maxnreg: at 8 warps and one CTA per SM (the K/V stages fill shared memory) ptxas may use
 # 255 registers already, and a lower cap only adds spills (cfg_str prints r<N> if one is added).
 CANDIDATES = {

@@ -22,14 +22,16 @@ configs until bench/sweep_attention.py shows where they pay; each is exact up to
   wgmma. So the scores, which the softmax reads, are waited for at once; the P V product may stay
   in flight only because its accumulator is read by nothing else: the rescale of block j-1 is
   folded into it (acc * alpha, read after the scores' wait), never applied after the softmax
-  (tried: wait(0) after P V, no overlap); P is carried in fp32 and rounded at the product, so
-  it reaches the wgmma from registers (carried as fp16 it went through shared memory, whose
-  single buffer also forced a wait). The cost: P of the previous block stays live (64 more
-  registers a thread at 128 x 128 over 8 warps; Triton 3.9's sm_90 ptxas, D 128: 255
-  registers, causal spills 72-88 bytes; 128 x 64 tiles 207-232, no spills). Block 0's softmax
-  is a prologue and the last block's P V an epilogue; the causal split into an unmasked and a
-  masked loop stays (pipelining only the unmasked loop, the diagonal left to the plain masked
-  loop, spilled more: 112 bytes).
+  (tried: wait(0) after P V, no overlap). P must reach the wgmma from registers: Triton moves
+  a product's A operand from shared memory to registers only for a value computed in the loop
+  in the product's accumulator layout, so P, carried in the input dtype, goes through `p + 0.0`
+  there (exact, one packed add per two elements). Carried bare it went through shared memory,
+  whose single buffer forced the wait again; carried in fp32 and rounded at the product it
+  cost 32 registers more (Triton 3.9's sm_90 ptxas, D 128, 128 x 128 over 8 warps: 255
+  registers, causal spills of 72-88 bytes; with `p + 0.0`: 229-251, no spills; 128 x 64
+  tiles 175-207). Block 0's softmax is a prologue and the last block's P V an epilogue; the
+  causal split into an unmasked and a masked loop stays (pipelining only the unmasked loop,
+  the diagonal left to the plain masked loop, spilled more).
 - LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator is multiplied only when
   some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale maximum stays,
   p stays <= 2**8 and the final acc / l cancels it. With PIPELINE the branch lands before the
@@ -277,8 +279,8 @@ def _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE: tl.constexpr):
 @triton.jit
 def _pipelined_blocks(
     acc, m_i, l_i,
-    p, alpha, rescale,  # the block before `start`: its probabilities (fp32), whose P V is still
-                        # to add, and the rescale of acc to its maximum
+    p, alpha, rescale,  # the block before `start`: its probabilities (input dtype), whose P V
+                        # is still to add, and the rescale of acc to its maximum
     q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
     start, end,  # the blocks [start, end) whose scores to take; start >= BLOCK_N
     S, qk_scale,
@@ -300,9 +302,11 @@ def _pipelined_blocks(
         # The previous block is full: only the last block may cross S, and it is never previous.
         v = _load_block(v_src, kv_row, stride_vn, start_n - BLOCK_N, keys < S, False, TMA)
         s = tl.dot(q, tl.trans(k))
-        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
+        # + 0.0: computed here, P reaches the wgmma from registers (see the module docstring).
+        acc = _add_pv(acc, p + 0.0, v, alpha, rescale, LAZY_RESCALE)
         p, alpha, m_i, l_i, rescale_next = _online_softmax(s, m_i, l_i, keys, offs_m, S,
                                                            qk_scale, MASKED, CAUSAL, LAZY_RESCALE)
+        p = p.to(v.dtype)
         if LAZY_RESCALE:  # else rescale is the constant True: not carried through the loop
             rescale = rescale_next
     return acc, m_i, l_i, p, alpha, rescale
@@ -335,6 +339,7 @@ def _attend(
         s = tl.dot(q, tl.trans(k))
         p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, offs_n, offs_m, S, qk_scale,
                                                       True, CAUSAL, LAZY_RESCALE)
+        p = p.to(k.dtype)
         acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
             acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
             offs_m, offs_n, BLOCK_N, unmasked_end, S, qk_scale, False, CAUSAL, TMA, BLOCK_N,
@@ -345,7 +350,7 @@ def _attend(
             CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
         last = ((masked_end - 1) // BLOCK_N) * BLOCK_N  # masked_end >= 1
         v = _load_block(v_src, kv_row, stride_vn, last, (last + offs_n) < S, True, TMA)
-        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
+        acc = _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE)
     else:
         acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
                                          stride_vn, offs_m, offs_n, 0, unmasked_end, S,
