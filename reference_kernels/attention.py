@@ -102,8 +102,8 @@ def _attention_configs() -> dict[int, list[triton.Config]]:
     candidate. Two candidates per head dim cost two compiles per head dim and causal flag in the
     3-minute perf run.
     """
-    def cfg(bm, bn, stages, warps):
-        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages,
+    def cfg(bm, bn, stages, warps, **options):  # options: PIPELINE=True, LAZY_RESCALE=True
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **options}, num_stages=stages,
                              num_warps=warps, pre_hook=_set_tma_block_shapes)
 
     return {64: [cfg(128, 64, 4, 8), cfg(64, 64, 3, 4)],
