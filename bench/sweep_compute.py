@@ -45,10 +45,10 @@ PHASES = ("conv", "attention", "matmul")
 
 
 def _parse_args(known_only: bool = False):
-    """The command line; known_only (imported by another sweep, e.g. sweep_matmul_smallm.py,
-    which reuses the timing, checking and report helpers): the options both share (--smoke,
-    --max-time, --budget), the importer's own left to it."""
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    """The command line; known_only (imported by another sweep, sweep_matmul_smallm.py or
+    sweep_attention.py, which reuse the timing, checking and report helpers): the options they
+    share (--smoke, --max-time, --budget), the importer's own (and its -h) left to it."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], add_help=not known_only)
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     p.add_argument("--budget", type=float, default=150.0,
                    help="seconds after which remaining measurements are skipped (default 150)")
@@ -141,8 +141,9 @@ if SMOKE:
 
 def cfg_str(cfg) -> str:
     """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
-    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies), a launch dict, or a
-    LaunchTuner's best_config text ('BLOCK_M: 64, ...'); '-' for none."""
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's pipe/lazy:
+    PIPELINE, LAZY_RESCALE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
+    ('BLOCK_M: 64, ...'); '-' for none."""
     if cfg is None:
         return "-"
     if isinstance(cfg, str):  # reference_kernels/_tuning.py's "key: value, ..." text
@@ -161,7 +162,10 @@ def cfg_str(cfg) -> str:
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
     fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup
-    return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}"
+    flags = "".join(f" {name}" for key, name in (("PIPELINE", "pipe"), ("LAZY_RESCALE", "lazy"))
+                    if kw.get(key))
+    regs = f" r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""
+    return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}{flags}{regs}"
 
 
 def _short(exc: BaseException) -> str:
@@ -257,13 +261,13 @@ class Sweep:
         self.rows.append(row)
         print(_line(row), flush=True)
 
-    def write_json(self, summary):
+    def write_json(self, summary, name="sweep_compute.json"):
         out_dir = os.environ.get("OUT")
         if not out_dir:
             return
         payload = {"info": _info(), "elapsed_s": round(self.elapsed(), 1),
                    "skipped_over_budget": self.skipped, "rows": self.rows, "summary": summary}
-        with open(os.path.join(out_dir, "sweep_compute.json"), "w") as f:
+        with open(os.path.join(out_dir, name), "w") as f:
             json.dump(payload, f, indent=1)
 
 
@@ -280,7 +284,7 @@ def _line(row) -> str:
     def num(v, fmt):
         return format(v, fmt) if v is not None else "-"
     return (f"{row['kernel']:9} {row['shape']:26} {row['dtype']:8} {row['variant']:8} "
-            f"{row['config']:22} {num(row['ms'], '8.4f')} ms (torch {num(row['torch_ms'], '.4f')}"
+            f"{row['config']:27} {num(row['ms'], '8.4f')} ms (torch {num(row['torch_ms'], '.4f')}"
             f" {row['method']:6}) {num(row['tflops'], '6.1f')} TF/s {num(row['gbps'], '6.0f')} GB/s"
             f" x{num(row['x_torch'], '5.3f')} err {num(row['max_err'], '.1e')} "
             f"1st {num(row['first_call_s'], '.1f')}s {row['status']}")

@@ -12,6 +12,41 @@ below the diagonal need no mask and run in a first loop; only the few blocks on 
 (and a sequence tail shorter than BLOCK_N) run in a second, masked loop; blocks above the
 diagonal are skipped.
 
+Two source-level options of the inner loop, constexpr flags a config may set (off in the tuned
+configs until bench/sweep_attention.py shows where they pay; each is exact up to rounding):
+- PIPELINE: FlashAttention-3's intra-warpgroup overlap, by hand (Triton 3.6 has no warp
+  specialization on Hopper). A step takes block j's Q K^T, then issues block j-1's P V, then
+  runs block j's softmax: the exponentials run while that P V's wgmma is in flight. Triton
+  decides what stays in flight (WGMMAPipeline.cpp): a wgmma whose result anything but the next
+  product's accumulator reads in the loop gets wait(0) right after it, and wait(0) drains every
+  wgmma. So the scores, which the softmax reads, are waited for at once; the P V product may stay
+  in flight only because its accumulator is read by nothing else: the rescale of block j-1 is
+  folded into it (acc * alpha, read after the scores' wait), never applied after the softmax
+  (tried: wait(0) after P V, no overlap). P must reach the wgmma from registers: Triton moves
+  a product's A operand from shared memory to registers only for a value computed in the loop
+  in the product's accumulator layout, so P, carried in the input dtype, goes through `p + 0.0`
+  there (exact, one packed add per two elements). Carried bare it went through shared memory,
+  whose single buffer forced the wait again; carried in fp32 and rounded at the product it
+  cost 32 registers more (Triton 3.9's sm_90 ptxas, D 128, 128 x 128 over 8 warps: 255
+  registers, causal spills of 72-88 bytes; with `p + 0.0`: 229-251, no spills; 128 x 64
+  tiles 175-207). Block 0's softmax is a prologue and the last block's P V an epilogue; the
+  causal split into an unmasked and a masked loop stays (pipelining only the unmasked loop,
+  the diagonal left to the plain masked loop, spilled more). Not yet timed on a GPU
+  (bench/sweep_attention.py). Triton 3.6, the GPU machines' release, compiles it differently
+  (bench/regcount.py for sm_90, no GPU): P's 32 KB tile (128 x 128 fp16) goes through shared
+  memory there, so a 128 x 128 tile over 3 stages asks for 257 KB, over the 227 KB an H100 or
+  H200 block may use (it cannot launch), 193 KB over 2 stages; registers 204-241, no spills.
+  The P-through-shared-memory path is the one that forced the wait on 3.9, so on 3.6 the overlap
+  is unlikely: the sweep says.
+- LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator is multiplied only when
+  some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale maximum stays,
+  p stays <= 2**8 and the final acc / l cancels it. With PIPELINE the branch lands before the
+  scores' wait and P V is waited for at once again (no overlap): the two combine correctly, not
+  profitably.
+Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
+into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
+fp16/bf16.
+
 Two variants of one algorithm: `_attention_kernel` loads through pointers (any strides);
 `_attention_tma_kernel` (Hopper, Triton >= 3.4) loads Q, K and V blocks through host-side TMA
 descriptors over their contiguous (B*H*S, D) views.
@@ -37,6 +72,9 @@ DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = 1.4426950408889634
 VARIANTS = ("pointer", "tma")
+# LAZY_RESCALE's threshold, in log2 units of the scores: a stale row maximum at most 8 below the
+# true one keeps p <= 256, within fp16's range and at its full relative precision (FA4's value).
+RESCALE_THRESHOLD = tl.constexpr(8.0)
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
 # they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
@@ -70,8 +108,8 @@ def _attention_configs() -> dict[int, list[triton.Config]]:
     candidate. Two candidates per head dim cost two compiles per head dim and causal flag in the
     3-minute perf run.
     """
-    def cfg(bm, bn, stages, warps):
-        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages,
+    def cfg(bm, bn, stages, warps, **options):  # options: PIPELINE=True, LAZY_RESCALE=True
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **options}, num_stages=stages,
                              num_warps=warps, pre_hook=_set_tma_block_shapes)
 
     return {64: [cfg(128, 64, 4, 8), cfg(64, 64, 3, 4)],
@@ -136,6 +174,71 @@ def _key_ranges(
 
 
 @triton.jit
+def _load_block(
+    src,  # TMA: a descriptor over (B*H*S) x HEAD_DIM; else a BLOCK_N x HEAD_DIM pointer tile
+    kv_row,  # TMA: the row of key 0 of this (batch, head) in the descriptor
+    stride_n,  # pointers: the key stride
+    start_n,  # the block's first key
+    k_ok,  # BLOCK_N: the block's keys < S (pointers, MASKED)
+    MASKED: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    if TMA:
+        # Past S the 2-D view reads the next head's keys, or zeros past the tensor's end: their
+        # scores are masked, so their p is 0 and their values add nothing.
+        x = src.load([kv_row + start_n, 0])
+    elif MASKED:
+        x = tl.load(src + start_n * stride_n, mask=k_ok[:, None], other=0.0)
+    else:
+        x = tl.load(src + start_n * stride_n)
+    return x
+
+
+@triton.jit
+def _online_softmax(
+    s,  # BLOCK_M x BLOCK_N raw scores q k^T of the block's keys
+    m_i, l_i,  # running row maximum (scaled, log2 units) and row sum (BLOCK_M)
+    keys,  # BLOCK_N key positions
+    offs_m,  # BLOCK_M query positions
+    S,  # the sequence length
+    qk_scale,  # sm_scale * log2(e)
+    MASKED: tl.constexpr,  # mask keys >= S and, when CAUSAL, keys after the query
+    CAUSAL: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,  # keep a stale maximum unless one grows past RESCALE_THRESHOLD
+):
+    """(p, alpha, m, l, rescale): the block's probabilities against the new maximum m, the factor
+    alpha = exp2(m_old - m) the accumulator needs, the new row sum, and whether the accumulator
+    must be multiplied by alpha at all (always, unless LAZY_RESCALE)."""
+    if MASKED:
+        visible = (keys < S)[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= offs_m[:, None])
+        s = tl.where(visible, s, float("-inf"))
+    # qk_scale > 0, so the row maximum of the scaled scores is the scaled row maximum: one
+    # multiply per row here and one FMA per score below (s * qk_scale - m), where scaling first
+    # would cost a multiply per score more. Every row sees a finite score in its first block
+    # (key 0 is visible to all queries), so m_new is finite from then on and a fully masked
+    # block gives p = 0, alpha = 1.
+    m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
+    if LAZY_RESCALE:
+        # Keep the stale maxima unless some row's grew by more than RESCALE_THRESHOLD: then
+        # p <= 2**RESCALE_THRESHOLD, l and acc are sums against that same stale m, and the final
+        # acc / l cancels it, so the result is exact up to rounding (fp16 and bf16 carry the
+        # same relative precision at 256 as at 1). One decision for the whole tile (Triton has
+        # no warp-uniform branch): a cross-warp max and a barrier per block, against the
+        # skipped BLOCK_M x HEAD_DIM multiply of acc in most blocks (past a row's first few
+        # blocks its maximum rarely grows by 2**8). The first block always rescales (m_i = -inf).
+        rescale = tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD
+        m_new = tl.where(rescale, m_new, m_i)
+    else:
+        rescale = True
+    p = tl.math.exp2(s * qk_scale - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_i, rescale
+
+
+@triton.jit
 def _attention_block(
     acc, m_i, l_i,  # running accumulator (BLOCK_M x HEAD_DIM), row maximum and row sum (BLOCK_M)
     q,  # BLOCK_M x HEAD_DIM query tile
@@ -152,41 +255,116 @@ def _attention_block(
     CAUSAL: tl.constexpr,
     TMA: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
 ):
     for start_n in range(start, end, BLOCK_N):
         keys = start_n + offs_n
         k_ok = keys < S
-        if TMA:
-            # Past S the 2-D view reads the next head's keys, or zeros past the tensor's end:
-            # their scores are masked below, so their p is 0 and their values add nothing.
-            k = k_src.load([kv_row + start_n, 0])
-            v = v_src.load([kv_row + start_n, 0])
-        elif MASKED:
-            k = tl.load(k_src + start_n * stride_kn, mask=k_ok[:, None], other=0.0)
-            v = tl.load(v_src + start_n * stride_vn, mask=k_ok[:, None], other=0.0)
-        else:
-            k = tl.load(k_src + start_n * stride_kn)
-            v = tl.load(v_src + start_n * stride_vn)
+        k = _load_block(k_src, kv_row, stride_kn, start_n, k_ok, MASKED, TMA)
+        v = _load_block(v_src, kv_row, stride_vn, start_n, k_ok, MASKED, TMA)
         s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded in below
-        if MASKED:
-            visible = k_ok[None, :]
-            if CAUSAL:
-                visible = visible & (keys[None, :] <= offs_m[:, None])
-            s = tl.where(visible, s, float("-inf"))
-        # qk_scale > 0, so the row maximum of the scaled scores is the scaled row maximum: one
-        # multiply per row here and one FMA per score below (s * qk_scale - m), where scaling
-        # first would cost a multiply per score more. Every row sees a finite score in its first
-        # block (key 0 is visible to all queries), so m_new is finite from then on and a fully
-        # masked block gives p = 0, alpha = 1.
-        m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-        p = tl.math.exp2(s * qk_scale - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        # Rescale, then accumulate in the tensor-core product itself (no separate add of a
-        # BLOCK_M x HEAD_DIM product tile).
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-        m_i = m_new
+        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, keys, offs_m, S, qk_scale,
+                                                      MASKED, CAUSAL, LAZY_RESCALE)
+        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
     return acc, m_i, l_i
+
+
+@triton.jit
+def _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE: tl.constexpr):
+    """acc * alpha + p v: the accumulator rescaled to p's maximum, then the block's P V added in
+    the tensor-core product itself (no separate add of a BLOCK_M x HEAD_DIM product tile)."""
+    if LAZY_RESCALE:
+        if rescale:
+            acc = acc * alpha[:, None]
+        acc = tl.dot(p, v, acc)
+    else:
+        acc = tl.dot(p, v, acc * alpha[:, None])
+    return acc
+
+
+@triton.jit
+def _pipelined_blocks(
+    acc, m_i, l_i,
+    p, alpha, rescale,  # the block before `start`: its probabilities (input dtype), whose P V
+                        # is still to add, and the rescale of acc to its maximum
+    q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
+    start, end,  # the blocks [start, end) whose scores to take; start >= BLOCK_N
+    S, qk_scale,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+):
+    # One step: this block's Q K^T, waited for (its scores feed the softmax); then the previous
+    # block's P V, issued asynchronously; then this block's softmax, whose exponentials run while
+    # that P V is in flight (it is waited for at the next step's Q K^T). Triton's rule for
+    # leaving a wgmma in flight (WGMMAPipeline.cpp): inside the loop its result may feed only the
+    # next product's accumulator, after the loop's first wait(0); the rescale of acc is folded
+    # into that accumulator (acc * alpha of the previous block), never applied after the softmax.
+    for start_n in range(start, end, BLOCK_N):
+        keys = start_n + offs_n
+        k = _load_block(k_src, kv_row, stride_kn, start_n, keys < S, MASKED, TMA)
+        # The previous block is full: only the last block may cross S, and it is never previous.
+        v = _load_block(v_src, kv_row, stride_vn, start_n - BLOCK_N, keys < S, False, TMA)
+        s = tl.dot(q, tl.trans(k))
+        # + 0.0: computed here, P reaches the wgmma from registers (see the module docstring).
+        acc = _add_pv(acc, p + 0.0, v, alpha, rescale, LAZY_RESCALE)
+        p, alpha, m_i, l_i, rescale_next = _online_softmax(s, m_i, l_i, keys, offs_m, S,
+                                                           qk_scale, MASKED, CAUSAL, LAZY_RESCALE)
+        p = p.to(v.dtype)
+        if LAZY_RESCALE:  # else rescale is the constant True: not carried through the loop
+            rescale = rescale_next
+    return acc, m_i, l_i, p, alpha, rescale
+
+
+@triton.jit
+def _attend(
+    q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
+    S, qk_scale,
+    block_m,  # the query block
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PIPELINE: tl.constexpr,
+    LAZY_RESCALE: tl.constexpr,
+):
+    """(acc, l): the unnormalised output rows and their softmax sums, over every visible key."""
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
+    unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
+    if PIPELINE:
+        # Prologue: block 0's scores and probabilities (masked: block 0 may be the diagonal or
+        # cross S; accumulator zero, nothing to rescale). Then the unmasked and the masked loop
+        # from block 1, each step adding the previous block's P V; epilogue: the last block's
+        # P V, its values masked as the only block that may cross S.
+        k = _load_block(k_src, kv_row, stride_kn, 0, offs_n < S, True, TMA)
+        s = tl.dot(q, tl.trans(k))
+        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, offs_n, offs_m, S, qk_scale,
+                                                      True, CAUSAL, LAZY_RESCALE)
+        p = p.to(k.dtype)
+        acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
+            acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
+            offs_m, offs_n, BLOCK_N, unmasked_end, S, qk_scale, False, CAUSAL, TMA, BLOCK_N,
+            LAZY_RESCALE)
+        acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
+            acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
+            offs_m, offs_n, tl.maximum(unmasked_end, BLOCK_N), masked_end, S, qk_scale, True,
+            CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+        last = ((masked_end - 1) // BLOCK_N) * BLOCK_N  # masked_end >= 1
+        v = _load_block(v_src, kv_row, stride_vn, last, (last + offs_n) < S, True, TMA)
+        acc = _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE)
+    else:
+        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                         stride_vn, offs_m, offs_n, 0, unmasked_end, S,
+                                         qk_scale, False, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                         stride_vn, offs_m, offs_n, unmasked_end, masked_end, S,
+                                         qk_scale, True, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+    return acc, l_i
 
 
 @triton.jit
@@ -206,6 +384,8 @@ def _attention_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
+    PIPELINE: tl.constexpr = False,  # issue the next block's Q K^T before this one's softmax
+    LAZY_RESCALE: tl.constexpr = False,  # rescale acc only when a row maximum grows a lot
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -225,16 +405,9 @@ def _attention_kernel(
     k_ptrs = k_ptr + offs_n[:, None] * stride_ks + offs_d[None, :] * stride_kd
     v_ptrs = v_ptr + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
-    unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs,
-                                     offs_m, offs_n, 0, unmasked_end, S, qk_scale,
-                                     False, CAUSAL, False, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs,
-                                     offs_m, offs_n, unmasked_end, masked_end, S, qk_scale,
-                                     True, CAUSAL, False, BLOCK_N)
+    acc, l_i = _attend(q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs, offs_m, offs_n, S, qk_scale,
+                       block_m, CAUSAL, False, HEAD_DIM, BLOCK_M, BLOCK_N, PIPELINE,
+                       LAZY_RESCALE)
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
@@ -254,6 +427,8 @@ def _attention_tma_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
+    PIPELINE: tl.constexpr = False,  # issue the next block's Q K^T before this one's softmax
+    LAZY_RESCALE: tl.constexpr = False,  # rescale acc only when a row maximum grows a lot
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -266,16 +441,8 @@ def _attention_tma_kernel(
     # Rows past S are the next head's queries (or zeros): computed, never stored.
     q = q_desc.load([row0 + block_m * BLOCK_M, 0])
 
-    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
-    unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_desc, v_desc, row0, 0, 0,
-                                     offs_m, offs_n, 0, unmasked_end, S, qk_scale,
-                                     False, CAUSAL, True, BLOCK_N)
-    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_desc, v_desc, row0, 0, 0,
-                                     offs_m, offs_n, unmasked_end, masked_end, S, qk_scale,
-                                     True, CAUSAL, True, BLOCK_N)
+    acc, l_i = _attend(q, k_desc, v_desc, row0, 0, 0, offs_m, offs_n, S, qk_scale, block_m,
+                       CAUSAL, True, HEAD_DIM, BLOCK_M, BLOCK_N, PIPELINE, LAZY_RESCALE)
     acc = acc / l_i[:, None]
     # A pointer store, masked at S: a TMA store of the 2-D view would spill into the next head.
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od

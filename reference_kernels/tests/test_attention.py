@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import triton
+import triton.language as tl
 
 from pytest_triton import assert_close, interpreting, skip_interpreter_gap, tolerance_for
 from reference_kernels.attention import VARIANTS, attention, attention_inputs, attention_reference
@@ -183,3 +184,65 @@ def test_control_attention_precision_bug_is_rejected_against_torch(make_tensor, 
         return
     with pytest.raises(AssertionError, match="Kernel error exceeds 2x the baseline's"):
         _check_against_torch(out, ref, q, k, v, causal)
+
+
+# --- the inner loop's options (PIPELINE, LAZY_RESCALE), set through an explicit config ----
+
+OPTIONS = [pytest.param({"PIPELINE": True}, id="pipeline"),
+           pytest.param({"LAZY_RESCALE": True}, id="lazy"),
+           pytest.param({"PIPELINE": True, "LAZY_RESCALE": True}, id="pipeline_lazy")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("shape, blocks", [
+    # S of one key (the prologue block is the epilogue block), a tail shorter than BLOCK_N, one
+    # of exactly two BLOCK_M (no tail: the non-causal masked loop is empty) and one crossing
+    # several query and key blocks with a tail.
+    ((1, 1, 1, 64), (32, 16)), ((1, 2, 23, 64), (32, 16)), ((2, 1, 64, 128), (32, 16)),
+    ((1, 2, 77, 128), (32, 16)), ((1, 1, 45, 64), (32, 32)), ((1, 1, 45, 128), (16, 16))],
+    ids=lambda x: "x".join(map(str, x)))
+def test_attention_loop_options(make_tensor, triton_device, shape, blocks, options, causal,
+                                variant, dtype):
+    _dot_dtype(dtype)
+    _need_variant(variant, triton_device)
+    q, k, v = attention_inputs(make_tensor, *shape, dtype=dtype)
+    out = make_tensor.poisoned_like(q)
+    cfg = triton.Config({"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], **options}, num_warps=4,
+                        num_stages=2)
+    _check(attention(q, k, v, causal=causal, out=out, variant=variant, config=cfg), q, k, v,
+           causal)
+
+
+def _lazy_large_logits(make_tensor, causal):
+    # Logits of a few hundred whose row maxima grow block after block by more than the threshold
+    # (keys of growing norm): the lazy path must rescale then, or its p overflows.
+    q, k = attention_inputs(make_tensor, 1, 2, 70, 64, dtype=torch.float16, scale=4.0)[:2]
+    k = k * torch.linspace(0.5, 2.0, 70, device=k.device, dtype=torch.float32)[:, None].to(k.dtype)
+    v = make_tensor((1, 2, 70, 64), torch.float16)
+    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "PIPELINE": True, "LAZY_RESCALE": True},
+                        num_warps=4, num_stages=2)
+    return attention(q, k, v, causal=causal, config=cfg), q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_lazy_rescale_large_logits(make_tensor, causal):
+    out, q, k, v = _lazy_large_logits(make_tensor, causal)
+    _check(out, q, k, v, causal)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
+def test_control_lazy_rescale_that_never_fires_is_rejected(make_tensor, monkeypatch):
+    # Negative control for the test above: a threshold no growth passes (only block 0, from
+    # m = -inf, rescales) must fail it. The interpreter reads the module's globals as it runs;
+    # a compiled kernel froze the threshold at its first compile.
+    if not interpreting():
+        pytest.skip("patches a constexpr global: only the interpreter reads it at run time")
+    from reference_kernels import attention as attention_module
+    monkeypatch.setattr(attention_module, "RESCALE_THRESHOLD", tl.constexpr(1e9))
+    out, q, k, v = _lazy_large_logits(make_tensor, True)
+    with pytest.raises(AssertionError):
+        _check(out, q, k, v, True)

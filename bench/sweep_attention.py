@@ -1,0 +1,189 @@
+"""Sweep attention's inner-loop options and tiles against torch's SDPA, on the GPU.
+
+    python3 bench/sweep_attention.py                   # D 128, then D 64, fp16, within --budget s
+    python3 bench/sweep_attention.py --dtypes fp16 bf16 --head-dims 128
+    python3 bench/sweep_attention.py --smoke           # tiny shapes under Triton's interpreter
+
+At every shape of test_attention_speed (reference_kernels/tests/test_compute_perf.py: B, H, S in
+(32, 16, 1024), (8, 16, 4096), (2, 16, 16384), causal and not), per head dim: the default (the
+autotuned launch `attention` makes, TMA on Hopper) and each candidate config of the TMA kernel
+(reference_kernels/attention.py: tiles, stages, warps, and its PIPELINE and LAZY_RESCALE options).
+Each is run once on an output poisoned with NaN, checked against SDPA's output (max |out - sdpa|
+/ max |sdpa|, WRONG above sweep_compute.MAX_ERR), then timed with the perf tests' own timer
+(pytest_triton.bench.measure: cold L2, SDPA interleaved), so that "x torch" is the ratio
+test_attention_speed judges. The machinery (Sweep, Case, the timer, the row format and table) is
+bench/sweep_compute.py's, imported.
+
+Budget: 10 configs per head dim, compiled once per (head dim, causal) as S is no constexpr:
+about 40 compiles and 120 measurements, 4-5 minutes on an H100. Once --budget seconds (330 by
+default) have passed every remaining measurement is skipped and counted; D 128 runs first.
+
+Prints one line per measurement as it goes, then the table (best row per shape starred), per
+candidate its geomean and worst speedup over the shapes of its head dim (what switching the
+default to it would give), best-of-sweep per shape, and writes everything as JSON to
+$OUT/sweep_attention.json when $OUT is set (after each head dim too: a kill keeps the rest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sweep_compute as sc  # noqa: E402  (parses --smoke, --budget, --max-time from sys.argv)
+
+DTYPE_NAMES = ("fp16", "bf16")
+
+
+def _parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--head-dims", nargs="+", type=int, choices=(64, 128), default=[128, 64])
+    p.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES, default=["fp16"])
+    p.add_argument("--budget", type=float, default=330.0,
+                   help="seconds after which remaining measurements are skipped (default 330)")
+    p.add_argument("--max-time", type=float, default=0.3,
+                   help="seconds of sampling per measurement (the plugin's max_time; default 0.3)")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
+    return p.parse_args()
+
+
+ARGS = _parse_args()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+
+from reference_kernels import attention as at  # noqa: E402
+
+SMOKE = sc.SMOKE
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+SHAPES = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
+if SMOKE:
+    SHAPES = [(1, 2, 40)]
+
+
+def _cfg(bm, bn, stages, warps, pipe=False, lazy=False, maxnreg=None):
+    kw = {"BLOCK_M": bm, "BLOCK_N": bn}
+    if pipe:
+        kw["PIPELINE"] = True
+    if lazy:
+        kw["LAZY_RESCALE"] = True
+    return triton.Config(kw, num_stages=stages, num_warps=warps, maxnreg=maxnreg)
+
+
+# Per head dim, after the default: the shipped first candidate as a config (the baseline each
+# option is judged against at the same tiles), LAZY_RESCALE on it, PIPELINE at the shipped tile
+# and stages and at one stage less or more, and at BLOCK_N 64 (half the score tile: more, shorter
+# steps), PIPELINE with the 64 x 64 tile the default autotunes to at S = 1024, and one PIPELINE +
+# LAZY_RESCALE (correct, but the compiler then waits for P V at once: expected no faster than
+# PIPELINE alone). Registers (Triton 3.9's sm_90 ptxas; 3.6 may differ): PIPELINE at D 128,
+# 128 x 128 over 8 warps, 229-251, no spills. D 64 adds 256 x 64 over 16 warps (107-123
+# registers, no spills; at D 128, 256 x 128 over 16 warps spills 1.2 KB under the 128-register
+# cap of 16 warps, so it is not a candidate).
+# No maxnreg: at 8 warps and one CTA per SM (the K/V stages fill shared memory) ptxas may use
+# 255 registers already, and a lower cap only adds spills (cfg_str prints r<N> if one is added).
+CANDIDATES = {
+    128: [_cfg(128, 128, 3, 8), _cfg(128, 128, 3, 8, lazy=True),
+          _cfg(128, 128, 3, 8, pipe=True), _cfg(128, 128, 2, 8, pipe=True),
+          _cfg(128, 64, 3, 8, pipe=True), _cfg(128, 64, 4, 8, pipe=True),
+          _cfg(128, 64, 3, 8), _cfg(64, 64, 3, 4, pipe=True),
+          _cfg(128, 128, 2, 8, pipe=True, lazy=True)],
+    64: [_cfg(128, 64, 4, 8), _cfg(128, 64, 4, 8, lazy=True),
+         _cfg(128, 64, 4, 8, pipe=True), _cfg(128, 64, 3, 8, pipe=True),
+         _cfg(128, 128, 3, 8, pipe=True), _cfg(64, 64, 3, 4, pipe=True),
+         _cfg(256, 64, 3, 16), _cfg(128, 64, 3, 8, pipe=True, lazy=True)],
+}
+if SMOKE:  # the interpreter's blocks, each option once
+    CANDIDATES = {d: [_cfg(32, 16, 1, 4), _cfg(32, 16, 1, 4, pipe=True),
+                      _cfg(32, 16, 1, 4, lazy=True), _cfg(32, 16, 1, 4, pipe=True, lazy=True)]
+                  for d in (64, 128)}
+
+
+@sc._guarded
+def run_shape(sw, b, h, s, d, causal, dtype, variant, candidates, group):
+    if sw.over_budget():
+        sw.skipped += len(candidates) + 1
+        return
+    q, k, v = at.attention_inputs(sw.make, b, h, s, d, dtype=dtype)
+    o = torch.empty_like(q)
+    case = sc.Case("attention", f"B{b}_H{h}_S{s}_D{d}_causal{int(causal)}", dtype,
+                   lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                   at.attention_flops(q, causal=causal), at.attention_bytes(q), group)
+    # The default: what attention() launches unasked (autotuned; its chosen config is shown).
+    sw.try_variant(case, "default", None, lambda: at.attention(q, k, v, causal=causal, out=o),
+                   o, at.attention_kernel_for(q, k, v))
+    for config in candidates:
+        sw.try_variant(case, variant, config,
+                       lambda: at.attention(q, k, v, causal=causal, out=o, variant=variant,
+                                            config=config), o)
+
+
+def _by_candidate(sw) -> dict:
+    """Per (group, variant and config): geomean and worst speedup over the group's shapes, and
+    how many of them it ran correctly (a candidate short of all shapes is marked)."""
+    shapes: dict = {}
+    for r in sw.rows:
+        shapes.setdefault(r["group"], set()).add(r["shape"])
+    out: dict = {}
+    for r in sw.rows:
+        # The default's config differs per shape (autotuned): one entry for all its rows.
+        label = "default" if r["variant"] == "default" else f"{r['variant']} {r['config']}"
+        entry = out.setdefault(r["group"], {}).setdefault(label, [])
+        if r["status"] == "ok" and r["x_torch"]:
+            entry.append(r["x_torch"])
+    return {group: {label: {"geomean": sc._geomean(xs), "worst": min(xs, default=None),
+                            "shapes_ok": len(xs), "shapes": len(shapes[group])}
+                    for label, xs in cands.items()}
+            for group, cands in out.items()}
+
+
+def report(sw) -> dict:
+    summary = {"groups": sc.summarize(sw), "candidates": _by_candidate(sw),
+               "targets": "each shape >= 0.9x SDPA, geomean >= 1.0x"}
+    return summary
+
+
+def print_report(sw, summary):
+    sc.print_table(sw, summary["groups"])
+    print("\nPer candidate over its head dim's shapes (targets: every shape >= 0.9x SDPA, geomean "
+          ">= 1.0x); '*' meets both:")
+    for group, cands in summary["candidates"].items():
+        print(f"  {group}")
+        ranked = sorted(cands.items(), key=lambda kv: -(kv[1]["geomean"] or 0))
+        for label, c in ranked:
+            full = c["shapes_ok"] == c["shapes"]
+            good = full and c["worst"] is not None and c["worst"] >= 0.9 and c["geomean"] >= 1.0
+            geo = f"{c['geomean']:.3f}" if c["geomean"] else "-"
+            worst = f"{c['worst']:.3f}" if c["worst"] else "-"
+            short = "" if full else f"  ({c['shapes_ok']} of {c['shapes']} shapes ok)"
+            print(f"   {'*' if good else ' '} {label:38} geomean {geo}  worst {worst}{short}")
+
+
+def main() -> int:
+    if not SMOKE and not torch.cuda.is_available():
+        print("sweep_attention: no CUDA GPU (use --smoke to check the script on the CPU)")
+        return 2
+    sw = sc.Sweep(ARGS.budget)
+    variant = "tma" if sc.mm.tma_available(sc.DEVICE) else "pointer"
+    print(sc._info(), f"candidates: the {variant} kernel", flush=True)
+    try:
+        for d in ARGS.head_dims:
+            for name in ARGS.dtypes:
+                group = f"attention_d{d}_{name}"
+                print(f"-- {group} (at {sw.elapsed():.0f} s)", flush=True)
+                for b, h, s in SHAPES:
+                    for causal in (False, True):
+                        run_shape(sw, b, h, s, d, causal, DTYPES[name], variant,
+                                  CANDIDATES[d], group)
+                sw.write_json(report(sw), "sweep_attention.json")
+    finally:
+        summary = report(sw)
+        print_report(sw, summary)
+        sw.write_json(summary, "sweep_attention.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
