@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md. On the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|checks]...    (default: all three)
+#   bash bench/final_run.sh [perf|suite|checks|sweeps]...    (default: perf suite checks)
 # Writes under $OUT: env.txt, perf.json + perf_cmd.txt + perf.log, suite.log, gpu_checks.json.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,5 +32,11 @@ for step in $steps; do
       tail -3 "$OUT/suite.log" ;;
     checks)
       python3 bench/gpu_checks.py 2>&1 | tail -9 ;;
+    sweeps)
+      # issue 12's candidates, not yet measured: split-K small-M matmul, attention PIPELINE
+      python3 bench/sweep_matmul_smallm.py --budget 270 > "$OUT/sweep_matmul_smallm.log" 2>&1
+      tail -25 "$OUT/sweep_matmul_smallm.log"
+      python3 bench/sweep_attention.py --budget 240 > "$OUT/sweep_attention.log" 2>&1
+      tail -25 "$OUT/sweep_attention.log" ;;
   esac
 done
