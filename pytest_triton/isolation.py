@@ -36,6 +36,7 @@ import pytest
 from . import gpufaults, options, runtime, seeding, state
 
 RECORDS_KEY = pytest.StashKey[list]()  # config: the tests that broke their process
+COLLECT_FAILED_KEY = pytest.StashKey[set]()  # config: node ids whose collection failed here
 _CHILD_KEY = pytest.StashKey[str]()  # config: this process is a child; its exchange directory
 
 # Outputs a child must not write: the process that started it writes them, with every result.
@@ -61,6 +62,8 @@ def prepare(config: pytest.Config) -> None:
     for dest in _OUTPUT_OPTIONS:
         if getattr(config.option, dest, None):
             setattr(config.option, dest, None)
+    # --setup-show writes through the terminal reporter, which a child has not
+    config.option.setupshow = False
 
 
 def configure(config: pytest.Config) -> None:
@@ -217,7 +220,24 @@ def supervision(config: pytest.Config) -> tuple[bool, str]:
         return False, "auto: a debugger needs this process"
     if config.invocation_params.plugins:
         return False, "auto: pytest.main was given plugin objects, which a child cannot get"
+    if not _started_as_pytest():
+        return False, ("auto: pytest.main() was called from a program, whose state (sys.path, "
+                       "imports) a child would not have")
+    for opt in ("setupshow", "setuponly", "setupplan"):
+        if config.getoption(opt, False):
+            return False, f"auto: --{opt.replace('setup', 'setup-')} shows this process's fixtures"
+    if config.getoption("log_cli_level", None) is not None or config.getini("log_cli"):
+        return False, "auto: live logging (log_cli) writes to this process's terminal"
     return True, "--triton-supervise=auto, under Triton's interpreter"
+
+
+def _started_as_pytest() -> bool:
+    """Whether this process is the pytest command (`pytest`, `py.test`, `python -m pytest`),
+    which a child can repeat, rather than a program that called pytest.main()."""
+    argv0 = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if argv0 in ("pytest", "py.test", "pytest.exe", "py.test.exe"):
+        return True
+    return argv0 == "__main__.py" and os.path.basename(os.path.dirname(sys.argv[0])) == "pytest"
 
 
 class _Supervisor:
@@ -238,12 +258,25 @@ class _Supervisor:
         # auto decides once the tests are known (pytest_collection_finish)
         return [self._line()] if self.supervise and not self.auto else []
 
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.config.stash.setdefault(COLLECT_FAILED_KEY, set()).add(report.nodeid)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not (self.supervise and self.auto) or not session.items:
             return
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         # pytest-benchmark keeps its results in the process that ran the benchmarks, and a child
         # is told not to write them: supervised, they would be lost.
+        kept = [f for f in ("record_testsuite_property", "record_xml_attribute")
+                if any(f in getattr(it, "fixturenames", ()) for it in session.items)]
+        if kept:
+            self.supervise = False
+            if tr is not None:
+                tr.write_line(f"pytest-triton: not supervised although under Triton's interpreter: "
+                              f"{' and '.join(kept)} write to this process's --junitxml "
+                              f"(--triton-supervise=on supervises anyway, without them)")
+            return
         timed = sum("benchmark" in getattr(it, "fixturenames", ()) for it in session.items)
         if timed:
             self.supervise = False
@@ -341,6 +374,14 @@ class _Continuation:
     def _settle(self, child: _ChildRun) -> bool:
         """Report what the child left without a result; False when it made no progress."""
         done = set(child.finished)
+        if child.interrupted is not None:
+            # pytest.exit() or KeyboardInterrupt in the child: the run stops here as it would
+            # in-process, with the same message and exit status (not a crash)
+            self.pending = []
+            ev = child.interrupted
+            if ev["kind"] == "exit":
+                raise pytest.exit.Exception(ev["message"], returncode=ev["returncode"])
+            raise KeyboardInterrupt(ev["message"])
         if child.stopped:  # -x / --maxfail reached: the rest stays unrun, as it would in-process
             self.pending = []
             return False
@@ -419,7 +460,9 @@ class _ChildRun:
         self.phases: dict[str, str] = {}  # the current test's reported phases: outcome
         self.retired: str | None = None
         self.stopped = False
+        self.interrupted: dict | None = None  # the child's pytest.exit() or KeyboardInterrupt
         self.returncode: int | None = None
+        self._read = 0  # bytes of events.jsonl replayed
 
     def run(self) -> None:
         with open(os.path.join(self.dir, "pending.txt"), "w", encoding="utf-8") as f:
@@ -428,27 +471,46 @@ class _ChildRun:
         proc = subprocess.Popen(self.cmd, cwd=str(self.parent.config.invocation_params.dir))
         try:
             self._follow(proc)
+        except KeyboardInterrupt:
+            # Ctrl-C reached the child too: let it finish, and replay what it reported since
+            try:
+                proc.wait(timeout=10)
+                self._follow(proc)
+            except (KeyboardInterrupt, subprocess.TimeoutExpired):
+                pass
+            raise
         finally:
             if proc.poll() is None:
                 proc.kill()
             self.returncode = proc.wait()
 
     def _follow(self, proc: subprocess.Popen) -> None:
+        """Replay the child's events as it writes them, until it exits (from where an earlier
+        call stopped reading)."""
         session = self.parent.session
-        buf = b""
         with open(self.events_path, "rb") as f:
+            f.seek(self._read)
+            buf = b""
             while True:
                 chunk = f.read()
                 if chunk:
                     buf += chunk
                     *lines, buf = buf.split(b"\n")
                     for line in lines:
-                        if line.strip():
-                            self._event(json.loads(line))
+                        self._read += len(line) + 1
+                        if not line.strip():
+                            continue
+                        ev = json.loads(line)
+                        if self.stopped and ev["event"] == "logstart":
+                            # -x / --maxfail reached here: the child was told the same limit
+                            # (command()), so it should not start another test; if it does, stop it
+                            proc.terminate()
+                            return
+                        self._event(ev)
                     if session.shouldfail or session.shouldstop:
+                        # The child stops by itself and tears its fixtures down (their output
+                        # and the last test's teardown report come through): wait for it.
                         self.stopped = True
-                        proc.terminate()
-                        return
                     continue
                 if proc.poll() is not None:
                     return  # everything it wrote has been read (a torn last line is dropped)
@@ -472,8 +534,12 @@ class _ChildRun:
             self.finished.append(ev["nodeid"])
             self.current = None
         elif kind == "collectreport":
+            if ev["data"].get("nodeid") in config.stash.get(COLLECT_FAILED_KEY, set()):
+                return  # this process collected the same file and reported its error already
             rep = _with_tuples(hook.pytest_report_from_serializable(config=config, data=ev["data"]))
             hook.pytest_collectreport(report=rep)
+        elif kind == "interrupted":
+            self.interrupted = ev
         elif kind == "warning":
             _replay_warning(config, ev)
         elif kind == "retire":
@@ -565,6 +631,24 @@ class _Child:
             # This process can run no more GPU tests: the parent starts the next child.
             self._emit(event="retire", nodeid=nodeid)
             hard_exit(0)
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        """pytest.exit() and KeyboardInterrupt both end here (wrap_session): tell the parent, so
+        that it stops as this process does instead of taking the exit for a crash."""
+        value = excinfo.value
+        if isinstance(value, pytest.exit.Exception):
+            self._emit(event="interrupted", kind="exit", message=value.msg,
+                       returncode=value.returncode)
+        else:
+            self._emit(event="interrupted", kind="keyboard", message=str(value), returncode=None)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        import faulthandler
+
+        if self._faults is not None:
+            faulthandler.disable()
+            self._faults.close()
+        self._out.close()
 
     def pytest_warning_recorded(self, warning_message, when: str, nodeid: str, location) -> None:
         if when != "runtest":  # collection and config warnings: the parent has its own

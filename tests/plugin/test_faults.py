@@ -320,6 +320,106 @@ def test_auto_supervision_leaves_pytest_benchmark_results_where_they_are(pyteste
     assert [b["name"] for b in doc["benchmarks"]] == ["test_timed"]
 
 
+@pytest.fixture
+def top_level(pytester, monkeypatch):
+    """Run pytest as a user's own `python -m pytest` on a CPU machine (a run of its own, under the
+    interpreter: supervised by default); returns (result, its combined output)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+    def run(*args):
+        # here, in the test's call: pytest sets PYTEST_CURRENT_TEST again at each phase
+        monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-interpret", *args)
+        return result, result.stdout.str() + result.stderr.str()
+
+    return run
+
+
+def test_supervised_pytest_exit_and_keyboard_interrupt_stop_the_run_as_in_process(pytester, top_level):
+    pytester.makepyfile(test_exit="""
+        import pytest
+        def test_a(): pass
+        def test_exit(): pytest.exit("stop here", returncode=3)
+        def test_after(): pass
+    """)
+    result, out = top_level("test_exit.py")
+    assert "supervised child" in out
+    assert result.ret == 3
+    assert "!!! _pytest.outcomes.Exit: stop here !!!" in out
+    assert "ProcessCrashed" not in out and "test_after" not in out.split("collected")[1]
+    pytester.makepyfile(test_kbi="""
+        def test_a(): pass
+        def test_kbi(): raise KeyboardInterrupt
+        def test_after(): pass
+    """)
+    result, out = top_level("test_kbi.py")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert "ProcessCrashed" not in out and "KeyboardInterrupt" in out
+
+
+def test_supervised_maxfail_lets_session_fixtures_tear_down(pytester, top_level):
+    pytester.makepyfile(test_td="""
+        import pathlib, time, pytest
+        @pytest.fixture(scope="session")
+        def res():
+            yield 1
+            time.sleep(0.5)
+            pathlib.Path("teardown_ran.txt").write_text("done")
+        def test_a(res): assert 0
+        def test_b(res): pass
+    """)
+    result, out = top_level("-x")
+    assert "supervised child" in out
+    result.assert_outcomes(failed=1)
+    assert (pytester.path / "teardown_ran.txt").read_text() == "done"
+
+
+def test_supervised_collection_errors_count_once_and_files_are_closed(pytester, top_level):
+    pytester.makepyfile(test_ok="def test_ok(): pass", test_bad="import nonexistent_module_xyz")
+    result, out = top_level("--continue-on-collection-errors", "-W", "error")
+    assert "supervised child" in out
+    result.assert_outcomes(passed=1, errors=1)
+    assert out.count("ERROR collecting test_bad.py") == 1
+    assert "unclosed file" not in out
+
+
+@pytest.mark.parametrize("args, files, why", [
+    (("--setup-show",), {}, "--setup-show shows this process's fixtures"),
+    (("-o", "log_cli=true"), {}, "live logging (log_cli)"),
+    ((), {"test_prop": "def test_p(record_testsuite_property): record_testsuite_property('A', 1)"},
+     "record_testsuite_property write to this process's --junitxml"),
+])
+def test_auto_supervision_stays_off_for_what_lives_in_this_process(pytester, top_level, args,
+                                                                     files, why):
+    pytester.makepyfile(test_ok="def test_ok(): pass", **files)
+    result, out = top_level(*args)
+    assert result.ret == pytest.ExitCode.OK, out
+    assert "supervised child" not in out and "INTERNALERROR" not in out
+    if files:
+        assert f"not supervised although under Triton's interpreter: {why}" in out
+    else:  # decided before collection: the header says nothing, and the run is in-process
+        assert "ProcessCrashed" not in out
+
+
+def test_auto_supervision_stays_off_for_pytest_main_from_a_program(pytester, monkeypatch):
+    # The program's sys.path (a src/ layout put on it by hand) would not reach a child.
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    pytester.mkdir("src").joinpath("mylib.py").write_text("VALUE = 42\n")
+    pytester.mkdir("tests").joinpath("test_lib.py").write_text(
+        "import mylib\ndef test_v(): assert mylib.VALUE == 42\n")
+    pytester.makepyfile(run_main="""
+        import os, sys, pytest
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "src"))
+        sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "--triton-interpret", "tests"]))
+    """)
+    result = pytester.run(sys.executable, "run_main.py")
+    assert result.ret == 0, result.stdout.str()
+    assert "supervised child" not in result.stdout.str()
+
+
 def test_supervise_takes_its_value_with_an_equals_sign(pytester):
     pytester.makepyfile(test_ok="def test_ok(): pass")
     result = pytester.runpytest_subprocess("--triton-supervise", "sometimes", "test_ok.py")
