@@ -38,10 +38,12 @@ def test_a_kernel_three_times_worse_than_the_baseline_fails_with_both_errors_and
     assert lines[3].split() == ["baseline", "0.00314", "(892,)", "0.000785"]
     assert lines[4].split() == ["ratio", "3x", "3x"]
     assert lines[5].split() == ["allowed", "0.00629", "0.00158"]
-    assert lines[6] == ("At the kernel's largest error, index (892,): actual 0.967, expected "
-                        "0.958, baseline 0.961")
+    assert lines[6] == ("At the kernel's largest error, index (892,): actual 0.9672453, expected "
+                        "0.9578269, baseline 0.9609664")
     assert lines[7] == ("Rule: max and mean |error| <= 2 x the baseline's + floor 1e-05 (table: "
-                        "float32); errors against the float64 expected, over its finite elements.")
+                        "float32), each element's error also less half an ulp of its value in "
+                        "torch.float32; errors against the float64 expected, over its finite "
+                        "elements.")
     assert lines[8].startswith("Seed: ")
     # A larger factor lets the same kernel through.
     assert_close(actual, expected, baseline=baseline, baseline_factor=3.5)
@@ -56,6 +58,22 @@ def test_the_mean_catches_an_error_spread_thin_that_the_max_misses():
     with pytest.raises(AssertionError, match=r"mean \|error\| .* > ") as info:
         assert_close(thin, expected, baseline=baseline)
     assert "max |error|" not in str(info.value).splitlines()[0].split(": ", 1)[1]
+
+
+def test_a_kernel_off_by_its_own_rounding_passes_where_the_baseline_was_luckier():
+    # fp16 values near 1.5 (units of 2**-10): the baseline happens to round 1.5 + 2**-12 to 1.5
+    # (error a quarter unit, its max); the kernel writes the next fp16 value up, 3x that error,
+    # which is its own rounding (half a unit) plus a quarter unit: 2x the baseline's max error
+    # alone would fail this correct kernel.
+    expected = torch.tensor([1.5 + 2**-12, 0.3] * 50, dtype=torch.float64)
+    baseline = expected.to(torch.float16)
+    actual = baseline.clone()
+    actual[0] = 1.5 + 2**-10
+    assert_close(actual, expected, baseline=baseline)
+    # Negative control: two units off at 1.5 is no rounding.
+    actual[0] = 1.5 + 2 * 2**-10
+    with pytest.raises(AssertionError, match="Kernel error exceeds 2x the baseline's"):
+        assert_close(actual, expected, baseline=baseline)
 
 
 def test_the_floor_lets_an_exact_baseline_through():
