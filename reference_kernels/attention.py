@@ -65,7 +65,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
-from ._checks import output, require_dtype, require_tensor
+from ._checks import config_values, output, require_dtype, require_tensor
 from .matmul import TensorDescriptor, _autotune_kwargs, tma_available
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -478,7 +478,9 @@ def _check_operands(q, k, v, out, where: str):
     if q.shape[3] not in HEAD_DIMS:
         raise ValueError(f"{where}: head dim {q.shape[3]} is not supported; expected one of "
                          f"{HEAD_DIMS}")
-    return output(where, "out", out, q.shape, q.dtype, q.device)
+    # q may be out itself: a program reads its query rows before it writes them, and no
+    # other program reads them
+    return output(where, "out", out, q.shape, q.dtype, q.device, inputs={"k": k, "v": v})
 
 
 def _tma_problem(q, k, v) -> str | None:
@@ -523,6 +525,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     out = _check_operands(q, k, v, out, "attention")
     chosen = _choose_variant(q, k, v, variant)
     B, H, S, D = q.shape
+    if sm_scale is not None and (isinstance(sm_scale, bool)
+                                 or not isinstance(sm_scale, (int, float))):
+        raise TypeError(f"attention: sm_scale={sm_scale!r} must be a number (or None for "
+                        f"1/sqrt(D))")
     scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
     if not (math.isfinite(scale) and scale > 0):
         # The kernel takes the row maximum before scaling: right only for a positive scale.
@@ -548,6 +554,12 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise TypeError(f"attention: config must be a triton.Config, got "
                         f"{type(config).__name__}")
     kw = config.all_kwargs()
+    missing = {"BLOCK_M", "BLOCK_N"} - set(kw)
+    if missing:
+        raise ValueError(f"attention: config lacks {sorted(missing)}")
+    config_values("attention", kw, powers_of_two=("BLOCK_M", "BLOCK_N", "num_warps"),
+                  at_least={"BLOCK_M": 16, "BLOCK_N": 16}, positive=("num_stages",),
+                  flags=("PIPELINE", "LAZY_RESCALE"))
     if kw["BLOCK_M"] % kw["BLOCK_N"]:
         raise ValueError(f"attention: BLOCK_M {kw['BLOCK_M']} must be a multiple of BLOCK_N "
                          f"{kw['BLOCK_N']}")

@@ -45,7 +45,7 @@ from triton.runtime.errors import OutOfResources
 
 from pytest_triton import autotune_configs, do_bench, interpreting
 
-from ._checks import output, require_dtype, require_tensor
+from ._checks import config_values, output, require_dtype, require_tensor
 from .matmul import (
     TensorDescriptor,
     _autotune_kwargs,
@@ -381,7 +381,10 @@ class _PlanReport:
 
 
 def _pair(value, name: str) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) else tuple(value)
+    try:
+        pair = (value, value) if isinstance(value, int) else tuple(value)
+    except TypeError:  # a float, None: nothing to unpack
+        raise ValueError(f"conv2d: {name}={value!r}; expected an int or a pair of ints") from None
     if len(pair) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) for v in pair):
         raise ValueError(f"conv2d: {name}={value!r}; expected an int or a pair of ints")
     return pair
@@ -428,7 +431,7 @@ def _check_operands(x, weight, bias, stride, padding, dilation, out):
                          f"than the padded input {tuple(x.shape[2:])}")
     shape = (x.shape[0], K, P, Q)
     return output("conv2d", "out", out, shape, x.dtype, x.device,
-                  memory_format=torch.channels_last)
+                  inputs={"x": x, "weight": weight}, memory_format=torch.channels_last)
 
 
 def _is_gemm(x, weight, stride, padding) -> bool:
@@ -487,7 +490,11 @@ def _check_config(config) -> dict:
     missing = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"} - set(config.kwargs)
     if missing:
         raise ValueError(f"conv2d: config lacks {sorted(missing)}")
-    return dict(config.all_kwargs())
+    # tl.dot takes tiles of at least 16 in each dimension
+    return config_values("conv2d", dict(config.all_kwargs()),
+                         powers_of_two=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"),
+                         at_least={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+                         positive=("GROUP_M", "SPLIT_K", "num_stages"), flags=("A_TMA",))
 
 
 def _choose_variant(x, weight, stride, padding, dilation, out, variant: str | None) -> str:

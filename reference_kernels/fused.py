@@ -130,7 +130,8 @@ def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tens
                              f"{getattr(t, 'dtype', '')}")
     if not bias.is_contiguous():
         raise ValueError(f"{where}: bias must be contiguous")
-    out = output(where, "out", out, x.shape, x.dtype, x.device)
+    out = output(where, "out", out, x.shape, x.dtype, x.device,
+                 inputs={"x": x, "residual": residual, "bias": bias}, same_place_ok=True)
     x2, r2, o2 = (row_view(n, t, where) for n, t in (("x", x), ("residual", residual),
                                                      ("out", out)))
     n_rows, n_cols = x2.shape

@@ -523,9 +523,11 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     """
     where = "layernorm"
     _check(where, x, weight=weight, bias=bias)
-    if not eps >= 0:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"{where}: eps={eps!r} must be >= 0")
-    y = output(where, "out", out, x.shape, x.dtype, x.device)
+    # in place is fine: each row is read before it is written, by the program that writes it
+    y = output(where, "out", out, x.shape, x.dtype, x.device,
+               inputs={"x": x, "weight": weight, "bias": bias}, same_place_ok=True)
     x2, y2 = row_view("x", x, where), row_view("out", y, where)
     n_rows, n_cols = x2.shape
     mean = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
@@ -593,9 +595,11 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                 or s.dtype != torch.float32 or s.device != x.device or not s.is_contiguous():
             raise ValueError(f"{where}: {name} must be a contiguous float32 tensor of shape "
                              f"{tuple(x.shape[:-1])} on {x.device}, as layernorm returns it")
-    dx = output(where, "dx", dx, x.shape, x.dtype, x.device)
-    dw = output(where, "dw", dw, weight.shape, weight.dtype, x.device)
-    db = output(where, "db", db, weight.shape, weight.dtype, x.device)
+    read = {"x": x, "dy": dy, "weight": weight}
+    dx = output(where, "dx", dx, x.shape, x.dtype, x.device, inputs=read, same_place_ok=True)
+    dw = output(where, "dw", dw, weight.shape, weight.dtype, x.device, inputs={**read, "dx": dx})
+    db = output(where, "db", db, weight.shape, weight.dtype, x.device,
+                inputs={**read, "dx": dx, "dw": dw})
     x2, dy2, dx2 = row_view("x", x, where), row_view("dy", dy, where), row_view("dx", dx, where)
     n_rows, n_cols = x2.shape
     if n_rows == 0:

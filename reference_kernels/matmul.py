@@ -38,7 +38,7 @@ import triton.language as tl
 from pytest_triton import autotune_configs, do_bench, interpreting
 
 from . import _tuning
-from ._checks import output, require_dtype, require_tensor
+from ._checks import config_values, output, require_dtype, require_tensor
 
 try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
     from triton.tools.tensor_descriptor import TensorDescriptor
@@ -580,7 +580,8 @@ def _check_operands(a, b, bias, activation, out, where: str):
                          f"{a.device}, got {bias!r:.80}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"{where}: activation={activation!r}; expected one of {ACTIVATIONS}")
-    return output(where, "out", out, (M, N), a.dtype, a.device)
+    return output(where, "out", out, (M, N), a.dtype, a.device,
+                  inputs={"a": a, "b": b, "bias": bias})
 
 
 def _choose_variant(a, b, out, variant: str | None) -> str:
@@ -603,7 +604,11 @@ def _check_config(config, where: str) -> dict:
     missing = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"} - set(config.kwargs)
     if missing:
         raise ValueError(f"{where}: config lacks {sorted(missing)}")
-    return config.all_kwargs()
+    # tl.dot takes tiles of at least 16 in each dimension
+    return config_values(where, config.all_kwargs(),
+                         powers_of_two=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"),
+                         at_least={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+                         positive=("GROUP_M", "SPLIT_K", "num_stages"), flags=("FIXUP",))
 
 
 def matmul_kernel_for(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None,

@@ -537,7 +537,8 @@ def _as_rows(x: torch.Tensor, out: torch.Tensor | None, where: str):
     require_dtype(where, x.dtype, DTYPES)
     if x.dim() == 0:
         raise ValueError(f"{where}: x must have at least one dimension")
-    out = output(where, "out", out, x.shape, x.dtype, x.device)
+    out = output(where, "out", out, x.shape, x.dtype, x.device, inputs={"x": x},
+                 same_place_ok=True)
     return row_view("x", x, where), row_view("out", out, where), out
 
 

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, interpreting
 
-from ._checks import output, require_tensor
+from ._checks import config_values, output, require_tensor
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -225,6 +225,11 @@ def device_size(device: torch.device) -> tuple[int, int]:
 def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
                    powers_of_two: tuple[str, ...] = ()) -> dict:
     """A launcher's heuristic launch parameters, with a caller's overrides (tuning sweeps)."""
+    if overrides is None:
+        return defaults
+    if not isinstance(overrides, dict):
+        raise TypeError(f"{where}: config must be a dict of launch parameters, got "
+                        f"{type(overrides).__name__}")
     if not overrides:
         return defaults
     unknown = sorted(set(overrides) - set(defaults))
@@ -232,11 +237,12 @@ def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
         raise ValueError(f"{where}: unknown config key(s) {unknown}; expected some of "
                          f"{sorted(defaults)}")
     cfg = {**defaults, **overrides}
-    for key in powers_of_two:
-        value = cfg[key]
-        if not isinstance(value, int) or value < 1 or value & (value - 1):
-            raise ValueError(f"{where}: config {key}={value!r} must be a power of two")
-    return cfg
+    # the value's kind follows the default's: flags stay bools, counts are integers >= 1 (a
+    # default of None is an optional count: programs_per_sm, maxnreg)
+    flags = [k for k in overrides if isinstance(defaults[k], bool)]
+    counts = [k for k in overrides if k not in powers_of_two and k not in flags
+              and (defaults[k] is None or isinstance(defaults[k], int))]
+    return config_values(where, cfg, powers_of_two=powers_of_two, positive=counts, flags=flags)
 
 
 def elementwise_operands(where: str, out: torch.Tensor | None, **inputs: torch.Tensor):
@@ -258,7 +264,8 @@ def elementwise_operands(where: str, out: torch.Tensor | None, **inputs: torch.T
         if t.device != first.device:
             raise ValueError(f"{where}: {first_name} and {name} are on different devices "
                              f"({first.device}, {t.device})")
-    out = output(where, "out", out, first.shape, first.dtype, first.device)
+    out = output(where, "out", out, first.shape, first.dtype, first.device, inputs=inputs,
+                 same_place_ok=True)
     flat = []
     for name, t in (*inputs.items(), ("out", out)):
         if t.is_contiguous():

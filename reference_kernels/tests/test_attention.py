@@ -132,8 +132,17 @@ def test_attention_explicit_config(make_tensor):
     (lambda q, k, v: attention(q, k, v, variant="flash3"), ValueError, "variant"),
     (lambda q, k, v: attention(q, k, v, sm_scale=0.0), ValueError, "sm_scale"),
     (lambda q, k, v: attention(q, k, v, sm_scale=-0.125), ValueError, "sm_scale"),
+    (lambda q, k, v: attention(q, k, v, sm_scale="a"), TypeError, "sm_scale='a' must be a number"),
+    (lambda q, k, v: attention(q, k, v, config=triton.Config({"BLOCK_N": 16})), ValueError,
+     r"config lacks \['BLOCK_M'\]"),
+    (lambda q, k, v: attention(q, k, v, config=triton.Config({"BLOCK_M": 24, "BLOCK_N": 8})),
+     ValueError, "BLOCK_M=24 must be a power of two"),
+    (lambda q, k, v: attention(q, k, v, config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 0})),
+     ValueError, "BLOCK_N=0 must be a power of two"),
+    (lambda q, k, v: attention(q, k, v, out=k), ValueError, "out overlaps the memory of k"),
 ], ids=["shape", "float32", "mixed_dtype", "head_dim", "3d", "out", "config", "variant",
-        "zero_scale", "negative_scale"])
+        "zero_scale", "negative_scale", "str_scale", "config_lacks", "config_pow2",
+        "config_zero", "out_is_k"])
 def test_attention_rejects_bad_arguments(make_tensor, call, error, match):
     q, k, v = attention_inputs(make_tensor, 1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(error, match=match):

@@ -259,8 +259,12 @@ def test_conv2d_explicit_config(make_tensor):
      "channels_last"),
     (lambda x, w: conv2d(x, w, torch.zeros(2, dtype=x.dtype, device=x.device)), ValueError,
      "bias"),
+    (lambda x, w: conv2d(x, w, stride=1.5), ValueError, r"conv2d: stride=1.5; expected an int"),
+    (lambda x, w: conv2d(x, w, config=triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16,
+                                                     "GROUP_M": -1})),
+     ValueError, "conv2d: config GROUP_M=-1 must be an integer >= 1"),
 ], ids=["groups", "float32", "mixed_dtype", "3d", "stride", "padding", "too_small", "matmul_3x3",
-        "variant", "tma_stride", "tma_size", "tma_layout", "bias"])
+        "variant", "tma_stride", "tma_size", "tma_layout", "bias", "stride_float", "config_group"])
 def test_conv2d_rejects_bad_arguments(make_tensor, call, error, match):
     x, weight, _ = conv2d_inputs(make_tensor, 1, 4, 6, 6, 3, 3, 3, dtype=torch.float16)
     with pytest.raises(error, match=match):

@@ -283,6 +283,9 @@ def test_rejects_bad_input(make_tensor):
         layernorm(make_tensor((4, 0)), make_tensor(0), make_tensor(0))
     with pytest.raises(ValueError, match="eps"):
         layernorm(x, w, b, -1.0)
+    for eps in ("1e-5", None):
+        with pytest.raises(ValueError, match=f"eps={eps!r} must be >= 0"):
+            layernorm(x, w, b, eps)
     with pytest.raises(ValueError, match="unknown config key"):
         layernorm(x, w, b, config={"ROW": 2})
     with pytest.raises(ValueError, match="BLOCK_N=1 with SPLIT=True.*must be >= 2"):

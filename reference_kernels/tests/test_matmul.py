@@ -144,8 +144,21 @@ def test_matmul_explicit_config(make_tensor):
     (lambda a, b: matmul(a, b, out=torch.empty(2, 2, dtype=a.dtype, device=a.device)),
      ValueError, "out must be"),
     (lambda a, b: matmul(a, b, config={"BLOCK_M": 16}), TypeError, "triton.Config"),
+    (lambda a, b: matmul(a, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16,
+                                                     "GROUP_M": 0})),
+     ValueError, "matmul: config GROUP_M=0 must be an integer >= 1"),
+    (lambda a, b: matmul(a, b, config=triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 24,
+                                                     "GROUP_M": 1})),
+     ValueError, "matmul: config BLOCK_K=24 must be a power of two"),
+    (lambda a, b: matmul(a, b, config=triton.Config({"BLOCK_M": 8, "BLOCK_N": 16, "BLOCK_K": 16,
+                                                     "GROUP_M": 1})),
+     ValueError, "matmul: config BLOCK_M=8 must be at least 16"),
+    (lambda a, b: matmul(a, b, out=torch.empty(1, 6, dtype=a.dtype, device=a.device).expand(4, 6)),
+     ValueError, "out has elements that share memory"),
+    (lambda a, b: matmul(b[:, :5], b[:, :5], out=b[:, :5]), ValueError,
+     "out overlaps the memory of a"),
 ], ids=["shape", "float32", "mixed_dtype", "3d", "activation", "variant", "bias", "out",
-        "config"])
+        "config", "config_group", "config_pow2", "config_small", "out_expanded", "out_is_a"])
 def test_matmul_rejects_bad_arguments(make_tensor, call, error, match):
     a, b, _ = matmul_inputs(make_tensor, 4, 6, 5, dtype=torch.float16)
     with pytest.raises(error, match=match):

@@ -83,6 +83,13 @@ def test_persistent_grid_config(make_tensor):
     assert_close(out, vector_add_reference(x.double(), y.double()))
     with pytest.raises(ValueError, match="unknown config key"):
         vector_add_persistent(x, y, config={"BLOCK": 128})
+    for bad, match in (({"programs_per_sm": 0}, "programs_per_sm=0 must be an integer >= 1"),
+                       ({"programs_per_sm": 1.5}, "programs_per_sm=1.5 must be an integer >= 1"),
+                       ({"BLOCK_SIZE": True}, "BLOCK_SIZE=True must be a power of two")):
+        with pytest.raises(ValueError, match=match):
+            vector_add_persistent(x, y, config=bad)
+    with pytest.raises(TypeError, match="config must be a dict of launch parameters, got str"):
+        vector_add_persistent(x, y, config="fast")
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -100,6 +107,14 @@ def test_rejects_bad_operands(launcher, make_tensor):
         launcher(make_tensor((4, 16), noncontiguous="rows"), make_tensor((4, 16)))
     with pytest.raises(ValueError, match="out must be"):
         launcher(x, x, out=make_tensor(64, torch.float16))
+    with pytest.raises(ValueError, match="out has elements that share memory"):
+        launcher(x, x, out=make_tensor(1).expand(64))
+    buf = make_tensor(65)
+    with pytest.raises(ValueError, match="out overlaps the memory of x"):
+        launcher(buf[:64], x, out=buf[1:])
+    # out that is exactly an input (in place) is fine: each element is read before it is written
+    y, z = make_tensor(64), x.clone()
+    assert_close(launcher(z, y, out=z), vector_add_reference(x.double(), y.double()))
 
 
 # --- negative controls: the same check must reject these ---------------------------------------
