@@ -89,6 +89,28 @@ def _locked(path: Path):
         os.close(fd)
 
 
+def _implausible(found) -> str | None:
+    """What is wrong with measured ceilings, or None: every rate a finite number > 0."""
+    import math
+
+    if not isinstance(found, dict):
+        return f"{type(found).__name__}, not a dict"
+
+    def bad_rate(v) -> bool:
+        return isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v <= 0
+
+    if "dram_gbps" in found and found["dram_gbps"] is not None and bad_rate(found["dram_gbps"]):
+        return f"dram_gbps={found['dram_gbps']!r} (expected a finite number of GB/s > 0)"
+    tflops = found.get("tflops") or {}
+    if not isinstance(tflops, dict):
+        return f"tflops={tflops!r} (expected a dict of dtype: TFLOP/s)"
+    for k, v in tflops.items():
+        if v is not None and bad_rate(v):
+            return f"tflops[{k!r}]={v!r} (expected a finite number of TFLOP/s > 0)"
+    return None
+
+
 def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | None, str]:
     """(ceilings, where they came from) for the device `fingerprint`: the cached ones, or
     measure() (which may return None: nothing to measure on) stored for the next run."""
@@ -102,6 +124,9 @@ def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | 
         found = measure()
         if found is None:
             return None, "not measured"
+        bad = _implausible(found)
+        if bad:  # neither used nor cached: the next run measures again
+            return None, f"not used: pytest_triton_calibrate returned {bad}"
         found = {**found, "fingerprint": fingerprint}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(found, indent=1))

@@ -156,7 +156,18 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
 
 def perf_target_of(item: pytest.Item, checklist: dict[str, dict]) -> PerfTarget | None:
     """The closest perf_target of `item`, validated (PerfTargetError names the test)."""
-    mark = item.get_closest_marker("perf_target")
+    marks = list(item.iter_markers("perf_target"))
+    if len(marks) > 1:
+        # the closest would win silently, and the others' targets go unchecked
+        def shown(m) -> str:
+            parts = [*map(repr, m.args), *(f"{k}={v!r}" for k, v in m.kwargs.items())]
+            return f"perf_target({', '.join(parts)})"
+
+        given = "; ".join(shown(m) for m in marks)
+        raise PerfTargetError(f"{item.nodeid}: {len(marks)} perf_target markers apply ({given}, "
+                              "from the test, its class or its module's pytestmark): give one, "
+                              "with every target in it")
+    mark = marks[0] if marks else None
     if mark is None:
         return None
     return parse_perf_target(mark.args, dict(mark.kwargs), checklist, where=f"{item.nodeid}: ")

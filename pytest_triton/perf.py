@@ -330,6 +330,7 @@ class TritonBench:
                 raise self._error(f"pytest_triton_measure returned {type(new).__name__}, not Timings")
             if baseline is not None and new.baseline_ms is None:
                 raise self._error("pytest_triton_measure returned no baseline timings")
+            self._check_timings(new)
             # Throttled rounds are measured again rather than merged: their samples are not the
             # card's normal behaviour.
             timings = new if timings is None or timings.throttled else timings.merged(new)
@@ -340,6 +341,26 @@ class TritonBench:
                                                                  and timings.throttled):
                 break
         return m
+
+    def _check_timings(self, t: verdict.Timings) -> None:
+        """Timings a hook returned are samples of a real run: finite, positive milliseconds, the
+        baseline's paired one to one with fn's; anything else would be judged as if it were."""
+        for name in ("ms", "baseline_ms"):
+            samples = getattr(t, name)
+            if samples is None and name == "baseline_ms":
+                continue
+            if not isinstance(samples, (list, tuple)) or not samples:
+                raise self._error(f"pytest_triton_measure returned Timings.{name}={samples!r}: "
+                                  "expected a non-empty list of per-call milliseconds")
+            for i, v in enumerate(samples):
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                        or v <= 0:
+                    raise self._error(f"pytest_triton_measure returned Timings.{name}[{i}]="
+                                      f"{v!r}: expected a finite number of milliseconds > 0")
+        if t.baseline_ms is not None and len(t.baseline_ms) != len(t.ms):
+            raise self._error(f"pytest_triton_measure returned {len(t.ms)} samples of fn and "
+                              f"{len(t.baseline_ms)} of the baseline: they are paired, one each "
+                              "per round of interleaved timing")
 
 
 def _checklist_note(config: pytest.Config, target: PerfTarget | None) -> str | None:

@@ -218,6 +218,23 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
                 f"{device.label} peak {datasheet:.0f} GB/s, more than the DRAM can move: the data "
                 "stayed in L2, the kernel skipped work, or bytes= overcounts"))
             return
+    if m.flops:
+        # the same for compute: faster than the tensor cores can go (of the dtype, or of the
+        # device's fastest dtype when none is given) is a flops= overcount or skipped work
+        if m.dtype:
+            peak_tf, what = device.peak_tflops(m.dtype, "datasheet")
+        else:
+            rates = [v for v in (device.tflops or {}).values() if v]
+            peak_tf, what = (max(rates), f"{device.label} fastest tensor-core peak") if rates \
+                else (None, "")
+        lo_tf = m.flops / t.ci_hi / 1e9
+        if peak_tf and lo_tf > peak_tf:
+            m.checks.append(Check("flops", peak_tf, m.tflops, (lo_tf, m.flops / t.ci_lo / 1e9),
+                                  INVALID,
+                f"invalid measurement: {m.tflops:.1f} TFLOP/s = {_pct(m.tflops / peak_tf)} of "
+                f"{what} {peak_tf:.1f} TFLOP/s, more than the tensor cores can do: flops= "
+                "overcounts, or the kernel skipped work"))
+            return
     if target is None:
         return
 

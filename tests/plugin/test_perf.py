@@ -203,6 +203,62 @@ def test_bad_use_is_an_error_naming_the_test_and_argument(perf, body, needle):
     assert "test_k.py::test_k" in result.stdout.str() and needle in result.stdout.str(), result.stdout.str()
 
 
+@pytest.mark.parametrize("spec, needle", [
+    ("([1.0, -1.0], None)", "Timings.ms[1]=-1.0: expected a finite number of milliseconds > 0"),
+    ("([1.0, float('nan')], None)", "Timings.ms[1]=nan"),
+    ("([], None)", "Timings.ms=[]: expected a non-empty list"),
+    ("([1.0, 1.0, 1.0], [1.0])", "returned 3 samples of fn and 1 of the baseline"),
+])
+def test_timings_a_hook_returns_are_checked(pytester, spec, needle):
+    pytester.makeconftest(FAKE_GPU + f"""
+from pytest_triton.verdict import Timings as _T
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    ms, base = {spec}
+    return _T(ms=ms, baseline_ms=base, method="injected", l2=settings.l2)
+""")
+    baseline = "baseline=lambda: None" if "], [" in spec else "baseline=None"
+    pytester.makepyfile(test_k=f"""
+        from pytest_triton import perf_target
+        @perf_target(max_ms=5)
+        def test_k(triton_bench): triton_bench(lambda: None, {baseline})
+    """)
+    result = pytester.runpytest("--triton-perf", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    assert "test_k.py::test_k" in result.stdout.str() and needle in result.stdout.str(), \
+        result.stdout.str()
+
+
+def test_flops_beyond_the_tensor_cores_are_an_invalid_measurement(perf):
+    result = perf("""
+        import torch
+        from pytest_triton import perf_target
+        FAKE = {"test_k": (0.25, None), "test_ok": (0.25, None)}
+        @perf_target(tflops=100)
+        def test_k(triton_bench):  # 1600 TFLOP/s on an H100 (989 fp16): flops= overcounts
+            triton_bench(lambda: None, flops=4e11, dtype=torch.float16)
+        @perf_target(tflops=100)
+        def test_ok(triton_bench): triton_bench(lambda: None, flops=2e11, dtype=torch.float16)
+    """)
+    result.assert_outcomes(failed=1, passed=1)
+    result.stdout.fnmatch_lines(["*invalid measurement: 1600.0 TFLOP/s = 161.7% of H100 SXM "
+                                 "float16 datasheet peak 989.4 TFLOP/s, more than the tensor cores*"])
+
+
+def test_two_perf_target_markers_are_an_error_not_one_silently_dropped(perf):
+    result = perf("""
+        import pytest
+        from pytest_triton import perf_target
+        FAKE = {"test_k": (1.0, None)}
+        pytestmark = perf_target(max_ms=0.5)
+        @perf_target(gbps=100)
+        def test_k(triton_bench): triton_bench(lambda: None, bytes=1e9)
+    """)
+    result.stdout.fnmatch_lines(["*test_k.py::test_k: 2 perf_target markers apply "
+                                 "(perf_target(gbps=100); perf_target(max_ms=0.5), from the test, "
+                                 "its class or its module's pytestmark): give one*"])
+    assert result.ret != pytest.ExitCode.OK
+
+
 def test_checklist_overrides_from_ini_and_toml(perf, pytester):
     pytester.makepyprojecttoml("""
         [tool.pytest.ini_options]
@@ -275,12 +331,12 @@ def test_measurement_returned_to_the_test(perf):
         FAKE = {"test_k": (0.25, 0.5)}
         @perf_target(speedup=1.5)
         def test_k(triton_bench):
-            m = triton_bench(lambda: None, bytes=5e8, flops=4e11, dtype=torch.float16, baseline=lambda: None)
+            m = triton_bench(lambda: None, bytes=5e8, flops=2e11, dtype=torch.float16, baseline=lambda: None)
             assert m.median_ms == pytest.approx(0.25, rel=0.01)
             assert m.gbps == pytest.approx(2000, rel=0.01)
             assert m.bandwidth_frac == pytest.approx(2000 / 3352, rel=0.01)
-            assert m.tflops == pytest.approx(1600, rel=0.01)
-            assert m.tflops_frac == pytest.approx(1600 / 989.4, rel=0.01)
+            assert m.tflops == pytest.approx(800, rel=0.01)
+            assert m.tflops_frac == pytest.approx(800 / 989.4, rel=0.01)
             assert m.speedup.median == pytest.approx(2.0, rel=0.01)
             assert m.verdict == "pass"
     """)

@@ -32,6 +32,8 @@ def pytest_triton_calibrate(config, device):
         f.write(device.fingerprint + "\\n")
     if os.environ.get("NO_CEILINGS"):  # (None would hand over to the plugin's own measurement)
         raise RuntimeError("the copy did not run")
+    if os.environ.get("BAD_CEILING"):
+        return {"dram_gbps": float(os.environ["BAD_CEILING"]), "tflops": {"float16": 80.0}}
     return {"dram_gbps": DEV["measured"], "tflops": {"float16": 80.0, "bfloat16": 80.0}}
 
 def pytest_triton_measure(config, request, fn, baseline, settings):
@@ -107,6 +109,19 @@ def test_a_measured_target_without_ceilings_is_an_error_naming_the_test(run, mon
     result.stdout.fnmatch_lines([
         "*test_k.py::test_of_measured: bandwidth_frac with peak='measured': GPU a has no "
         "measured copy ceiling; calibration failed: RuntimeError: the copy did not run*"])
+
+
+@pytest.mark.parametrize("bad", ["-2500", "0", "nan"])
+def test_implausible_ceilings_are_neither_used_nor_cached(run, monkeypatch, bad):
+    monkeypatch.setenv("BAD_CEILING", bad)
+    result, calls = run("a")
+    result.assert_outcomes(passed=1, failed=1)  # the measured target has no ceiling to use
+    result.stdout.fnmatch_lines([f"*GPU a has no measured copy ceiling; not used: "
+                                 f"pytest_triton_calibrate returned dram_gbps={float(bad)!r}*"])
+    monkeypatch.delenv("BAD_CEILING")
+    result, calls = run("a")  # nothing was cached: measured again, and now used
+    assert len(calls) == 2
+    result.assert_outcomes(passed=2)
 
 
 def test_the_json_holds_both_fractions_and_the_run_default_can_be_measured(run, pytester):
