@@ -171,11 +171,27 @@ def get_early(early_config: pytest.Config, name: str) -> Any:
 
 
 def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> float:
+    import math
+
     raw = get(config, name)
     try:
         value = float(raw)
     except (TypeError, ValueError):
         raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a number") from None
+    if not math.isfinite(value):
+        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a finite number")
+    if value < minimum:
+        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: must be >= {minimum:g}")
+    return value
+
+
+def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
+    """An option that counts something: an integer >= minimum."""
+    raw = get(config, name)
+    try:
+        value = int(str(raw).strip())
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a whole number") from None
     if value < minimum:
         raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: must be >= {minimum}")
     return value

@@ -52,7 +52,7 @@ def configure(config: pytest.Config) -> None:
     if info is not None:
         info = device_mod.with_calibration(
             info, None, options.get(config, "triton_perf_peak") == "measured")
-    retries = options.get_float(config, "triton_perf_retries")
+    retries = options.get_count(config, "triton_perf_retries")
     real_gpu = info is not None and not st.runtime.interpret
     st.perf_session = PerfSession(
         device=info,

@@ -404,3 +404,16 @@ def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester
     text = second.stdout.str() + second.stderr.str()
     assert "Performance has regressed" in text
     assert "Field 'median' has failed PercentageRegressionCheck: 10.0" in text
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--triton-perf-retries", "inf"), "--triton-perf-retries 'inf': expected a whole number"),
+    (("--triton-perf-retries", "1.5"), "--triton-perf-retries '1.5': expected a whole number"),
+    (("--triton-perf-retries", "-1"), "--triton-perf-retries '-1': must be >= 0"),
+    (("--triton-perf-max-time", "nan"), "--triton-perf-max-time 'nan': expected a finite number"),
+    (("--triton-perf-max-time", "0"), "--triton-perf-max-time '0': must be >= 0.01"),
+])
+def test_bad_perf_options_are_usage_errors(perf, args, needle):
+    result = perf("def test_k(): pass", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in result.stderr.str(), result.stderr.str()
