@@ -49,6 +49,7 @@ def configure(config: pytest.Config) -> None:
     info = None
     if not xdist_controller:  # the workers time; the controller must not start CUDA
         info = config.hook.pytest_triton_device_info(config=config)
+        _check_device_info(info)
     if info is not None:
         info = device_mod.with_calibration(
             info, None, options.get(config, "triton_perf_peak") == "measured")
@@ -66,6 +67,38 @@ def configure(config: pytest.Config) -> None:
     )
     if info is not None and options.get(config, "triton_perf_calibrate"):
         ensure_ceilings(config, force=True)
+
+
+def _check_device_info(info) -> None:
+    """What pytest_triton_device_info returned, checked once at start-up: every verdict of the
+    run divides by these numbers."""
+    if info is None:
+        return
+    import math
+
+    from .device import DeviceInfo
+
+    def bad(what: str) -> None:
+        raise pytest.UsageError(f"pytest_triton_device_info returned {what}")
+
+    if not isinstance(info, DeviceInfo):
+        bad(f"a {type(info).__name__}, not a pytest_triton.device.DeviceInfo")
+
+    def rate(v) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+
+    if not isinstance(info.name, str) or not info.name:
+        bad(f"name={info.name!r}: expected the device's name")
+    if isinstance(info.sms, bool) or not isinstance(info.sms, int) or info.sms < 1:
+        bad(f"sms={info.sms!r}: expected the number of SMs, an integer >= 1")
+    if not rate(info.dram_gbps):
+        bad(f"dram_gbps={info.dram_gbps!r}: expected the datasheet DRAM bandwidth, a finite "
+            "number of GB/s > 0")
+    if not isinstance(info.tflops, dict):
+        bad(f"tflops={info.tflops!r}: expected a dict of dtype: TFLOP/s")
+    for k, v in info.tflops.items():
+        if v is not None and not rate(v):
+            bad(f"tflops[{k!r}]={v!r}: expected a finite number of TFLOP/s > 0, or None")
 
 
 class _DefaultHooks:

@@ -417,3 +417,22 @@ def test_bad_perf_options_are_usage_errors(perf, args, needle):
     result = perf("def test_k(): pass", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert needle in result.stderr.str(), result.stderr.str()
+
+
+@pytest.mark.parametrize("fields, needle", [
+    ("dram_gbps=0.0", "pytest_triton_device_info returned dram_gbps=0.0: expected the datasheet DRAM"),
+    ("dram_gbps=float('nan')", "dram_gbps=nan"),
+    ("sms=0", "sms=0: expected the number of SMs"),
+    ("tflops={'float16': -1.0}", "tflops['float16']=-1.0"),
+])
+def test_a_bad_device_from_the_hook_stops_the_run_naming_the_field(pytester, fields, needle):
+    pytester.makeconftest(FAKE_GPU + f"""
+import dataclasses as _dc
+_fake = pytest_triton_device_info
+def pytest_triton_device_info(config):
+    return _dc.replace(_fake(config), {fields})
+""")
+    pytester.makepyfile(test_k="def test_k(): pass")
+    result = pytester.runpytest("--triton-perf", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in result.stderr.str(), result.stderr.str()
