@@ -627,7 +627,8 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         at = f" ({100 * frac:.0f}% of {d['roofline']['binding']} ceiling)" if frac is not None else ""
         codes = ", ".join(h["code"] for h in d["hints"]) or "no hints"
         tr.write_line(f"{label}: {d['verdict']}{at}: {codes}")
-    tr.write_line(f"{len(diagnosed)} measurements diagnosed; reading their launches took "
+    tr.write_line(f"{len(diagnosed)} measurement{'s' if len(diagnosed) != 1 else ''} diagnosed; "
+                  f"reading their launches took "
                   f"{spent_s:.2f} s (full diagnoses: the 'pytest-triton explain' section of each "
                   "test, shown with its failure or with -rP)")
 

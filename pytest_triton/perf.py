@@ -452,7 +452,8 @@ def finish_call(item: pytest.Item) -> None:
     if failed:
         raise PerfTargetMissed("\n".join(lines))
     rounds = max(m.rounds for m in measurements)
-    raise PerfInconclusive("inconclusive after " + f"{rounds} rounds of measurement: the target lies "
+    raise PerfInconclusive("inconclusive after " + f"{rounds} round{'s' if rounds != 1 else ''} "
+                           "of measurement: the target lies "
                            "inside the measurement's 99% CI\n" + "\n".join(lines))
 
 

@@ -167,12 +167,23 @@ def terminal_summary(tr, config: pytest.Config) -> None:
                       f"{env['torch']}, triton {env['triton']}; {clocks}; L2 {ps.l2}; peaks: "
                       f"{peaks.get('dram_source', '?')}"
                       + (f"; measured copy ceiling {measured:.0f} GB/s" if measured else ""))
+    if options.get(config, "triton_perf_peak") == "measured" and ps.device is not None \
+            and not (ps.device.measured or {}).get("dram_gbps"):
+        tr.write_line(f"--triton-perf-peak measured: this device has no measured ceilings "
+                      f"({ps.calibration or 'not measured'}); fractions without a peak= of their "
+                      "own were taken of the datasheet", yellow=True, bold=True)
     for line in table(ps.results):
         tr.write_line(line)
     verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("pass", "fail", "inconclusive",
                                                              "invalid", "measured") if v in verdicts)
-    tr.write_line(f"{len(verdicts)} measurements: {counts or 'none'}")
+    geo = [r["geomean"]["verdict"] for r in ps.results if r.get("geomean")]
+    geo_counts = ", ".join(f"{geo.count(v)} {v}" for v in ("pass", "fail", "inconclusive")
+                           if v in geo)
+    tr.write_line(f"{len(verdicts)} measurement{'s' if len(verdicts) != 1 else ''}: "
+                  f"{counts or 'none'}"
+                  + (f"; {len(geo)} geomean target{'s' if len(geo) != 1 else ''}: {geo_counts}"
+                     if geo else ""))
     from .perf import unchecked_summary
 
     unchecked = unchecked_summary(config)
@@ -213,6 +224,7 @@ def write_json(config: pytest.Config) -> None:
     st = state.get(config)
     ps = st.perf_session
     verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
+    geo = [r["geomean"]["verdict"] for r in ps.results if r.get("geomean")]
     env = _environment(config)
     device = ps.device.to_dict() if ps.device else None
     if device is None and len(env["devices"]) == 1:
@@ -231,6 +243,8 @@ def write_json(config: pytest.Config) -> None:
         "unchecked": ps.unchecked,
         "faults": isolation.records(config),  # tests that lost the CUDA context or crashed
         "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+        # tests judged on the geometric mean of their measurements (their rows say "measured")
+        "geomean_summary": {v: geo.count(v) for v in sorted(set(geo))},
     }
     with open(ps.json_path, "w") as f:
         json.dump(doc, f, indent=1, default=str)

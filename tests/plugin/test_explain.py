@@ -154,7 +154,7 @@ def test_good_kernel_gets_the_diagnosis_and_no_false_alarm(explain):
         "  hints: none",
         "*= pytest-triton explain =*",
         "test_k.py::test_good: pass (96% of measured ceiling): no hints",
-        "1 measurements diagnosed; reading their launches took * s*",
+        "1 measurement diagnosed; reading their launches took * s*",
     ])
 
 

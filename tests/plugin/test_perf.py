@@ -154,7 +154,7 @@ def test_max_ms_and_gbps(perf):
     assert "FAIL gbps" not in result.stdout.str()  # 500 GB/s >= 400: that target held
 
 
-def test_geomean_speedup_over_a_sweep(perf):
+def test_geomean_speedup_over_a_sweep(perf, pytester):
     result = perf("""
         from pytest_triton import perf_target
         FAKE = {"test_good": (0.8, 1.0), "test_bad": (1.0, 0.9)}
@@ -166,12 +166,16 @@ def test_geomean_speedup_over_a_sweep(perf):
         def test_bad(triton_bench):
             for n in (1, 2):
                 triton_bench(lambda: None, baseline=lambda: None, name=f"n{n}")
-    """)
+    """, "--triton-perf-json", "perf.json")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*FAIL geomean_speedup: geometric mean speedup 0.900x over 2 shapes (n1 0.900x, n2 0.900x); target 1.1x*",
         "*test_good ?geomean?*1.250x*geomean>=1.1x baseline*pass*",
+        # the footer counts the geomean targets too (the sweep's rows only say "measured")
+        "5 measurements: 5 measured; 2 geomean targets: 1 pass, 1 fail",
     ])
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    assert doc["geomean_summary"] == {"fail": 1, "pass": 1}
 
 
 @pytest.mark.parametrize("body, needle", [

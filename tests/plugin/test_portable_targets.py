@@ -111,6 +111,15 @@ def test_a_measured_target_without_ceilings_is_an_error_naming_the_test(run, mon
         "measured copy ceiling; calibration failed: RuntimeError: the copy did not run*"])
 
 
+def test_a_run_asking_for_measured_peaks_without_them_says_so(run, monkeypatch):
+    monkeypatch.setenv("NO_CEILINGS", "1")
+    result, _ = run("a", "--triton-perf-peak", "measured")
+    result.stdout.fnmatch_lines([
+        "--triton-perf-peak measured: this device has no measured ceilings (calibration failed: "
+        "RuntimeError: the copy did not run); fractions without a peak= of their own were taken "
+        "of the datasheet"])
+
+
 @pytest.mark.parametrize("bad", ["-2500", "0", "nan"])
 def test_implausible_ceilings_are_neither_used_nor_cached(run, monkeypatch, bad):
     monkeypatch.setenv("BAD_CEILING", bad)
