@@ -440,3 +440,28 @@ def pytest_triton_device_info(config):
     result = pytester.runpytest("--triton-perf", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert needle in result.stderr.str(), result.stderr.str()
+
+
+def test_a_miss_measured_while_throttled_in_every_round_is_inconclusive(pytester):
+    # A hot GPU must not pass for a slow kernel: not PerfTargetMissed (which a negative control's
+    # xfail would accept) but inconclusive, naming the throttling; a cool GPU's miss stays a miss.
+    pytester.makeconftest(FAKE_GPU + """
+from pytest_triton.verdict import Timings as _T
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    hot = {"throttled": ["hw_thermal_slowdown"]} if request.node.name == "test_hot" else {}
+    return _T(ms=[2.0 * (1 + 0.001 * (i % 3)) for i in range(40)], method="injected",
+              l2=settings.l2, gpu_before=hot, gpu_after=hot)
+""")
+    pytester.makepyfile(test_k="""
+        from pytest_triton import perf_target
+        @perf_target(max_ms=1.5)
+        def test_hot(triton_bench): triton_bench(lambda: None)
+        @perf_target(max_ms=1.5)
+        def test_cool(triton_bench): triton_bench(lambda: None)
+    """)
+    result = pytester.runpytest("--triton-perf", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*PerfInconclusive: inconclusive: the GPU was throttling in every round of measurement "
+        "([[]'hw_thermal_slowdown'[]])*",
+        "*PerfTargetMissed: FAIL max_ms*"])
