@@ -139,7 +139,11 @@ class _ReportCollector:
         ps = session(self._config)
         payload = getattr(report, "triton_perf", None)
         if payload:
-            ps.results.append({"nodeid": report.nodeid, "outcome": report.outcome, **payload})
+            # pytest reports an xfail as "skipped" (and an xpass as "passed") with wasxfail set
+            outcome = report.outcome
+            if hasattr(report, "wasxfail"):
+                outcome = "xfailed" if report.skipped else "xpassed"
+            ps.results.append({"nodeid": report.nodeid, "outcome": outcome, **payload})
         unchecked = getattr(report, "triton_unchecked", None)
         if unchecked:
             ps.unchecked.append({"nodeid": report.nodeid, "target": unchecked})

@@ -235,7 +235,8 @@ def write_json(config: pytest.Config) -> None:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "environment": env,
         "device": device,  # None when nothing was measured, or several devices were
-        "settings": {"l2": ps.l2, "max_time_s": ps.max_time, "retries": ps.retries,
+        "settings": {"l2": ps.l2, "peak": options.get(config, "triton_perf_peak"),
+                     "max_time_s": ps.max_time, "retries": ps.retries,
                      "base_seed": st.base_seed, "calibration": ps.calibration},
         "gpu_settings_before": ps.settings_before,
         "gpu_settings_after": ps.settings_after,

@@ -62,7 +62,7 @@ def test_bandwidth_pass_fail_and_message_in_user_units(perf):
     ])
 
 
-def test_negative_control_slow_kernel_fails_and_xfail_strict_proves_it(perf):
+def test_negative_control_slow_kernel_fails_and_xfail_strict_proves_it(perf, pytester):
     result = perf(f"""
         import pytest
         from pytest_triton import perf_target, PerfTargetMissed
@@ -73,8 +73,12 @@ def test_negative_control_slow_kernel_fails_and_xfail_strict_proves_it(perf):
         @pytest.mark.xfail(raises=PerfTargetMissed, strict=True, reason="negative control")
         @perf_target(gbps=1000)
         def test_wrongly_fast_control(triton_bench): triton_bench(lambda: None, bytes=1e9)
-    """)
+    """, "--triton-perf-json", "perf.json")
     result.assert_outcomes(xfailed=1, failed=1)  # the control that passes its target is caught
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    outcomes = {r["nodeid"].split("::")[1]: r["outcome"] for r in doc["results"]}
+    assert outcomes == {"test_slow_control": "xfailed", "test_wrongly_fast_control": "failed"}
+    assert doc["settings"]["peak"] == "datasheet"
 
 
 def test_speedup_is_judged_on_interleaved_pairs(perf):
