@@ -240,7 +240,8 @@ class TritonBench:
 
     def _calibration_note(self) -> str:
         how = session(self._config).calibration
-        return f"; {how}" if how else ""
+        # "not measured" is what the peak's own text already says
+        return f"; {how}" if how and how != "not measured" else ""
 
     def _check_args(self, fn, bytes, flops, baseline, dtype, name) -> str | None:
         if not callable(fn):
