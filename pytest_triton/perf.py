@@ -258,6 +258,11 @@ class TritonBench:
         if call_dtype is not None and call_dtype not in FLOAT_DTYPES:
             raise self._error(f"triton_bench(dtype={dtype!r}): expected one of "
                               f"{', '.join(FLOAT_DTYPES)} (a torch.dtype or its name)")
+        if target_dtype and call_dtype and t.name and \
+                "dtype" in state.get(self._config).checklist.get(t.name, {}):
+            # a checklist entry's dtype is its default (the "matmul" entry's float16): the
+            # operands' own dtype names the peak the same fraction is taken of
+            target_dtype = None
         # float32 operands run on the tensor cores as tf32: one peak, so no conflict
         same = {"float32": "tf32"}
         if target_dtype and call_dtype and \

@@ -129,15 +129,26 @@ def test_tflops_frac_uses_the_dtype_peak_and_the_checklist_scales(perf):
     result = perf(f"""
         import torch
         from pytest_triton import perf_target
-        FAKE = {{"test_frac": (0.25, None), "test_checklist": (0.25, None), "test_too_slow": (2.0, None)}}
+        FAKE = {{"test_frac": (0.25, None), "test_checklist": (0.25, None), "test_too_slow": (2.0, None),
+                 "test_bf16_checklist": (2.0, None), "test_conflict": (0.25, None)}}
         @perf_target(tflops_frac=0.5)
         def test_frac(triton_bench): triton_bench(lambda: None, flops={flops}, dtype=torch.bfloat16)
         @perf_target("matmul")
         def test_checklist(triton_bench): triton_bench(lambda: None, flops={flops})
         @perf_target("matmul")
         def test_too_slow(triton_bench): triton_bench(lambda: None, flops={flops})
+        @perf_target("matmul")  # the entry's float16 is a default: bf16 operands take bf16's peak
+        def test_bf16_checklist(triton_bench):
+            triton_bench(lambda: None, flops={flops}, dtype=torch.bfloat16)
+        @perf_target(tflops_frac=0.1, dtype="float16")  # a dtype the test states is no default
+        def test_conflict(triton_bench):
+            triton_bench(lambda: None, flops={flops}, dtype=torch.bfloat16)
     """)
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=3)
+    result.stdout.fnmatch_lines(["*_ test_bf16_checklist _*", "*FAIL tflops_frac: 68.7 TFLOP/s = 6.9% of "
+                                 "H100 SXM bfloat16 datasheet peak*"])
+    assert "test_k.py::test_conflict: dtype conflict: perf_target(dtype='float16') but " \
+        "triton_bench(dtype='bfloat16')" in result.stdout.str()
     text = result.stdout.str()
     assert ("FAIL tflops_frac: 68.7 TFLOP/s = 6.9% of H100 SXM float16 datasheet peak 989.4 TFLOP/s; "
             "target 16.0% = 158.6 TFLOP/s (tflops_frac=0.1603)") in text
