@@ -64,6 +64,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return report.header(config) + sanitize.header(config) + interpreter.header(config)
 
 
+_BAD_MARKERS_KEY = pytest.StashKey[list]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
     result = yield
@@ -73,8 +76,20 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
             try:
                 markers.validate_item(item, state.get(collector.config).checklist)
             except markers.PerfTargetError as exc:
-                raise collector.CollectError(str(exc)) from None
+                # gathered: the module's collection fails once, naming every bad marker in it
+                collector.stash.setdefault(_BAD_MARKERS_KEY, []).append(str(exc))
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    report = yield
+    bad = collector.stash.get(_BAD_MARKERS_KEY, None)
+    if bad and report.outcome == "passed":
+        report.outcome = "failed"
+        report.longrepr = "\n".join(bad)
+        report.result = []
+    return report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -5,6 +5,25 @@ import pytest
 from pytest_triton import skip_interpreter_gap
 
 
+def test_every_bad_marker_of_a_module_is_named_at_once(pytester):
+    pytester.makepyfile(test_k="""
+        from pytest_triton import perf_target
+        @perf_target(gbps=-1)
+        def test_a(triton_bench): pass
+        def test_fine(): pass
+        @perf_target(max_ms=0)
+        def test_b(triton_bench): pass
+        @perf_target("sofmax")
+        def test_c(triton_bench): pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # collection errors stop the run
+    text = result.stdout.str()
+    for needle in ("test_k.py::test_a: gbps=-1", "test_k.py::test_b: max_ms=0",
+                   "test_k.py::test_c: 'sofmax' is not in the performance checklist"):
+        assert needle in text, needle
+
+
 @pytest.mark.parametrize("marker, needle", [
     ("perf_target(bandwidth_fraction=0.8)", "perf_target can't have 'bandwidth_fraction' keyword argument"),
     ("perf_target(bandwidth_frac=0)", "bandwidth_frac=0: expected a fraction in (0, 1]"),
