@@ -480,3 +480,17 @@ def pytest_triton_measure(config, request, fn, baseline, settings):
         "*PerfInconclusive: inconclusive: the GPU was throttling in every round of measurement "
         "([[]'hw_thermal_slowdown'[]])*",
         "*PerfTargetMissed: FAIL max_ms*"])
+
+
+def test_an_inconclusive_geomean_says_it_is_not_measured_again(perf):
+    result = perf("""
+        from pytest_triton import perf_target
+        FAKE = {"test_geo": [(1.0, 1.1)] * 10}
+        @perf_target(geomean_speedup=1.1)
+        def test_geo(triton_bench):
+            for n in (1, 2):
+                triton_bench(lambda: None, baseline=lambda: None, name=f"n{n}")
+    """)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*PerfInconclusive: inconclusive: the target lies inside the 99% CI "
+                                 "of the geometric mean over 2 shapes, each measured once*"])
