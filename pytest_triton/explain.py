@@ -553,7 +553,9 @@ def configure(config: pytest.Config) -> None:
 
     given = [opt for opt, on in (("--triton-perf-explain", mode(config) != "off"),
                                  ("--triton-perf-profile", options.get(config, "triton_perf_profile")),
-                                 ("--triton-perf-plot", plot.path(config))) if on]
+                                 ("--triton-perf-plot", plot.path(config)),
+                                 ("--triton-perf-json", options.get(config, "triton_perf_json")))
+             if on]
     if given and not state.get(config).perf and not hasattr(config, "workerinput"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
             f"pytest-triton: {' and '.join(given)} {'act' if len(given) > 1 else 'acts'} on perf "

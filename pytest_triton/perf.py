@@ -464,8 +464,9 @@ def finish_call(item: pytest.Item) -> None:
         # measured again while throttled (_measure), and throttled to the last round: the miss
         # may be the GPU's, not the kernel's, so it proves nothing either way (nor a negative
         # control's xfail(raises=PerfTargetMissed))
-        why = "; ".join(sorted({str(m.timings.gpu_after.get("throttled") or
-                                    m.timings.gpu_before.get("throttled")) for m in hot}))
+        reasons = {r for m in hot for g in (m.timings.gpu_before, m.timings.gpu_after)
+                   for r in (g.get("clock_reasons") or [])}
+        why = ", ".join(sorted(reasons)) or "NVML reports throttling"
         raise PerfInconclusive(
             f"inconclusive: the GPU was throttling in every round of measurement ({why}), so "
             "this miss may be the GPU's, not the kernel's; let it cool or find what holds its "

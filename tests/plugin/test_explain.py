@@ -564,3 +564,12 @@ def test_explain_without_triton_perf_says_it_does_nothing(pytester):
                                  "--triton-perf*"])
     quiet = pytester.runpytest("-p", "no:cacheprovider", "--triton-perf-explain=off")
     assert "PytestConfigWarning" not in quiet.stdout.str()
+
+
+def test_perf_json_without_triton_perf_says_it_writes_nothing(pytester):
+    pytester.makepyfile(test_k="def test_k(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider", "--triton-perf-json", "perf.json")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*PytestConfigWarning: pytest-triton: --triton-perf-json acts on "
+                                 "perf measurements, and there are none without --triton-perf*"])
+    assert not (pytester.path / "perf.json").exists()

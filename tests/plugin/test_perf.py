@@ -463,7 +463,8 @@ def test_a_miss_measured_while_throttled_in_every_round_is_inconclusive(pytester
     pytester.makeconftest(FAKE_GPU + """
 from pytest_triton.verdict import Timings as _T
 def pytest_triton_measure(config, request, fn, baseline, settings):
-    hot = {"throttled": ["hw_thermal_slowdown"]} if request.node.name == "test_hot" else {}
+    hot = ({"throttled": True, "clock_reasons": ["hw_thermal_slowdown", "sw_power_cap"]}
+           if request.node.name == "test_hot" else {})
     return _T(ms=[2.0 * (1 + 0.001 * (i % 3)) for i in range(40)], method="injected",
               l2=settings.l2, gpu_before=hot, gpu_after=hot)
 """)
@@ -478,7 +479,7 @@ def pytest_triton_measure(config, request, fn, baseline, settings):
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines([
         "*PerfInconclusive: inconclusive: the GPU was throttling in every round of measurement "
-        "([[]'hw_thermal_slowdown'[]])*",
+        "(hw_thermal_slowdown, sw_power_cap)*",
         "*PerfTargetMissed: FAIL max_ms*"])
 
 
