@@ -40,12 +40,7 @@ def _parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--head-dims", nargs="+", type=int, choices=(64, 128), default=[128, 64])
     p.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES, default=["fp16"])
-    p.add_argument("--budget", type=float, default=330.0,
-                   help="seconds after which remaining measurements are skipped (default 330)")
-    p.add_argument("--max-time", type=float, default=0.3,
-                   help="seconds of sampling per measurement (the plugin's max_time; default 0.3)")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
+    sc.add_shared_options(p, budget=330.0)
     return p.parse_args()
 
 

@@ -50,13 +50,19 @@ def _parse_args(known_only: bool = False):
     share (--smoke, --max-time, --budget), the importer's own (and its -h) left to it."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], add_help=not known_only)
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-    p.add_argument("--budget", type=float, default=150.0,
-                   help="seconds after which remaining measurements are skipped (default 150)")
+    add_shared_options(p, budget=150.0)
+    return p.parse_known_args()[0] if known_only else p.parse_args()
+
+
+def add_shared_options(p: argparse.ArgumentParser, *, budget: float) -> None:
+    """The options every sweep takes (this one, and those that import it for its helpers)."""
+    p.add_argument("--budget", type=float, default=budget,
+                   help=f"seconds after which remaining measurements are skipped (default "
+                        f"{budget:g})")
     p.add_argument("--max-time", type=float, default=0.3,
                    help="seconds of sampling per measurement (the plugin's max_time; default 0.3)")
     p.add_argument("--smoke", action="store_true",
                    help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
-    return p.parse_known_args()[0] if known_only else p.parse_args()
 
 
 ARGS = _parse_args(known_only=__name__ != "__main__")

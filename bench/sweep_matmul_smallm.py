@@ -38,24 +38,20 @@ import os
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# First: it reads --smoke (switching the interpreter on before any kernel module is imported)
+# and --max-time from this command line.
+import sweep_compute as sc  # noqa: E402
+
 
 def _parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--budget", type=float, default=330.0,
-                   help="seconds after which remaining measurements are skipped (default 330)")
-    p.add_argument("--max-time", type=float, default=0.3,
-                   help="seconds of sampling per measurement (the plugin's max_time; default 0.3)")
-    p.add_argument("--smoke", action="store_true",
-                   help="tiny shapes under Triton's interpreter on the CPU: checks the script runs")
+    sc.add_shared_options(p, budget=330.0)
     return p.parse_args()
 
 
 ARGS = _parse_args()
-if ARGS.smoke:  # before any kernel module is imported: @triton.jit reads it then
-    os.environ["TRITON_INTERPRET"] = "1"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import sweep_compute as sc  # noqa: E402  (reads --smoke and --max-time from this command line)
 import torch  # noqa: E402
 import triton  # noqa: E402
 

@@ -91,22 +91,17 @@ def _locked(path: Path):
 
 def _implausible(found) -> str | None:
     """What is wrong with measured ceilings, or None: every rate a finite number > 0."""
-    import math
+    from .stats import positive_finite
 
     if not isinstance(found, dict):
         return f"{type(found).__name__}, not a dict"
-
-    def bad_rate(v) -> bool:
-        return isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or v <= 0
-
-    if "dram_gbps" in found and found["dram_gbps"] is not None and bad_rate(found["dram_gbps"]):
+    if found.get("dram_gbps") is not None and not positive_finite(found["dram_gbps"]):
         return f"dram_gbps={found['dram_gbps']!r} (expected a finite number of GB/s > 0)"
     tflops = found.get("tflops") or {}
     if not isinstance(tflops, dict):
         return f"tflops={tflops!r} (expected a dict of dtype: TFLOP/s)"
     for k, v in tflops.items():
-        if v is not None and bad_rate(v):
+        if v is not None and not positive_finite(v):
             return f"tflops[{k!r}]={v!r} (expected a finite number of TFLOP/s > 0)"
     return None
 

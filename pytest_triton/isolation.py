@@ -231,6 +231,22 @@ def supervision(config: pytest.Config) -> tuple[bool, str]:
     return True, "--triton-supervise=auto, under Triton's interpreter"
 
 
+def _held_here(items: list[pytest.Item]) -> str | None:
+    """What the tests keep in the process that runs them, which a child (told not to write the
+    run's outputs) would lose: junit properties of the whole suite, pytest-benchmark's results."""
+    def using(fixture: str) -> int:
+        return sum(fixture in getattr(it, "fixturenames", ()) for it in items)
+
+    kept = [f for f in ("record_testsuite_property", "record_xml_attribute") if using(f)]
+    if kept:
+        return f"{' and '.join(kept)} write to this process's --junitxml"
+    timed = using("benchmark")
+    if timed:
+        return (f"{timed} test{'s use' if timed > 1 else ' uses'} pytest-benchmark's benchmark "
+                "fixture, whose results stay in the process that runs it")
+    return None
+
+
 def _started_as_pytest() -> bool:
     """Whether this process is the pytest command (`pytest`, `py.test`, `python -m pytest`),
     which a child can repeat, rather than a program that called pytest.main()."""
@@ -266,27 +282,13 @@ class _Supervisor:
         if not (self.supervise and self.auto) or not session.items:
             return
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        # pytest-benchmark keeps its results in the process that ran the benchmarks, and a child
-        # is told not to write them: supervised, they would be lost.
-        kept = [f for f in ("record_testsuite_property", "record_xml_attribute")
-                if any(f in getattr(it, "fixturenames", ()) for it in session.items)]
-        if kept:
+        held = _held_here(session.items)
+        if held:
             self.supervise = False
-            if tr is not None:
-                tr.write_line(f"pytest-triton: not supervised although under Triton's interpreter: "
-                              f"{' and '.join(kept)} write to this process's --junitxml "
-                              f"(--triton-supervise=on supervises anyway, without them)")
-            return
-        timed = sum("benchmark" in getattr(it, "fixturenames", ()) for it in session.items)
-        if timed:
-            self.supervise = False
-            if tr is not None:
-                tr.write_line(f"pytest-triton: not supervised although under Triton's interpreter: "
-                              f"{timed} test{'s use' if timed > 1 else ' uses'} pytest-benchmark's "
-                              f"benchmark fixture, whose results stay in the process that runs it "
-                              f"(--triton-supervise=on supervises anyway, without them)")
-        elif tr is not None:
-            tr.write_line(self._line())
+        if tr is not None:
+            tr.write_line(self._line() if not held else
+                          f"pytest-triton: not supervised although under Triton's interpreter: "
+                          f"{held} (--triton-supervise=on supervises anyway, without them)")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):

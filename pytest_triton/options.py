@@ -75,9 +75,10 @@ OPTIONS: tuple[Option, ...] = (
            "run the tests in a child process that is replaced when it dies, so that a test which "
            "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "
            "costs one more interpreter start and collection. auto (the default): on under "
-           "Triton's interpreter in a run of its own (not under -n, --pdb or --trace, nor inside "
-           "another test or a pytest.main(plugins=...) call). The value only with '=': on, off "
-           "or auto",
+           "Triton's interpreter in a run of its own, started as pytest or python -m pytest (not "
+           "under -n, --pdb, --trace, --setup-*, log_cli, inside another test, nor when a test "
+           "uses pytest-benchmark or record_testsuite_property/record_xml_attribute). The value "
+           "only with '=': on, off or auto",
            metavar="off", choices=("auto", "on", "off"), const="on"),
     # issue 14: a CI gate that cannot pass by accident
     Option("triton_perf_allow_unchecked", "bool", False,

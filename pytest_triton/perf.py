@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import pytest
 
-from . import isolation, options, runtime, state, verdict
+from . import isolation, options, runtime, state, stats, verdict
 from .device import DeviceInfo
 from .markers import (
     FLOAT_DTYPES,
@@ -74,8 +73,6 @@ def _check_device_info(info) -> None:
     run divides by these numbers."""
     if info is None:
         return
-    import math
-
     from .device import DeviceInfo
 
     def bad(what: str) -> None:
@@ -83,21 +80,17 @@ def _check_device_info(info) -> None:
 
     if not isinstance(info, DeviceInfo):
         bad(f"a {type(info).__name__}, not a pytest_triton.device.DeviceInfo")
-
-    def rate(v) -> bool:
-        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v > 0
-
     if not isinstance(info.name, str) or not info.name:
         bad(f"name={info.name!r}: expected the device's name")
     if isinstance(info.sms, bool) or not isinstance(info.sms, int) or info.sms < 1:
         bad(f"sms={info.sms!r}: expected the number of SMs, an integer >= 1")
-    if not rate(info.dram_gbps):
+    if not stats.positive_finite(info.dram_gbps):
         bad(f"dram_gbps={info.dram_gbps!r}: expected the datasheet DRAM bandwidth, a finite "
             "number of GB/s > 0")
     if not isinstance(info.tflops, dict):
         bad(f"tflops={info.tflops!r}: expected a dict of dtype: TFLOP/s")
     for k, v in info.tflops.items():
-        if v is not None and not rate(v):
+        if v is not None and not stats.positive_finite(v):
             bad(f"tflops[{k!r}]={v!r}: expected a finite number of TFLOP/s > 0, or None")
 
 
@@ -249,8 +242,7 @@ class TritonBench:
         if baseline is not None and not callable(baseline):
             raise self._error(f"triton_bench(baseline={baseline!r}): must be a zero-argument callable")
         for arg, value in (("bytes", bytes), ("flops", flops)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not value > 0 or not math.isfinite(value)):
+            if value is not None and not stats.positive_finite(value):
                 raise self._error(f"triton_bench({arg}={value!r}): expected a number > 0")
         t = self._target
         target_dtype = t.dtype if t else None
@@ -396,8 +388,7 @@ class TritonBench:
                 raise self._error(f"pytest_triton_measure returned Timings.{name}={samples!r}: "
                                   "expected a non-empty list of per-call milliseconds")
             for i, v in enumerate(samples):
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                        or v <= 0:
+                if not stats.positive_finite(v):
                     raise self._error(f"pytest_triton_measure returned Timings.{name}[{i}]="
                                       f"{v!r}: expected a finite number of milliseconds > 0")
         if t.baseline_ms is not None and len(t.baseline_ms) != len(t.ms):

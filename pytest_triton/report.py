@@ -174,10 +174,9 @@ def terminal_summary(tr, config: pytest.Config) -> None:
                       "own were taken of the datasheet", yellow=True, bold=True)
     for line in table(ps.results):
         tr.write_line(line)
-    verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
+    verdicts, geo = _verdicts(ps.results)
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("pass", "fail", "inconclusive",
                                                              "invalid", "measured") if v in verdicts)
-    geo = [r["geomean"]["verdict"] for r in ps.results if r.get("geomean")]
     geo_counts = ", ".join(f"{geo.count(v)} {v}" for v in ("pass", "fail", "inconclusive")
                            if v in geo)
     tr.write_line(f"{len(verdicts)} measurement{'s' if len(verdicts) != 1 else ''}: "
@@ -196,6 +195,12 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     elif ps.settings_before:
         tr.write_line("GPU settings unchanged (application clocks, power limit, persistence, "
                       "compute and ECC mode)")
+
+
+def _verdicts(results: list[dict]) -> tuple[list[str], list[str]]:
+    """The measurements' verdicts, and those of the tests' geomean targets."""
+    return ([m["verdict"] for r in results for m in r["measurements"]],
+            [r["geomean"]["verdict"] for r in results if r.get("geomean")])
 
 
 def settings_changed(config: pytest.Config) -> list[str]:
@@ -223,8 +228,7 @@ def finish(config: pytest.Config) -> None:
 def write_json(config: pytest.Config) -> None:
     st = state.get(config)
     ps = st.perf_session
-    verdicts = [m["verdict"] for r in ps.results for m in r["measurements"]]
-    geo = [r["geomean"]["verdict"] for r in ps.results if r.get("geomean")]
+    verdicts, geo = _verdicts(ps.results)
     env = _environment(config)
     device = ps.device.to_dict() if ps.device else None
     if device is None and len(env["devices"]) == 1:

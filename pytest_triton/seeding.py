@@ -92,20 +92,20 @@ def test_seed(base: int, nodeid: str) -> TestSeed:
 def for_item(item: pytest.Item, base: int) -> TestSeed:
     """The seed of `item`: derived from the base and its test id, or fixed by --triton-seed
     BASE:SEED; with the location a replay command can use from any directory."""
-    derived = test_seed(base, item.nodeid)
-    fixed = fixed_seed(item.config)
-    return replace(derived, seed=derived.seed if fixed is None else fixed,
-                   fixed=fixed is not None, location=_location(item))
+    return _seed(item.config, base, item.nodeid, _location(item))
 
 
 def for_nodeid(config: pytest.Config, base: int, nodeid: str) -> TestSeed:
     """The seed of the test `nodeid` where its item is not at hand (a crashed child's test, a
     dead xdist worker's): as for_item, with the path taken from the rootdir."""
-    derived = test_seed(base, nodeid)
-    fixed = fixed_seed(config)
     file_part, sep, rest = nodeid.partition("::")
     path = config.rootpath / file_part
-    location = str(path) + (sep + rest if sep else "") if path.exists() else None
+    return _seed(config, base, nodeid, str(path) + sep + rest if path.exists() else None)
+
+
+def _seed(config: pytest.Config, base: int, nodeid: str, location: str | None) -> TestSeed:
+    derived = test_seed(base, nodeid)
+    fixed = fixed_seed(config)
     return replace(derived, seed=derived.seed if fixed is None else fixed,
                    fixed=fixed is not None, location=location)
 

@@ -50,6 +50,12 @@ class Summary:
         return d
 
 
+def positive_finite(value) -> bool:
+    """Whether `value` is a number (not a bool) that is finite and > 0: a time, a rate, a size."""
+    return (not isinstance(value, bool) and isinstance(value, (int, float))
+            and math.isfinite(value) and value > 0)
+
+
 def quantile(sorted_xs: list[float], q: float) -> float:
     """The q-quantile of sorted samples, interpolating linearly."""
     if len(sorted_xs) == 1:

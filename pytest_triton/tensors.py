@@ -96,7 +96,7 @@ class TensorFactory:
         __tracebackhide__ = True
         dtype = kwargs.pop("dtype", t.dtype)
         shape = tuple(t.shape)
-        if "noncontiguous" in kwargs or t.is_contiguous() or not _distinct_elements(t):
+        if "noncontiguous" in kwargs or t.is_contiguous() or not distinct_elements(t):
             return self(shape, dtype, **kwargs)
         strides = tuple(t.stride())
         requires_grad = kwargs.pop("requires_grad", False)
@@ -231,7 +231,7 @@ class TensorFactory:
         return view
 
 
-def _distinct_elements(t: torch.Tensor) -> bool:
+def distinct_elements(t: torch.Tensor) -> bool:
     """True when no two elements of `t` share memory (no stride 0 over a dimension of more than
     one element, no overlap): its layout can be made again."""
     dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1)

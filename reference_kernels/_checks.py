@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from pytest_triton.tensors import distinct_elements
+
 
 def require_tensor(where: str, name: str, value) -> None:
     if not isinstance(value, torch.Tensor):
@@ -32,7 +34,7 @@ def output(where: str, name: str, given, shape, dtype: torch.dtype, device: torc
     if tuple(given.shape) != shape or given.dtype != dtype or given.device != device:
         raise ValueError(f"{where}: {name} must be {shape} {dtype} on {device}, got "
                          f"{tuple(given.shape)} {given.dtype} on {given.device}")
-    if not _distinct_elements(given):
+    if not distinct_elements(given):
         raise ValueError(f"{where}: {name} has elements that share memory (strides "
                          f"{given.stride()}, e.g. an expanded tensor); give a tensor with one "
                          "place per element")
@@ -63,17 +65,6 @@ def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     (a0, a1), (b0, b1) = _span(a), _span(b)
     return a0 < b1 and b0 < a1
-
-
-def _distinct_elements(t: torch.Tensor) -> bool:
-    """No two elements of t share memory (no stride 0 over a dimension of more than one element,
-    no dimension stepping inside another's span)."""
-    extent = 1
-    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz > 1):
-        if stride < extent:
-            return False
-        extent = stride * size
-    return True
 
 
 def config_values(where: str, cfg: dict, *, powers_of_two=(), at_least=None, positive=(),

@@ -225,9 +225,7 @@ def device_size(device: torch.device) -> tuple[int, int]:
 def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
                    powers_of_two: tuple[str, ...] = ()) -> dict:
     """A launcher's heuristic launch parameters, with a caller's overrides (tuning sweeps)."""
-    if overrides is None:
-        return defaults
-    if not isinstance(overrides, dict):
+    if overrides is not None and not isinstance(overrides, dict):
         raise TypeError(f"{where}: config must be a dict of launch parameters, got "
                         f"{type(overrides).__name__}")
     if not overrides:
