@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from pytest_triton.report import fractions_text  # noqa: E402
+from pytest_triton.report.summary import fractions_text  # noqa: E402
 
 
 def perf_section(path, cmd):

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import sys
 
-from pytest_triton.device import DeviceInfo
-from pytest_triton.plot import draw
+from pytest_triton.env.device import DeviceInfo
+from pytest_triton.report.plot import draw
 
 H100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
                   tflops={"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9},

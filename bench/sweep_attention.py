@@ -10,7 +10,7 @@ autotuned launch `attention` makes, TMA on Hopper) and each candidate config of 
 (reference_kernels/attention.py: tiles, stages, warps, and its PIPELINE and LAZY_RESCALE options).
 Each is run once on an output poisoned with NaN, checked against SDPA's output (max |out - sdpa|
 / max |sdpa|, WRONG above sweep_compute.MAX_ERR), then timed with the perf tests' own timer
-(pytest_triton.bench.measure: cold L2, SDPA interleaved), so that "x torch" is the ratio
+(pytest_triton.perf.timing.measure: cold L2, SDPA interleaved), so that "x torch" is the ratio
 test_attention_speed judges. The machinery (Sweep, Case, the timer, the row format and table) is
 bench/sweep_compute.py's, imported.
 

@@ -7,7 +7,7 @@
 At the shapes of reference_kernels/tests/test_compute_perf.py, each candidate (tile config,
 split-K, variant) is run once, checked against torch's output at the real size (max |out - torch|
 / max |torch|, on an output poisoned with NaN first), then timed the way `pytest --triton-perf`
-times it: pytest_triton.bench.measure, the plugin's own timer (cold L2, CUDA-graph replays for
+times it: pytest_triton.perf.timing.measure, the plugin's own timer (cold L2, CUDA-graph replays for
 kernels under 0.1 ms, per-launch events behind a spin kernel for longer ones), with torch
 (cuDNN, SDPA, cuBLAS) timed interleaved, so that "x torch" is the ratio the perf tests judge.
 The first sweep timed with triton.testing.do_bench, whose per-launch events include the host's
@@ -221,7 +221,7 @@ class Sweep:
                 f()
                 out.append((time.perf_counter() - start) * 1e3)
             return out[0], out[1], "wall"
-        from pytest_triton.bench import Settings, measure
+        from pytest_triton.perf.timing import Settings, measure
 
         t = measure(fn, baseline, Settings(max_time=ARGS.max_time), DEVICE)
         return statistics.median(t.ms), statistics.median(t.baseline_ms), t.method

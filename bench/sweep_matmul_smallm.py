@@ -20,7 +20,7 @@ then in bf16 (not with --smoke: bf16 dots are an interpreter gap) the default an
 BF16_BEST fastest fp16 candidates of each shape. Each row is
 checked and timed by bench/sweep_compute.py's helpers (imported, not copied): run once into a
 NaN-poisoned output, max |out - torch| / max |torch| against torch.matmul, then
-pytest_triton.bench.measure (the perf tests' timer: cold L2, CUDA graphs) with torch.matmul
+pytest_triton.perf.timing.measure (the perf tests' timer: cold L2, CUDA graphs) with torch.matmul
 timed interleaved, so "x" is the ratio test_matmul_llm_shapes_speed judges.
 
 Prints one line per measurement, then per shape and dtype the default's and the best row's

@@ -29,7 +29,7 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
                 register caps; prints the compiled kernels' registers and spills
   layernorm_bwd backward configs, whole-row vs split backward (fp16)
   fused         add_mul and bias_gelu_residual tile configs
-  ceiling       the device's copy ceiling (pytest_triton.calibrate, as --triton-perf-peak
+  ceiling       the device's copy ceiling (pytest_triton.perf.calibrate, as --triton-perf-peak
                 measured takes it) and torch.add's bandwidth, for reading the rows against
   grid          a broad grid of single-pass tiles (rows per program x warps) and split-row
                 chunks (width x warps x register cap) for softmax and the layernorm forward at
@@ -590,7 +590,7 @@ def phase_fused(sw):
 def phase_ceiling(sw):
     if SMOKE:
         return
-    from pytest_triton.calibrate import measure_ceilings
+    from pytest_triton.perf.calibrate import measure_ceilings
 
     c = measure_ceilings(DEVICE)
     print(f"ceiling: copy {c['dram_gbps']:.0f} GB/s; cuBLAS {c['tflops']}", flush=True)

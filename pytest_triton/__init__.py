@@ -1,15 +1,15 @@
 """pytest-triton: is the kernel right, and is it fast enough."""
 
-from .bench import do_bench
-from .compare import TOLERANCES, assert_close, tolerance_for
-from .configs import assert_every_config, config_id, config_params, pin_config
-from .determinism import assert_deterministic
-from .gpufaults import GPUContextLost
-from .gradients import assert_grads_close
-from .guards import check_guards
-from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
-from .runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
-from .tensors import TensorFactory, poison_value
+from .correctness.compare import TOLERANCES, assert_close, tolerance_for
+from .correctness.configs import assert_every_config, config_id, config_params, pin_config
+from .correctness.determinism import assert_deterministic
+from .correctness.gradients import assert_grads_close
+from .correctness.guards import check_guards
+from .correctness.tensors import TensorFactory, poison_value
+from .env.runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
+from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
+from .perf.timing import do_bench
+from .process.gpufaults import GPUContextLost
 
 __version__ = "0.1.0"
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from . import compare, seeding, state
-from .tensors import TensorFactory
+from . import state
+from .correctness import compare
+from .correctness.tensors import TensorFactory
+from .env import seeding
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +36,6 @@ def triton_bench(request: pytest.FixtureRequest):
     """triton_bench(fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
     name=None) -> Measurement: time `fn` on the GPU (with --triton-perf); the test's perf_target
     is checked against what it measured."""
-    from .perf import TritonBench
+    from .perf.session import TritonBench
 
     return TritonBench(request)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from . import gpufaults, interpreter, isolation, markers, options, runtime, sanitize, scope, seeding, state
+from . import options, state
+from .correctness import sanitize, scope
+from .env import interpreter, runtime, seeding
+from .perf import markers
+from .process import gpufaults
+from .process import supervise as isolation
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,7 +35,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from . import checklist, fixtures
+    from . import fixtures
+    from .perf import checklist
 
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
@@ -49,17 +55,18 @@ def pytest_configure(config: pytest.Config) -> None:
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     isolation.configure(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
-        from . import benchbridge, perf
+        from .perf import session as perf
+        from .report import benchbridge
 
         perf.configure(config)
         benchbridge.configure(config)
-    from . import explain
+    from .diagnose import explain
 
     explain.configure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from . import report
+    from .report import summary as report
 
     return report.header(config) + sanitize.header(config) + interpreter.header(config)
 
@@ -103,7 +110,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     target = item.stash.get(markers.TARGET_KEY, None)
     if target is not None:  # first: a target the interpreter's gap skips is unchecked too
-        from . import perf
+        from .perf import session as perf
 
         perf.setup_item(item, target)
     gap = item.stash.get(markers.GAP_KEY, None)
@@ -115,7 +122,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    from . import gpulock
+    from .process import gpulock
 
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
@@ -133,7 +140,8 @@ def pytest_runtest_call(item: pytest.Item):
     scope.finish_call(item)
     sanitize.finish_call(item)
     if "triton_bench" in getattr(item, "fixturenames", ()):
-        from . import explain, perf
+        from .diagnose import explain
+        from .perf import session as perf
 
         if state.get(item.config).perf:
             explain.finish_call(item)
@@ -150,7 +158,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if "triton_bench" in getattr(item, "fixturenames", ()):
-        from . import explain, perf
+        from .diagnose import explain
+        from .perf import session as perf
 
         perf.annotate_dry_report(item, call, report)
         if state.get(item.config).perf:
@@ -162,7 +171,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
-        from . import explain, report
+        from .diagnose import explain
+        from .report import summary as report
 
         report.terminal_summary(terminalreporter, config)
         explain.terminal_summary(terminalreporter, config)
@@ -171,7 +181,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sanitize.session_finish(session)
     if state.get(session.config).perf:
-        from . import explain, perf, report
+        from .diagnose import explain
+        from .perf import session as perf
+        from .report import summary as report
 
         report.finish(session.config)
         explain.session_finish(session.config)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .runtime import Runtime
+from .env.runtime import Runtime
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pytest_triton.tensors import distinct_elements
+from pytest_triton.correctness.tensors import distinct_elements
 
 
 def require_tensor(where: str, name: str, value) -> None:

@@ -2,7 +2,7 @@
 
 A launcher names a small space of candidate configs (dicts of its launch parameters) beside its
 kernel: the launch heuristic first, then the alternatives that won on some GPU. The first call on
-a large problem times every candidate with the plugin's own timing (pytest_triton.bench: cold
+a large problem times every candidate with the plugin's own timing (pytest_triton.perf.timing: cold
 L2, CUDA graphs for short kernels, no launch overhead) and keeps the fastest for that device and
 key for the rest of the process, as triton.autotune does for a kernel's configs. A new GPU thus
 picks what suits it among configs that each won somewhere, instead of inheriting the constants
@@ -96,7 +96,7 @@ def _capturing(device) -> bool:
 def _median_ms(run, cfg: dict, device: torch.device) -> float:
     """Median ms of run(cfg); inf when the candidate cannot run here (too many registers or too
     much shared memory for this GPU, say): it is then never chosen."""
-    from pytest_triton.bench import AUTOTUNE, measure
+    from pytest_triton.perf.timing import AUTOTUNE, measure
 
     try:
         ms = sorted(measure(lambda: run(cfg), None, AUTOTUNE, device).ms)

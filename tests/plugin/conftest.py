@@ -38,7 +38,7 @@ def run_interpreted(pytester, monkeypatch):
 def outside_a_test():
     """Run the test's body as plain function use would: without the plugin's per-test scope
     (assert_close then judges each call on its own, and guards are found while they live)."""
-    from pytest_triton import scope
+    from pytest_triton.correctness import scope
 
     token = scope.CURRENT.set(None)
     yield

@@ -2,8 +2,8 @@
 
 import pytest
 
-from pytest_triton import stats
-from pytest_triton.device import DeviceInfo, estimate_peaks, flush_bytes, match_sku
+from pytest_triton.env.device import DeviceInfo, estimate_peaks, flush_bytes, match_sku
+from pytest_triton.perf import stats
 
 
 @pytest.mark.parametrize("name, sms, label, gbps, fp16", [
@@ -109,7 +109,7 @@ def test_nvml_readings_and_throttle_reasons(monkeypatch):
     import sys
     import types
 
-    from pytest_triton import device
+    from pytest_triton.env import device
 
     fake = types.SimpleNamespace(
         NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,

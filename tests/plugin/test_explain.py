@@ -13,8 +13,8 @@ import torch
 FAKE_GPU = '''
 import os
 import triton
-from pytest_triton.device import DeviceInfo
-from pytest_triton.verdict import Timings
+from pytest_triton.env.device import DeviceInfo
+from pytest_triton.perf.verdict import Timings
 
 def pytest_triton_device_info(config):
     return DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
@@ -444,7 +444,7 @@ NCU_CSV = '''==PROF== Connected to process 4242 (/usr/bin/python3.12)
 
 
 def test_ncu_csv_is_read_and_given_to_its_measurement():
-    from pytest_triton import explain, ncu
+    from pytest_triton.diagnose import explain, ncu
 
     kernels = ncu.parse(NCU_CSV)
     assert [k["name"] for k in kernels] == ["_add_kernel", "_relu_kernel"]
@@ -464,7 +464,7 @@ def test_ncu_csv_is_read_and_given_to_its_measurement():
 
 
 def test_ncu_without_counter_permission_says_so():
-    from pytest_triton import ncu
+    from pytest_triton.diagnose import ncu
 
     out = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have "
            "permission to access NVIDIA GPU Performance Counters on the target device 0.\n")
@@ -496,8 +496,9 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from pytest_triton import explain, launches
-    from pytest_triton.device import DeviceInfo
+    from pytest_triton.diagnose import explain
+    from pytest_triton.env import launches
+    from pytest_triton.env.device import DeviceInfo
 
     h100 = DeviceInfo(name="H100", sms=132, dram_gbps=3352.0, tflops={"float16": 989.4},
                       regs_per_sm=65536, smem_per_sm=233472, max_threads_per_sm=2048,
@@ -537,7 +538,9 @@ def test_ncu_child_profiles_the_inputs_the_parent_timed(pytester, given):
     # The child gets the test's own seed, fixed (BASE:SEED): its inputs are the parent's whatever
     # node id the child gives the test and whether the parent was given BASE or BASE:SEED.
     pytester.makepyfile(test_k="""
-        from pytest_triton import ncu, seeding, state
+        from pytest_triton import state
+        from pytest_triton.diagnose import ncu
+        from pytest_triton.env import seeding
         def test_k(request, make_tensor):
             cmd = ncu.command(request.config, request.node, "ncu", ["_k"], "log.csv")
             value = cmd[cmd.index("--triton-seed") + 1]

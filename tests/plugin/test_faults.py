@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 import torch
 
-from pytest_triton.gpufaults import LaunchRecorder, classify
+from pytest_triton.process.gpufaults import LaunchRecorder, classify
 
 from .test_perf import FAKE_GPU
 

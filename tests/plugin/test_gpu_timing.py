@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pytest_triton import do_bench
-from pytest_triton.bench import Settings, measure
+from pytest_triton.perf.timing import Settings, measure
 
 pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available() or torch.version.cuda is None,

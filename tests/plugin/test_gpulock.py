@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pytest_triton import gpulock
+from pytest_triton.process import gpulock
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="flock locks are POSIX only")
 
@@ -68,7 +68,7 @@ def test_a_process_started_under_the_lock_runs_under_it():
     # A pytester subprocess or the --triton-sanitize child of a test that holds the GPU
     # exclusively takes the same lock files: it must not wait for its own ancestor (it would
     # forever, and every other worker behind it at the gate).
-    child = ("from pytest_triton import gpulock\n"
+    child = ("from pytest_triton.process import gpulock\n"
              "with gpulock.hold('0', exclusive=False):\n"
              "    print('in')\n")
     with gpulock.hold("0", exclusive=True):

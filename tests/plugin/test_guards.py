@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pytest_triton import TensorFactory, assert_close, check_guards, poison_value
-from pytest_triton.guards import GUARD_BYTES
+from pytest_triton.correctness.guards import GUARD_BYTES
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pytest_triton import TensorFactory, assert_close
-from pytest_triton.report import ms_text
+from pytest_triton.report.summary import ms_text
 
 # --- make_tensor(low=, high=) ----------------------------------------------------------------
 

@@ -12,8 +12,8 @@ import pytest
 # each device's measured copy ceiling.
 DEVICES = '''
 import os
-from pytest_triton.device import DeviceInfo
-from pytest_triton.verdict import Timings
+from pytest_triton.env.device import DeviceInfo
+from pytest_triton.perf.verdict import Timings
 
 DEVICES = {
     "a": dict(datasheet=1000.0, measured=900.0),

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 
-from pytest_triton import sanitize
+from pytest_triton.correctness import sanitize
 
 REPORT = """\
 ========= Invalid __global__ write of size 4 bytes

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from . import options
+from .. import options
 
 
 @dataclass(frozen=True)

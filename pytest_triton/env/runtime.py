@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from . import options
+from .. import options
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from . import seeding, state
+from .. import state
+from ..env import seeding
 
 # CUDA errors after which the context is unusable: the driver returns them from every later call.
 # Code: (short name, the driver's text, which torch and Triton put in their messages).

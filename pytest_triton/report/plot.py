@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from . import options, state
+from .. import options, state
 
 VERDICT_COLOURS = {"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e",
                    "invalid": "#9467bd", "measured": "#7f7f7f"}
@@ -41,7 +41,7 @@ def configure(config: pytest.Config) -> None:
 
 
 def session_finish(config: pytest.Config) -> None:
-    from . import perf
+    from ..perf import session as perf
 
     target = path(config)
     ps = perf.session(config)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from ..env.device import DeviceInfo
 from . import stats
-from .device import DeviceInfo
 from .markers import PerfTarget
 
 PASS, FAIL, INCONCLUSIVE, INVALID = "pass", "fail", "inconclusive", "invalid"

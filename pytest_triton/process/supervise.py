@@ -33,7 +33,9 @@ import time
 
 import pytest
 
-from . import gpufaults, options, runtime, seeding, state
+from .. import options, state
+from ..env import runtime, seeding
+from . import gpufaults
 
 RECORDS_KEY = pytest.StashKey[list]()  # config: the tests that broke their process
 COLLECT_FAILED_KEY = pytest.StashKey[set]()  # config: node ids whose collection failed here

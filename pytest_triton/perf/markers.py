@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from .runtime import INTERPRETER_GAPS
+from ..env.runtime import INTERPRETER_GAPS
 
 perf_target = pytest.mark.perf_target
 

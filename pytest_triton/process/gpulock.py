@@ -20,7 +20,8 @@ import threading
 
 import pytest
 
-from . import markers, state
+from .. import state
+from ..perf import markers
 
 
 def _lock_paths(gpu_id: str) -> tuple[str, str]:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import scope, seeding
+from ..env import seeding
+from . import scope
 
 
 @dataclass(frozen=True)

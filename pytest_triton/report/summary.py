@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from . import isolation, options, state
+from .. import options, state
+from ..process import supervise as isolation
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -32,7 +33,7 @@ def header(config: pytest.Config) -> list[str]:
         where = f"cpu under Triton's interpreter ({rt.why})"
     else:
         where = f"{rt.device} ({rt.why})"
-    from .perf import dry_run
+    from ..perf.session import dry_run
 
     if st.perf:
         accepted = options.get(config, "triton_perf_allow_unchecked")
@@ -62,7 +63,7 @@ def header(config: pytest.Config) -> list[str]:
 
 
 def _fixed_seed(config: pytest.Config, st) -> str:
-    from .seeding import fixed_seed
+    from ..env.seeding import fixed_seed
 
     fixed = fixed_seed(config)
     if fixed is None:
@@ -183,7 +184,7 @@ def terminal_summary(tr, config: pytest.Config) -> None:
                   f"{counts or 'none'}"
                   + (f"; {len(geo)} geomean target{'s' if len(geo) != 1 else ''}: {geo_counts}"
                      if geo else ""))
-    from .perf import unchecked_summary
+    from ..perf.session import unchecked_summary
 
     unchecked = unchecked_summary(config)
     if unchecked:
@@ -213,7 +214,7 @@ def settings_changed(config: pytest.Config) -> list[str]:
 
 def finish(config: pytest.Config) -> None:
     """At session end: read the GPU's settings again, then write the JSON file."""
-    from .device import gpu_settings
+    from ..env.device import gpu_settings
 
     st = state.get(config)
     ps = st.perf_session

@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass
 
 import pytest
 
-from . import launches as launches_mod
-from . import options, state
+from .. import options, state
+from ..env import launches as launches_mod
 
 CAPTURES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> capture record
 DIAGNOSES_KEY = pytest.StashKey[list]()  # per item: the diagnoses, in measurement order
@@ -512,7 +512,7 @@ def after_measure(item: pytest.Item, m, fn, kernel, compiles, *, passed: bool) -
         note = "fn made no Triton launch the hook saw; kernel='s last compiled kernel shown"
     tuners = launches_mod.tuners_of(kernel)
     tuners += [t for t in cap.autotuners if all(t is not u for u in tuners)]
-    from .perf import MEASUREMENTS_KEY
+    from ..perf.session import MEASUREMENTS_KEY
 
     captures = item.stash.setdefault(CAPTURES_KEY, {})
     captures[len(item.stash[MEASUREMENTS_KEY]) - 1] = {
@@ -524,7 +524,7 @@ def after_measure(item: pytest.Item, m, fn, kernel, compiles, *, passed: bool) -
 
 def diagnoses(item: pytest.Item, payload: dict) -> list[dict]:
     """Diagnose the measurements of `payload` (perf.report_payload) that were captured."""
-    from . import perf
+    from ..perf import session as perf
 
     device = perf.session(item.config).device
     captures = item.stash.get(CAPTURES_KEY, {})
@@ -549,7 +549,8 @@ def _wanted(item: pytest.Item, payload: dict, report: pytest.TestReport) -> bool
 def configure(config: pytest.Config) -> None:
     """Check the options of this capability at start-up (the plot's matplotlib, among them);
     in an ncu child, take over timing."""
-    from . import ncu, plot
+    from ..report import plot
+    from . import ncu
 
     given = [opt for opt, on in (("--triton-perf-explain", mode(config) != "off"),
                                  ("--triton-perf-profile", options.get(config, "triton_perf_profile")),
@@ -611,7 +612,8 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
 
 def terminal_summary(tr, config: pytest.Config) -> None:
     """Every diagnosed measurement's hints, one line each; where the plot went."""
-    from . import perf, plot
+    from ..perf import session as perf
+    from ..report import plot
 
     ps = perf.session(config)
     if ps is None or not ps.controller:
@@ -636,6 +638,6 @@ def terminal_summary(tr, config: pytest.Config) -> None:
 
 
 def session_finish(config: pytest.Config) -> None:
-    from . import plot
+    from ..report import plot
 
     plot.session_finish(config)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import state
+from .. import state
 
 
 class _ReplayClock:

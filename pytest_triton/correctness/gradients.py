@@ -16,7 +16,8 @@ import textwrap
 
 import torch
 
-from . import compare, seeding
+from ..env import seeding
+from . import compare
 
 
 def _names(reference, n: int, names) -> list[str]:

@@ -28,7 +28,7 @@ MATMUL_N = 8192
 def measure_ceilings(device) -> dict:
     import torch
 
-    from .bench import Settings, measure
+    from .timing import Settings, measure
 
     settings = Settings(l2="cold", max_time=1.0)
 

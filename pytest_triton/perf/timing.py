@@ -57,7 +57,7 @@ class _Gpu:
 
         self.torch = torch
         self.device = torch.device(device)
-        from .device import flush_bytes
+        from ..env.device import flush_bytes
 
         props = torch.cuda.get_device_properties(self.device)
         # After writing twice the caches, nothing the kernel touched before is left there.
@@ -210,7 +210,7 @@ class _GraphSampler:
 
 def measure(fn, baseline, settings: Settings, device) -> Timings:
     """Time fn (and baseline, interleaved) on `device`; return per-call milliseconds."""
-    from .device import gpu_state
+    from ..env.device import gpu_state
 
     gpu = _Gpu.get(device)
     fns = [fn] + ([baseline] if baseline is not None else [])

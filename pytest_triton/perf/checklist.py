@@ -83,7 +83,7 @@ def _from_toml(config: pytest.Config) -> dict[str, dict]:
 
 def load(config: pytest.Config) -> dict[str, dict]:
     """The checklist in force: defaults, then the TOML table, then the ini lines."""
-    from . import options
+    from .. import options
     from .markers import PerfTargetError, parse_perf_target
 
     entries = {k: dict(v) for k, v in DEFAULTS.items()}

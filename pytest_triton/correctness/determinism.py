@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from . import seeding
+from ..env import seeding
 from .tensors import poison_value
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

@@ -24,8 +24,9 @@ import tempfile
 
 import pytest
 
-from . import seeding, state
-from .runtime import child_pytest_options
+from .. import state
+from ..env import seeding
+from ..env.runtime import child_pytest_options
 
 CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # in the child: the file its launch lists go to
 SECTIONS = ("SpeedOfLight", "Occupancy", "WarpStateStats")
@@ -49,7 +50,7 @@ _TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3
 
 
 def find_ncu() -> str | None:
-    from .runtime import find_cuda_tool
+    from ..env.runtime import find_cuda_tool
 
     return find_cuda_tool("ncu")
 
@@ -226,8 +227,8 @@ class _Child:
     def pytest_triton_measure(self, config, request, fn, baseline, settings):
         import torch
 
-        from . import launches
-        from .verdict import Timings
+        from ..env import launches
+        from ..perf.verdict import Timings
 
         index = self.calls[request.node.nodeid] = self.calls.get(request.node.nodeid, -1) + 1
         for _ in range(2):  # compile and autotune outside the profiled range

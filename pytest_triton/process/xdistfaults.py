@@ -21,7 +21,7 @@ import tempfile
 
 import pytest
 
-from . import isolation
+from . import supervise as isolation
 
 
 def _note_path(testrunuid: str, workerid: str) -> str:

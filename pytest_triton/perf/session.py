@@ -6,8 +6,11 @@ from dataclasses import asdict, dataclass, field
 
 import pytest
 
-from . import isolation, options, runtime, state, stats, verdict
-from .device import DeviceInfo
+from .. import options, state
+from ..env import runtime
+from ..env.device import DeviceInfo
+from ..process import supervise as isolation
+from . import stats, verdict
 from .markers import (
     FLOAT_DTYPES,
     TARGET_KEY,
@@ -39,7 +42,7 @@ class PerfSession:
 
 
 def configure(config: pytest.Config) -> None:
-    from . import device as device_mod
+    from ..env import device as device_mod
 
     st = state.get(config)
     config.pluginmanager.register(_DefaultHooks(), "triton-perf-defaults")
@@ -73,7 +76,7 @@ def _check_device_info(info) -> None:
     run divides by these numbers."""
     if info is None:
         return
-    from .device import DeviceInfo
+    from ..env.device import DeviceInfo
 
     def bad(what: str) -> None:
         raise pytest.UsageError(f"pytest_triton_device_info returned {what}")
@@ -102,7 +105,7 @@ class _DefaultHooks:
         rt = state.get(config).runtime
         if rt.interpret:
             return None
-        from .device import cuda_device_info
+        from ..env.device import cuda_device_info
 
         return cuda_device_info(rt.device)
 
@@ -117,7 +120,7 @@ class _DefaultHooks:
 
     @pytest.hookimpl(trylast=True)
     def pytest_triton_measure(self, config, request, fn, baseline, settings):
-        from .bench import measure
+        from .timing import measure
 
         return measure(fn, baseline, settings, state.get(config).runtime.device)
 
@@ -146,8 +149,8 @@ def ensure_ceilings(config: pytest.Config, *, force: bool = False) -> None:
     """Give the session's device its measured ceilings: from the disk cache of its fingerprint,
     else measured now (pytest_triton_calibrate). Once per process; a failure is kept as a note
     and only an error for the targets that ask for measured ceilings."""
+    from ..env.device import with_calibration
     from . import calibrate
-    from .device import with_calibration
 
     ps = session(config)
     if ps.device is None or (ps.calibration and not force):
@@ -335,18 +338,20 @@ class TritonBench:
         ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
         dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
         ps = session(self._config)
-        from .bench import Settings
+        from .timing import Settings
 
         l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
         settings = Settings(l2=l2, max_time=ps.max_time)
         note = _checklist_note(self._config, self._target)
-        from . import explain, launches
+        from ..diagnose import explain
+        from ..env import launches
 
         with launches.watch_compiles() as compiles:
             m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
         self._item.stash[MEASUREMENTS_KEY].append(m)
         explain.after_measure(self._item, m, fn, kernel, compiles, passed=m.verdict == verdict.PASS)
-        from . import benchbridge, profile
+        from ..diagnose import profile
+        from ..report import benchbridge
 
         profile.after_measure(self._item, m, fn)
         benchbridge.record(self._item, m)

@@ -24,7 +24,8 @@ import math
 
 import torch
 
-from . import compare, scope, seeding
+from ..env import seeding
+from . import compare, scope
 
 DEFAULT_FACTOR = 2.0
 

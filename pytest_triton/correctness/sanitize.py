@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from . import options, seeding, state
-from .runtime import child_pytest_options
+from .. import options, state
+from ..env import seeding
+from ..env.runtime import child_pytest_options
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 CHILD_ENV = "PYTEST_TRITON_SANITIZE_CHILD"  # set in the child: the tool it runs under
@@ -64,7 +65,7 @@ def tool(config: pytest.Config) -> str | None:
 
 
 def find_sanitizer() -> str | None:
-    from .runtime import find_cuda_tool
+    from ..env.runtime import find_cuda_tool
 
     return find_cuda_tool("compute-sanitizer")
 
