@@ -25,7 +25,9 @@ import math
 import torch
 
 from ..env import seeding
-from . import compare, scope
+from . import scope
+from .comparing import check_operands, index_of, record_comparison, shape_dtype
+from .tolerance import tolerance_for
 
 DEFAULT_FACTOR = 2.0
 
@@ -72,7 +74,7 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
     if baseline is None:
         raise ValueError("assert_close: baseline_factor= needs baseline= (a low-precision result "
                          "of the same op to compare the kernel's error with)")
-    compare._check_operands(baseline, expected, "baseline")
+    check_operands(baseline, expected, "baseline")
     if baseline.shape != actual.shape:
         raise AssertionError(f"assert_close: baseline has shape {tuple(baseline.shape)}, actual "
                              f"{tuple(actual.shape)}")
@@ -86,7 +88,7 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0 \
             or math.isinf(factor):
         raise ValueError(f"assert_close: baseline_factor={factor!r} must be a finite number > 0")
-    floor = compare.tolerance_for(actual.dtype, atol=atol, reduction_size=reduction_size,
+    floor = tolerance_for(actual.dtype, atol=atol, reduction_size=reduction_size,
                                   precision=precision)
     rule = (f"max and mean |error| <= {factor:g} x the baseline's + floor {floor.atol:.3g} "
             f"({floor.atol_source}), each element's error also less half an ulp of its value in "
@@ -134,24 +136,24 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
     if not failed:
         if actual.numel() > 0:
             trivial = z_max <= allowed_max and z_mean <= allowed_mean and bool(finite_e.all())
-            compare.record_comparison(
+            record_comparison(
                 trivial, allow_trivial,
-                lambda: (f"{compare._shape_dtype(actual)} against a baseline, max |expected| "
+                lambda: (f"{shape_dtype(actual)} against a baseline, max |expected| "
                          f"{_fmt(z_max)} <= {_fmt(allowed_max)} allowed"),
                 f"a kernel's max and mean |error| of all zeros, {_fmt(z_max)} and "
                 f"{_fmt(z_mean)}, are within {factor:g} x the baseline's + "
                 f"{floor.atol:.3g}")
-            scope.note(f"assert_close against a baseline ({compare._shape_dtype(actual)}): max "
+            scope.note(f"assert_close against a baseline ({shape_dtype(actual)}): max "
                        f"|error| {_fmt(k_max)} = {_ratio(k_max, b_max)} the baseline's "
                        f"{_fmt(b_max)}; mean {_fmt(k_mean)} = "
                        f"{_ratio(k_mean, b_mean)} the baseline's {_fmt(b_mean)} "
                        f"(allowed {factor:g}x + {floor.atol:.3g})")
         return
-    compare.record_comparison(False, allow_trivial, None, None)
+    record_comparison(False, allow_trivial, None, None)
 
     shape = tuple(actual.shape)
-    where_k = compare._index(k_at, actual.shape) if k_at is not None else "-"
-    where_b = compare._index(b_at, actual.shape) if b_at is not None else "-"
+    where_k = index_of(k_at, actual.shape) if k_at is not None else "-"
+    where_b = index_of(b_at, actual.shape) if b_at is not None else "-"
     rows = [("", "max |error|", "at index", "mean |error|"),
             ("kernel", _fmt(k_max), str(where_k), _fmt(k_mean)),
             ("baseline", _fmt(b_max), str(where_b), _fmt(b_mean)),

@@ -1,152 +1,28 @@
 """assert_close: tolerance-aware comparison of a kernel's output with a reference.
 
-One tolerance table (TOLERANCES), keyed by the precision the kernel computed in. The reference
+One tolerance table (tolerance.py), keyed by the precision the kernel computed in. The reference
 may be float64: both sides are compared in float64, so its precision is kept.
-
-reduction_size=K sets atol to the table's reduction atol times sqrt(K). Rounding errors of a
-K-term sum behave like a random walk: their typical size grows as sqrt(K)*u (Higham & Mary,
-"A New Approach to Probabilistic Rounding Error Analysis", 2019), not as the worst-case K*u,
-which random data never reaches and which would make the check too loose to catch a dropped
-term. The table's atol assumes operands of order one, as make_tensor draws them; for other
-scales pass atol yourself.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
-from ..env import seeding
-from . import scope
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    rtol: float
-    atol: float
-    rtol_source: str
-    atol_source: str
-
-    def describe(self) -> str:
-        return f"rtol={self.rtol:.3g} ({self.rtol_source}), atol={self.atol:.3g} ({self.atol_source})"
-
-
-# precision -> (rtol, atol, reduction atol per sqrt(K)). Where the numbers come from:
-# float64/32, float16, bfloat16 rtol/atol: torch.testing.assert_close's defaults, which the
-#   PyTorch test suite has calibrated over years of kernels.
-# tf32 (float32 tl.dot / matmul on tensor cores): inputs are rounded to 10 mantissa bits
-#   (u = 2**-11); the product error of unit normals then has a standard deviation of about
-#   0.8*u*sqrt(K), and 3e-3*sqrt(K) sits above the largest of a million such elements.
-# float8: rtol is two units of roundoff (e4m3: 3 mantissa bits, e5m2: 2); atol one subnormal
-#   step (2**-9, 2**-16), the absolute spacing below the smallest normal.
-# integers and bool: exact.
-# The third column is the atol of a K-term reduction, divided by sqrt(K). For 16-bit operands it
-#   is set by the tensor cores, whose float32 accumulation is not IEEE float32: on an H100
-#   (2026-11-22) the largest error over 16.7M fp16 outputs of a K=4096 matmul was 6.7e-4 =
-#   1.05e-5*sqrt(K); 3e-5 leaves a 3x margin and still fails a matmul that drops a 64-wide K tile
-#   (errors near sqrt(64) = 8). Elsewhere it is the elementwise atol.
-TOLERANCES: dict[str, tuple[float, float, float]] = {
-    "float64": (1e-7, 1e-7, 1e-7),
-    "float32": (1.3e-6, 1e-5, 1e-5),
-    "tf32": (1e-3, 3e-3, 3e-3),
-    "float16": (1e-3, 1e-5, 3e-5),
-    "bfloat16": (1.6e-2, 1e-5, 3e-5),
-    "float8_e4m3fn": (0.125, 2.0**-9, 2.0**-9),
-    "float8_e4m3fnuz": (0.125, 2.0**-9, 2.0**-9),
-    "float8_e5m2": (0.25, 2.0**-16, 2.0**-16),
-    "float8_e5m2fnuz": (0.25, 2.0**-16, 2.0**-16),
-    "exact": (0.0, 0.0, 0.0),
-}
+from ..env import dtypes, seeding
+from . import baseline as _baseline
+from .comparing import (
+    check_guard_regions,
+    check_operands,
+    fmt,
+    index_of,
+    record_comparison,
+    shape_dtype,
+)
+from .tolerance import TOLERANCES, Tolerance, precision_name, tolerance_for  # noqa: F401 - re-exported
 
 MAX_LISTED = 8
-
-
-def _kind(dtype: torch.dtype) -> str:
-    if dtype == torch.bool:
-        return "bool"
-    if dtype.is_complex:
-        return "complex"
-    if dtype.is_floating_point:
-        return "float"
-    return "int"
-
-
-def precision_name(dtype: torch.dtype) -> str:
-    if _kind(dtype) in ("int", "bool"):
-        return "exact"
-    return str(dtype).removeprefix("torch.")
-
-
-def tolerance_for(dtype: torch.dtype, *, rtol: float | None = None, atol: float | None = None,
-                  reduction_size: int | None = None,
-                  precision: str | torch.dtype | None = None) -> Tolerance:
-    """The tolerance assert_close uses for an output of `dtype`, and where each number came from."""
-    if precision is None:
-        name = precision_name(dtype)
-    elif isinstance(precision, torch.dtype):
-        name = precision_name(precision)
-    else:
-        name = str(precision)
-    if name not in TOLERANCES:
-        raise ValueError(f"assert_close: precision={precision!r} is not in the tolerance table "
-                         f"({', '.join(TOLERANCES)})")
-    table_rtol, table_atol, reduction_atol = TOLERANCES[name]
-    for arg, value in (("rtol", rtol), ("atol", atol)):
-        if value is not None and (not isinstance(value, (int, float)) or value < 0
-                                  or math.isnan(value)):
-            raise ValueError(f"assert_close: {arg}={value!r} must be a number >= 0")
-    if reduction_size is not None and (isinstance(reduction_size, bool)
-                                       or not isinstance(reduction_size, int)
-                                       or reduction_size < 1):
-        raise ValueError(f"assert_close: reduction_size={reduction_size!r} must be an int >= 1")
-
-    rtol_src = f"table: {name}" if rtol is None else "argument"
-    if atol is not None:
-        atol_src = "argument"
-    elif reduction_size is not None and reduction_size > 1:
-        atol = reduction_atol * math.sqrt(reduction_size)
-        atol_src = f"table: {name} reduction {reduction_atol:.3g} x sqrt(reduction_size={reduction_size})"
-    else:
-        atol_src = f"table: {name}"
-    return Tolerance(float(table_rtol if rtol is None else rtol),
-                     float(table_atol if atol is None else atol), rtol_src, atol_src)
-
-
-def _index(flat: int, shape: torch.Size) -> tuple[int, ...]:
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return tuple(reversed(idx))
-
-
-def _fmt(value: float) -> str:
-    return f"{value:.6g}"
-
-
-def _check_operands(actual, expected, name: str = "actual") -> None:
-    """That `actual` (named `name` in the messages: "baseline" for baseline=) can be compared with
-    `expected`."""
-    __tracebackhide__ = True
-    for arg, value in ((name, actual), ("expected", expected)):
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f"assert_close: {arg} must be a torch.Tensor, got {type(value).__name__}")
-    problems = []
-    if actual.shape != expected.shape:
-        problems.append(f"shape: {name} {tuple(actual.shape)} vs expected {tuple(expected.shape)} "
-                        "(no broadcasting)")
-    if actual.device != expected.device:
-        problems.append(f"device: {name} on {actual.device} vs expected on {expected.device} "
-                        "(move the reference with .to(actual.device))")
-    ka, ke = _kind(actual.dtype), _kind(expected.dtype)
-    if ka != ke:
-        problems.append(f"dtype kind: {name} {actual.dtype} ({ka}) vs expected {expected.dtype} ({ke})")
-    if "complex" in (ka, ke) and not problems:
-        raise TypeError("assert_close: complex tensors are not supported; compare .real and .imag")
-    if problems:
-        raise AssertionError("assert_close: the tensors cannot be compared:\n  " + "\n  ".join(problems))
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | None = None,
@@ -170,11 +46,9 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
     Outside a test the call raises. allow_trivial=True says it is intended.
     """
     __tracebackhide__ = True
-    _check_operands(actual, expected)
-    _check_guards(actual)
+    check_operands(actual, expected)
+    check_guard_regions(actual)
     if baseline is not None or baseline_factor is not None:
-        from . import baseline as _baseline
-
         _baseline.assert_close_to_baseline(
             actual, expected, baseline, factor=baseline_factor, rtol=rtol, atol=atol,
             reduction_size=reduction_size, precision=precision, equal_nan=equal_nan,
@@ -182,7 +56,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
         return
     tol = tolerance_for(actual.dtype, rtol=rtol, atol=atol, reduction_size=reduction_size,
                         precision=precision)
-    exact = _kind(actual.dtype) in ("int", "bool")
+    exact = dtypes.kind(actual.dtype) in ("int", "bool")
     if exact:
         a = actual.detach().to(torch.int64) if actual.dtype != torch.uint64 else actual.detach()
         e = expected.detach().to(a.dtype)
@@ -213,52 +87,13 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
     if n_bad == 0:
         if actual.numel() > 0:
             record_comparison(trivial, allow_trivial, lambda: (
-                f"{_shape_dtype(actual)}, max |expected| {_fmt(float(e.abs().max()))}; "
+                f"{shape_dtype(actual)}, max |expected| {fmt(float(e.abs().max()))}; "
                 f"{tol.describe()}"),
                 f"every |expected| <= atol + rtol*|expected|; {tol.describe()}")
         return
     record_comparison(False, allow_trivial, None, None)
     raise AssertionError(_report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a,
                                  nan_e, msg))
-
-
-def _shape_dtype(t: torch.Tensor) -> str:
-    return f"{str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}"
-
-
-def _check_guards(actual: torch.Tensor) -> None:
-    """A poisoned buffer with a clobbered guard fails before its values are looked at."""
-    __tracebackhide__ = True
-    from . import guards
-
-    g = guards.find(actual)
-    if g is None:
-        return
-    report = guards.check(g)
-    if report:
-        guards.forget(g)
-        record_comparison(False, False, None, None)
-        raise AssertionError("assert_close: " + report)
-
-
-def record_comparison(trivial: bool, allow_trivial: bool, what, why: str | None) -> None:
-    """Count a comparison for the running test (scope.py); outside a test, a comparison that
-    cannot fail raises here. `what()` describes it, `why` is the rule that zeros would pass."""
-    __tracebackhide__ = True
-    sc = scope.CURRENT.get()
-    if sc is None:
-        if trivial and not allow_trivial:
-            raise AssertionError(
-                "assert_close: this comparison cannot fail: an all-zeros output would pass it "
-                f"({why}). A kernel that writes nothing would pass. Use inputs whose reference "
-                "is not ~0, a smaller atol, or allow_trivial=True if this is intended.")
-        return
-    if not trivial:
-        sc.informative += 1
-    elif allow_trivial:
-        sc.allowed_trivial += 1
-    else:
-        sc.trivial.append(scope.Trivial(scope.caller(), what()))
 
 
 def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan_e, msg) -> str:
@@ -281,16 +116,16 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
             i = int(torch.nonzero(nonfinite_bad)[0])
             lines.append(f"Non-finite mismatches: {n_nonfinite} of the {n_bad} (NaN or Inf in "
                          f"actual or expected, not matched by the other); the first at index "
-                         f"{_index(i, actual.shape)}: actual {_fmt(float(a.flatten()[i]))}, "
-                         f"expected {_fmt(float(e.flatten()[i]))}")
+                         f"{index_of(i, actual.shape)}: actual {fmt(float(a.flatten()[i]))}, "
+                         f"expected {fmt(float(e.flatten()[i]))}")
     if not bool(finite_bad.any()):
         if flat_diff.numel() and float(flat_diff.max()) > 0:
             i_abs = int(torch.argmax(flat_diff))
             allowed_there = float(allowed.flatten()[i_abs] if allowed.dim() else allowed)
             lines.append(f"Every mismatch is non-finite: the finite elements all match (the "
-                         f"greatest difference among them, {_fmt(float(flat_diff[i_abs]))} at "
-                         f"index {_index(i_abs, actual.shape)}, is within the "
-                         f"{_fmt(allowed_there)} allowed there).")
+                         f"greatest difference among them, {fmt(float(flat_diff[i_abs]))} at "
+                         f"index {index_of(i_abs, actual.shape)}, is within the "
+                         f"{fmt(allowed_there)} allowed there).")
         else:
             lines.append("Every mismatch is non-finite: the finite elements all match.")
     elif flat_diff.numel() and float(flat_diff.max()) > 0:
@@ -300,10 +135,10 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
                                nan=0.0, posinf=math.inf)
         i_rel = int(torch.argmax(rel))
         allowed_there = float(allowed.flatten()[i_abs] if allowed.dim() else allowed)
-        lines.append(f"Greatest absolute difference: {_fmt(float(flat_diff[i_abs]))} at index "
-                     f"{_index(i_abs, actual.shape)} (up to {_fmt(allowed_there)} allowed there)")
-        lines.append(f"Greatest relative difference: {_fmt(float(rel[i_rel]))} at index "
-                     f"{_index(i_rel, actual.shape)} (up to {_fmt(tol.rtol)} allowed)")
+        lines.append(f"Greatest absolute difference: {fmt(float(flat_diff[i_abs]))} at index "
+                     f"{index_of(i_abs, actual.shape)} (up to {fmt(allowed_there)} allowed there)")
+        lines.append(f"Greatest relative difference: {fmt(float(rel[i_rel]))} at index "
+                     f"{index_of(i_rel, actual.shape)} (up to {fmt(tol.rtol)} allowed)")
     if nan_a is not None:
         finite_e = ~(nan_e | torch.isinf(e))
         n_nan = int((nan_a & finite_e).sum())
@@ -323,8 +158,8 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
     rows = []
     a_flat, e_flat = a.flatten(), e.flatten()
     for i in bad:
-        rows.append((str(_index(i, actual.shape)), _fmt(float(a_flat[i])), _fmt(float(e_flat[i])),
-                     _fmt(float(abs(a_flat[i].double() - e_flat[i].double())))))
+        rows.append((str(index_of(i, actual.shape)), fmt(float(a_flat[i])), fmt(float(e_flat[i])),
+                     fmt(float(abs(a_flat[i].double() - e_flat[i].double())))))
     widths = [max(len(r[c]) for r in rows + [header]) for c in range(4)]
     for r in [header] + rows:
         lines.append("  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)))

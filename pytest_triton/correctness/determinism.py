@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from ..env import seeding
+from ..env import dtypes, seeding
+from .comparing import index_of
 from .tensors import poison_value
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -51,14 +52,6 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_BITS[t.element_size()])
 
 
-def _index(flat: int, shape) -> tuple[int, ...]:
-    idx = []
-    for size in reversed(shape):
-        idx.append(flat % size)
-        flat //= size
-    return tuple(reversed(idx))
-
-
 def _ulps(a: torch.Tensor, b: torch.Tensor) -> int | None:
     """Units in the last place between two floats of the same sign (their bit patterns' distance)."""
     if not a.dtype.is_floating_point or not (torch.isfinite(a) & torch.isfinite(b)):
@@ -71,7 +64,7 @@ def _ulps(a: torch.Tensor, b: torch.Tensor) -> int | None:
 def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, run: int,
                          detail: bool) -> list[str]:
     shape = tuple(first.shape)
-    dtype = str(first.dtype).removeprefix("torch.")
+    dtype = dtypes.name(first.dtype)
     differ = (_bits(first) != _bits(other)).reshape(-1) if first.dim() else \
         (_bits(first) != _bits(other)).reshape(1)
     if differ.dim() > 1:  # complex: real and imaginary parts
@@ -96,7 +89,7 @@ def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, ru
             rel = float(gap[k]) / abs(complex(da[k])) if complex(da[k]) != 0 else math.inf
             ulps = _ulps(a[i], b[i])
             far = f", {ulps} ulp" if ulps is not None else ""
-            lines.append(f"    farthest apart at index {_index(i, shape)}: run 1 {a[i].item():.9g}, "
+            lines.append(f"    farthest apart at index {index_of(i, shape)}: run 1 {a[i].item():.9g}, "
                          f"run {run} {b[i].item():.9g} (|difference| {float(gap[k]):.3g}, "
                          f"relative {rel:.3g}{far})")
         n_nan = int((~finite).sum())
@@ -107,9 +100,9 @@ def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, ru
         gap = (a[idx].to(torch.int64) - b[idx].to(torch.int64)).abs()
         k = int(torch.argmax(gap))
         i = int(idx[k])
-        lines.append(f"    farthest apart at index {_index(i, shape)}: run 1 {a[i].item()}, "
+        lines.append(f"    farthest apart at index {index_of(i, shape)}: run 1 {a[i].item()}, "
                      f"run {run} {b[i].item()}")
-    shown = [str(_index(int(i), shape)) for i in idx[:MAX_LISTED]]
+    shown = [str(index_of(int(i), shape)) for i in idx[:MAX_LISTED]]
     more = ", ..." if n > MAX_LISTED else ""
     lines.append(f"    first differing indices: {', '.join(shown)}{more}")
     return lines

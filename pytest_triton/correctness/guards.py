@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..env import dtypes
 from . import scope
 
 # 512 bytes on each side: torch's CUDA caching allocator hands out 512-byte aligned blocks, so the
@@ -47,8 +48,12 @@ class Guarded:
 
     def describe(self) -> str:
         layout = "" if self.span == math.prod(self.shape) else f", strides {self.strides}"
-        return (f"poisoned buffer ({str(self.dtype).removeprefix('torch.')}, shape "
+        return (f"poisoned buffer ({dtypes.name(self.dtype)}, shape "
                 f"{self.shape}{layout}) made at {self.where}")
+
+    def check(self) -> str | None:
+        """What was written outside the view (guards, gaps), or None: see check()."""
+        return check(self)
 
 
 def _dense_strides(shape) -> tuple[int, ...]:

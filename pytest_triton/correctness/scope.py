@@ -84,8 +84,6 @@ def evaluate(sc: TestScope) -> list[str]:
     """What makes this test fail, beyond its own assertions (computed once)."""
     if sc.problems is not None:
         return sc.problems
-    from . import guards
-
     problems = []
     if sc.trivial and sc.informative == 0:
         problems.append(_trivial_message(sc))
@@ -97,7 +95,7 @@ def evaluate(sc: TestScope) -> list[str]:
             "comparisons can, so the test can:")
         sc.notes.extend(f"  {t.where}: {t.what}" for t in sc.trivial[:8])
     for g in sc.guarded:
-        report = guards.check(g)
+        report = g.check()  # a guards.Guarded
         if report:
             problems.append(report)
     sc.guarded.clear()

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import pytest
 
 from .. import options, state
+from ..env import dtypes
 from ..env import launches as launches_mod
 
 CAPTURES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> capture record
@@ -180,7 +181,7 @@ def _structural(launch: dict, occ: dict | None, device) -> list[Hint]:
                           f"{k}: " + ", ".join(f"{n}={v}" for n, v in odd.items()), k))
     for op in launch.get("operands") or []:
         if not op.get("unit_stride") and not op.get("descriptor"):
-            item = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(op["dtype"])
+            item = dtypes.itemsize(op["dtype"])
             step = min((s for s, n in zip(op["stride"], op["shape"]) if n > 1), default=0)
             gap = f" ({step * item} bytes)" if item and step else ""
             hints.append(Hint("coalescing", "a strided operand: neighbouring threads load "

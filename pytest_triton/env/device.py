@@ -7,7 +7,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-PEAK_DTYPES = ("tf32", "float16", "bfloat16", "float8")
+from . import dtypes
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class Sku:
     pattern: str  # regex searched in the device name (torch.cuda.get_device_properties().name)
     sms: int | None  # SMs (CUs on AMD) the name must come with; None: the name alone decides
     dram_gbps: float
-    tflops: dict  # dense tensor-core TFLOP/s by PEAK_DTYPES (fp32 accumulation); None: no such unit
+    tflops: dict  # dense tensor-core TFLOP/s by dtypes.PEAK_KEYS (fp32 accumulation); None: no such unit
     cache_mb: int | None = None  # a last-level cache beyond L2 (AMD's Infinity Cache) to flush
 
 
@@ -113,7 +113,7 @@ class DeviceInfo:
     name: str
     sms: int
     dram_gbps: float  # datasheet (or estimated) peak DRAM bandwidth, GB/s
-    tflops: dict  # datasheet dense tensor peaks by PEAK_DTYPES, TFLOP/s
+    tflops: dict  # datasheet dense tensor peaks by dtypes.PEAK_KEYS, TFLOP/s
     sku: str | None = None  # the SKUS label matched, None when estimated
     l2_bytes: int = 50 * 2**20
     cc: tuple[int, int] = (9, 0)
@@ -153,7 +153,7 @@ class DeviceInfo:
 
     def peak_tflops(self, dtype: str, peak: str | None = None) -> tuple[float | None, str]:
         """The dense tensor-core rate of `dtype` fractions are taken against, and what it is."""
-        key = "float8" if dtype.startswith("float8") else ("tf32" if dtype == "float32" else dtype)
+        key = dtypes.peak_key(dtype)
         if self._kind(peak) == "measured":
             got = (self.measured or {}).get("tflops", {}).get(key)
             if got:
@@ -190,7 +190,7 @@ def estimate_peaks(cc: tuple[int, int], sms: int, sm_clock_khz: int, mem_clock_k
     dram = 2 * mem_clock_khz * 1e3 * bus_width_bits / 8 / 1e9
     per_clk = _FP16_FLOP_PER_SM_CLK.get(tuple(cc))
     if per_clk is None:
-        return dram, {k: None for k in PEAK_DTYPES}
+        return dram, {k: None for k in dtypes.PEAK_KEYS}
     fp16 = sms * sm_clock_khz * 1e3 * per_clk / 1e12
     return dram, {"tf32": fp16 / 2, "float16": fp16, "bfloat16": fp16,
                   "float8": fp16 * 2 if tuple(cc) >= (8, 9) else None}

@@ -21,6 +21,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
+from . import dtypes
+
 # Ops whose presence in a kernel's TTIR makes it more than element-wise.
 _NOT_ELEMENTWISE = ("tt.dot", "tt.reduce", "tt.scan", "tt.atomic", "tt.histogram", "scf.for",
                     "scf.while", "tt.descriptor_reduce")
@@ -87,7 +89,7 @@ def _operand(arg: str, t) -> Operand:
     for s in shape:
         numel *= s
     unit = numel <= 1 or any(st == 1 for sz, st in zip(shape, stride) if sz > 1)
-    return Operand(arg=arg, shape=shape, stride=stride, dtype=str(t.dtype).removeprefix("torch."),
+    return Operand(arg=arg, shape=shape, stride=stride, dtype=dtypes.name(t.dtype),
                    nbytes=int(numel * t.element_size()), data_ptr=int(t.data_ptr()),
                    contiguous=bool(t.is_contiguous()), unit_stride=unit)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
+from ..env import dtypes
 from ..env.runtime import INTERPRETER_GAPS
 
 perf_target = pytest.mark.perf_target
@@ -36,7 +37,6 @@ EXCLUSIVE_HELP = (
 FRACTIONS = ("bandwidth_frac", "tflops_frac")
 POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
 TARGETS = FRACTIONS + POSITIVE
-FLOAT_DTYPES = ("float32", "tf32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 PEAKS = ("datasheet", "measured")
 
 
@@ -83,9 +83,9 @@ class PerfTarget:
 
 
 def _dtype_name(value, where: str) -> str:
-    name = str(value).removeprefix("torch.")
-    if name not in FLOAT_DTYPES:
-        raise PerfTargetError(f"{where}dtype={value!r}: expected one of {', '.join(FLOAT_DTYPES)}")
+    name = dtypes.name(value)
+    if name not in dtypes.PERF_DTYPES:
+        raise PerfTargetError(f"{where}dtype={value!r}: expected one of {', '.join(dtypes.PERF_DTYPES)}")
     return name
 
 

@@ -7,12 +7,11 @@ from dataclasses import asdict, dataclass, field
 import pytest
 
 from .. import options, state
-from ..env import runtime
+from ..env import dtypes, runtime
 from ..env.device import DeviceInfo
 from ..process import supervise as isolation
 from . import stats, verdict
 from .markers import (
-    FLOAT_DTYPES,
     TARGET_KEY,
     PerfInconclusive,
     PerfInvalid,
@@ -249,19 +248,17 @@ class TritonBench:
                 raise self._error(f"triton_bench({arg}={value!r}): expected a number > 0")
         t = self._target
         target_dtype = t.dtype if t else None
-        call_dtype = str(dtype).removeprefix("torch.") if dtype is not None else None
-        if call_dtype is not None and call_dtype not in FLOAT_DTYPES:
+        call_dtype = dtypes.name(dtype) if dtype is not None else None
+        if call_dtype is not None and call_dtype not in dtypes.PERF_DTYPES:
             raise self._error(f"triton_bench(dtype={dtype!r}): expected one of "
-                              f"{', '.join(FLOAT_DTYPES)} (a torch.dtype or its name)")
+                              f"{', '.join(dtypes.PERF_DTYPES)} (a torch.dtype or its name)")
         if target_dtype and call_dtype and t.name and \
                 "dtype" in state.get(self._config).checklist.get(t.name, {}):
             # a checklist entry's dtype is its default (the "matmul" entry's float16): the
             # operands' own dtype names the peak the same fraction is taken of
             target_dtype = None
         # float32 operands run on the tensor cores as tf32: one peak, so no conflict
-        same = {"float32": "tf32"}
-        if target_dtype and call_dtype and \
-                same.get(target_dtype, target_dtype) != same.get(call_dtype, call_dtype):
+        if target_dtype and call_dtype and not dtypes.same_peak(target_dtype, call_dtype):
             raise self._error(f"dtype conflict: perf_target(dtype={target_dtype!r}) but "
                               f"triton_bench(dtype={call_dtype!r})")
         dt = target_dtype or call_dtype

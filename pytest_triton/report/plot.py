@@ -17,10 +17,15 @@ import os
 import pytest
 
 from .. import options, state
+from ..env import dtypes
 
 VERDICT_COLOURS = {"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e",
                    "invalid": "#9467bd", "measured": "#7f7f7f"}
-DTYPE_MARKERS = {"float16": "o", "bfloat16": "s", "float32": "^", "tf32": "^", "float8": "D"}
+DTYPE_MARKERS = {"float16": "o", "bfloat16": "s", "tf32": "^", "float8": "D"}  # by dtypes.PEAK_KEYS
+
+
+def _marker(dtype) -> str:
+    return DTYPE_MARKERS.get(dtypes.peak_key(dtype), "o") if dtype else "o"
 WRITTEN_KEY = pytest.StashKey[str]()  # what the summary says about the plot
 
 
@@ -165,7 +170,7 @@ def intensity(m: dict) -> tuple[float | None, str | None]:
 
 def _scatter(ax, x, y, m: dict, hollow: bool = False) -> None:
     colour = VERDICT_COLOURS.get(m["verdict"], "#000")
-    ax.scatter([x], [y], s=44, marker=DTYPE_MARKERS.get(m.get("dtype") or "", "o"),
+    ax.scatter([x], [y], s=44, marker=_marker(m.get("dtype")),
                facecolor="white" if hollow else colour, edgecolor=colour if hollow else "black",
                linewidths=1.4 if hollow else 0.5, zorder=3)
 
@@ -272,7 +277,7 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
         start = x
         for m in ms:
             ax.scatter([x], [m["gbps"]], s=46, color=VERDICT_COLOURS.get(m["verdict"], "#000"),
-                       marker=DTYPE_MARKERS.get(m.get("dtype") or "", "o"), edgecolor="black",
+                       marker=_marker(m.get("dtype")), edgecolor="black",
                        linewidths=0.5, zorder=3)
             placed.append((x, m["gbps"], number[id(m)]))
             x += 1
