@@ -34,8 +34,7 @@ def test_readme_lists_every_field_of_the_hook_types():
     import dataclasses
 
     from pytest_triton.env.device import DeviceInfo
-    from pytest_triton.perf.timing import Settings
-    from pytest_triton.perf.verdict import Timings
+    from pytest_triton.perf.timing import Settings, Timings
 
     hooks = _readme().split("### Hooks", 1)[1].split("\n## ", 1)[0]
     for cls in (DeviceInfo, Timings, Settings):

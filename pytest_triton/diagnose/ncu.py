@@ -228,7 +228,7 @@ class _Child:
         import torch
 
         from ..env import launches
-        from ..perf.verdict import Timings
+        from ..perf.timing import Timings
 
         index = self.calls[request.node.nodeid] = self.calls.get(request.node.nodeid, -1) + 1
         for _ in range(2):  # compile and autotune outside the profiled range

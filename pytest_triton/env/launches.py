@@ -186,23 +186,59 @@ class _Recorder:
             self.errors.append(f"{type(exc).__name__}: {exc}")
 
 
+def _hook_owner():
+    """Where Triton keeps its launch-enter hook: triton.knobs.runtime (3.4+), else CompiledKernel
+    (older); None for a Triton without launch hooks."""
+    try:
+        import triton  # import time: Triton is imported only once a hook is wanted
+
+        knobs = getattr(triton, "knobs", None)
+        if knobs is not None:
+            return knobs.runtime
+        from triton.compiler.compiler import CompiledKernel
+
+        return CompiledKernel
+    except Exception:  # noqa: BLE001 - no launch hooks: launches are not seen
+        return None
+
+
+def add_launch_hook(hook, owner=None):
+    """Call `hook(metadata)` at every Triton launch, after whatever hooks were installed before it,
+    and return the function that removes it. The one adapter over Triton's launch-enter hook: a
+    hook chain (3.5+), a single callable (3.4's knobs; the hook there is chained, never replaced,
+    so the fault recorder and an explain capture both see every launch), or CompiledKernel's
+    attribute (older). `owner` defaults to Triton's own."""
+    owner = _hook_owner() if owner is None else owner
+    if owner is None:
+        return lambda: None
+    current = getattr(owner, "launch_enter_hook", None)
+    if hasattr(current, "add") and hasattr(current, "remove"):
+        current.add(hook)
+        return lambda: current.remove(hook)
+    active = [True]
+
+    def chained(metadata, _previous=current):
+        if _previous is not None:
+            _previous(metadata)
+        if active[0]:
+            hook(metadata)
+
+    owner.launch_enter_hook = chained
+
+    def remove():
+        active[0] = False  # a hook chained after this one keeps calling it: it does nothing now
+        if getattr(owner, "launch_enter_hook", None) is chained:
+            owner.launch_enter_hook = current
+    return remove
+
+
 @contextmanager
 def _hooked(recorder):
-    from triton import knobs
-
-    chain = knobs.runtime.launch_enter_hook
-    if hasattr(chain, "add"):  # triton >= 3.5: a HookChain
-        chain.add(recorder)
-        try:
-            yield
-        finally:
-            chain.remove(recorder)
-    else:  # triton 3.4: one callable
-        knobs.runtime.launch_enter_hook = recorder
-        try:
-            yield
-        finally:
-            knobs.runtime.launch_enter_hook = chain
+    remove = add_launch_hook(recorder)
+    try:
+        yield
+    finally:
+        remove()
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 import pytest
 
 from .. import options, state
-from ..env import dtypes, runtime
+from ..env import dtypes, nvml, runtime
 from ..env.device import DeviceInfo
 from ..process import supervise as isolation
 from . import stats, verdict
@@ -19,6 +19,7 @@ from .markers import (
     PerfTargetError,
     PerfTargetMissed,
 )
+from .timing import Timings
 
 MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
 UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked
@@ -58,7 +59,7 @@ def configure(config: pytest.Config) -> None:
     real_gpu = info is not None and not st.runtime.interpret
     st.perf_session = PerfSession(
         device=info,
-        settings_before=device_mod.gpu_settings(st.runtime.device) if real_gpu else {},
+        settings_before=nvml.gpu_settings(st.runtime.device) if real_gpu else {},
         l2=options.get(config, "triton_perf_l2"),
         max_time=options.get_float(config, "triton_perf_max_time", minimum=0.01),
         retries=int(retries),
@@ -363,7 +364,7 @@ class TritonBench:
             new = self._config.hook.pytest_triton_measure(
                 config=self._config, request=self._request, fn=fn, baseline=baseline,
                 settings=settings)
-            if not isinstance(new, verdict.Timings):
+            if not isinstance(new, Timings):
                 raise self._error(f"pytest_triton_measure returned {type(new).__name__}, not Timings")
             if baseline is not None and new.baseline_ms is None:
                 raise self._error("pytest_triton_measure returned no baseline timings")
@@ -379,7 +380,7 @@ class TritonBench:
                 break
         return m
 
-    def _check_timings(self, t: verdict.Timings) -> None:
+    def _check_timings(self, t: Timings) -> None:
         """Timings a hook returned are samples of a real run: finite, positive milliseconds, the
         baseline's paired one to one with fn's; anything else would be judged as if it were."""
         for name in ("ms", "baseline_ms"):

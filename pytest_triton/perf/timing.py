@@ -18,10 +18,11 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from ..env import nvml
+from ..env.device import flush_bytes
 from . import stats
-from .verdict import Timings
 
 GRAPH_BELOW_MS = 0.1  # "launch-bound": kernels under ~100 us go through CUDA graphs
 MIN_SAMPLES = 20
@@ -30,6 +31,31 @@ WARM_MS = 25.0  # run the kernel this long before sampling: clocks ramp, caches 
 BATCH_GPU_MS = 50.0  # target GPU time of one batch of samples
 MAX_BATCH = 200
 GRAPH_REPLAY_MS = 2.0  # target duration of one graph replay
+
+
+@dataclass
+class Timings:
+    """What pytest_triton_measure returns: per-call times in milliseconds."""
+
+    ms: list[float]
+    baseline_ms: list[float] | None = None
+    method: str = "injected"  # "events", "graph" or "injected"
+    l2: str = "cold"
+    calls_per_sample: int = 1
+    gpu_before: dict = field(default_factory=dict)
+    gpu_after: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def throttled(self) -> bool:
+        return bool(self.gpu_before.get("throttled") or self.gpu_after.get("throttled"))
+
+    def merged(self, other: Timings) -> Timings:
+        base = None
+        if self.baseline_ms is not None and other.baseline_ms is not None:
+            base = self.baseline_ms + other.baseline_ms
+        return Timings(self.ms + other.ms, base, self.method, self.l2, self.calls_per_sample,
+                       self.gpu_before, other.gpu_after, self.notes + other.notes)
 
 
 @dataclass(frozen=True)
@@ -57,8 +83,6 @@ class _Gpu:
 
         self.torch = torch
         self.device = torch.device(device)
-        from ..env.device import flush_bytes
-
         props = torch.cuda.get_device_properties(self.device)
         # After writing twice the caches, nothing the kernel touched before is left there.
         n = flush_bytes(props.name, props.multi_processor_count, props.L2_cache_size) // 4
@@ -210,13 +234,12 @@ class _GraphSampler:
 
 def measure(fn, baseline, settings: Settings, device) -> Timings:
     """Time fn (and baseline, interleaved) on `device`; return per-call milliseconds."""
-    from ..env.device import gpu_state
 
     gpu = _Gpu.get(device)
     fns = [fn] + ([baseline] if baseline is not None else [])
     cold = settings.l2 == "cold"
     notes: list[str] = []
-    before = gpu_state(device) if settings.read_gpu_state else {}
+    before = nvml.gpu_state(device) if settings.read_gpu_state else {}
     est, host_ms = _warm(gpu, fns, settings.warm_ms)
     sampler = None
     if est < settings.graph_below_ms:
@@ -245,7 +268,7 @@ def measure(fn, baseline, settings: Settings, device) -> Timings:
                      "with per-launch events instead")
         sampler = _EventSampler(gpu, fns, cold, est, host_ms)
         samples = sampler.sample()
-    after = gpu_state(device) if settings.read_gpu_state else {}
+    after = nvml.gpu_state(device) if settings.read_gpu_state else {}
     return Timings(ms=samples[0], baseline_ms=samples[1] if baseline is not None else None,
                    method=sampler.method, l2=settings.l2,
                    calls_per_sample=sampler.calls_per_sample, gpu_before=before,

@@ -12,34 +12,10 @@ from dataclasses import asdict, dataclass, field
 from ..env.device import DeviceInfo
 from . import stats
 from .markers import PerfTarget
+from .timing import Timings
 
 PASS, FAIL, INCONCLUSIVE, INVALID = "pass", "fail", "inconclusive", "invalid"
 _ORDER = (INVALID, FAIL, INCONCLUSIVE, PASS)  # a measurement takes its worst check's verdict
-
-
-@dataclass
-class Timings:
-    """What pytest_triton_measure returns: per-call times in milliseconds."""
-
-    ms: list[float]
-    baseline_ms: list[float] | None = None
-    method: str = "injected"  # "events", "graph" or "injected"
-    l2: str = "cold"
-    calls_per_sample: int = 1
-    gpu_before: dict = field(default_factory=dict)
-    gpu_after: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def throttled(self) -> bool:
-        return bool(self.gpu_before.get("throttled") or self.gpu_after.get("throttled"))
-
-    def merged(self, other: Timings) -> Timings:
-        base = None
-        if self.baseline_ms is not None and other.baseline_ms is not None:
-            base = self.baseline_ms + other.baseline_ms
-        return Timings(self.ms + other.ms, base, self.method, self.l2, self.calls_per_sample,
-                       self.gpu_before, other.gpu_after, self.notes + other.notes)
 
 
 @dataclass

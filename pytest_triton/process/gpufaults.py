@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from .. import state
-from ..env import seeding
+from ..env import launches, seeding
 
 # CUDA errors after which the context is unusable: the driver returns them from every later call.
 # Code: (short name, the driver's text, which torch and Triton put in their messages).
@@ -119,36 +119,9 @@ class LaunchRecorder:
                 "(most recent last)")
 
     def install(self, owner=None) -> None:
-        """Add this recorder to Triton's launch-enter hook (on `owner`, default Triton's): a hook
-        chain (3.5+), a single callable (3.4's knobs), or CompiledKernel's attribute (older)."""
-        if owner is None:
-            try:
-                import triton
-
-                knobs = getattr(triton, "knobs", None)
-                if knobs is not None:
-                    owner = knobs.runtime
-                else:
-                    from triton.compiler.compiler import CompiledKernel as owner
-            except Exception:  # a Triton without launch hooks: launches are not named
-                return
-        current = getattr(owner, "launch_enter_hook", None)
-        if hasattr(current, "add") and hasattr(current, "remove"):
-            current.add(self)
-            self._uninstall = lambda: current.remove(self)
-            return
-        if current is None:
-            hook = self
-        else:
-            def hook(metadata, _previous=current):
-                _previous(metadata)
-                self(metadata)
-        owner.launch_enter_hook = hook
-
-        def uninstall():
-            if getattr(owner, "launch_enter_hook", None) is hook:
-                owner.launch_enter_hook = current
-        self._uninstall = uninstall
+        """Record every Triton launch from now on (launches.add_launch_hook; `owner`: where the hook
+        lives, Triton's own by default)."""
+        self._uninstall = launches.add_launch_hook(self, owner)
 
     def uninstall(self) -> None:
         if self._uninstall is not None:

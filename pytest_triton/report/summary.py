@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from .. import options, state
+from ..env import nvml
 from ..process import supervise as isolation
 
 JSON_SCHEMA = "pytest-triton-perf/1"
@@ -214,14 +215,13 @@ def settings_changed(config: pytest.Config) -> list[str]:
 
 def finish(config: pytest.Config) -> None:
     """At session end: read the GPU's settings again, then write the JSON file."""
-    from ..env.device import gpu_settings
 
     st = state.get(config)
     ps = st.perf_session
     if ps is None:
         return
     if ps.settings_before:
-        ps.settings_after = gpu_settings(st.runtime.device)
+        ps.settings_after = nvml.gpu_settings(st.runtime.device)
     if ps.controller and ps.json_path:
         write_json(config)
 

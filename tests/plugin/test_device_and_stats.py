@@ -109,7 +109,7 @@ def test_nvml_readings_and_throttle_reasons(monkeypatch):
     import sys
     import types
 
-    from pytest_triton.env import device
+    from pytest_triton.env import nvml
 
     fake = types.SimpleNamespace(
         NVML_CLOCK_SM=0, NVML_CLOCK_MEM=1, NVML_TEMPERATURE_GPU=0,
@@ -126,12 +126,12 @@ def test_nvml_readings_and_throttle_reasons(monkeypatch):
         nvmlDeviceGetComputeMode=lambda h: 0,
     )  # no nvmlDeviceGetEccMode: a reading NVML cannot give is left out, not an error
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    monkeypatch.setattr(device, "_NVML", {})
-    monkeypatch.setattr(device, "_find_handle", lambda nv, dev: "h")
-    state = device.gpu_state("cuda:0")
+    monkeypatch.setattr(nvml, "_NVML", {})
+    monkeypatch.setattr(nvml, "_find_handle", lambda nv, dev: "h")
+    state = nvml.gpu_state("cuda:0")
     assert state == {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
                      "temperature_c": 61, "power_w": 650.0,
                      "clock_reasons": ["hw_thermal_slowdown", "sw_power_cap"], "throttled": True}
-    assert device.gpu_settings("cuda:0") == {
+    assert nvml.gpu_settings("cuda:0") == {
         "applications_sm_clock_mhz": 1980, "applications_mem_clock_mhz": 2619,
         "power_limit_w": 700.0, "persistence_mode": 1, "compute_mode": 0}

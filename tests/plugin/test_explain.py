@@ -14,7 +14,7 @@ FAKE_GPU = '''
 import os
 import triton
 from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.verdict import Timings
+from pytest_triton.perf.timing import Timings
 
 def pytest_triton_device_info(config):
     return DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",

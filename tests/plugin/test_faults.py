@@ -464,3 +464,24 @@ def test_xdist_workers_retire_without_using_the_restart_budget(pytester):
     assert cases == {"test_1": [], "test_2": [], "test_3": [], "test_4": [], "test_bad_sync": ["failure"],
                      "test_bad_in_body": ["failure"], "test_bad_teardown": ["error"],
                      "test_segfaults": ["failure"]}
+
+
+def test_an_explain_capture_keeps_the_fault_recorder_on_with_a_single_callable_hook():
+    # Triton 3.4 keeps one callable as its launch hook: a capture that set its own recorder there
+    # replaced the fault recorder for the capture's duration, so a fault then was blamed on no
+    # launch. The one adapter chains instead, and unwinds in any order.
+    from pytest_triton.env import launches
+
+    seen = []
+    owner = types.SimpleNamespace(launch_enter_hook=None)
+    rec = LaunchRecorder()
+    rec.install(owner)
+    remove = launches.add_launch_hook(seen.append, owner)
+    owner.launch_enter_hook(types.SimpleNamespace(data={"name": "_k"}))
+    assert rec.count == 1 and len(seen) == 1
+    rec.uninstall()  # removed first, though chained under the capture's hook
+    owner.launch_enter_hook(types.SimpleNamespace(data={"name": "_k"}))
+    assert rec.count == 1 and len(seen) == 2
+    remove()
+    assert owner.launch_enter_hook is None or owner.launch_enter_hook(
+        types.SimpleNamespace(data={"name": "_k"})) is None and len(seen) == 2

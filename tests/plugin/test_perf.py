@@ -9,7 +9,7 @@ import pytest
 FAKE_GPU = '''
 import itertools
 from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.verdict import Timings
+from pytest_triton.perf.timing import Timings
 
 def pytest_triton_device_info(config):
     return DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
@@ -230,7 +230,7 @@ def test_bad_use_is_an_error_naming_the_test_and_argument(perf, body, needle):
 ])
 def test_timings_a_hook_returns_are_checked(pytester, spec, needle):
     pytester.makeconftest(FAKE_GPU + f"""
-from pytest_triton.perf.verdict import Timings as _T
+from pytest_triton.perf.timing import Timings as _T
 def pytest_triton_measure(config, request, fn, baseline, settings):
     ms, base = {spec}
     return _T(ms=ms, baseline_ms=base, method="injected", l2=settings.l2)
@@ -461,7 +461,7 @@ def test_a_miss_measured_while_throttled_in_every_round_is_inconclusive(pytester
     # A hot GPU must not pass for a slow kernel: not PerfTargetMissed (which a negative control's
     # xfail would accept) but inconclusive, naming the throttling; a cool GPU's miss stays a miss.
     pytester.makeconftest(FAKE_GPU + """
-from pytest_triton.perf.verdict import Timings as _T
+from pytest_triton.perf.timing import Timings as _T
 def pytest_triton_measure(config, request, fn, baseline, settings):
     hot = ({"throttled": True, "clock_reasons": ["hw_thermal_slowdown", "sw_power_cap"]}
            if request.node.name == "test_hot" else {})

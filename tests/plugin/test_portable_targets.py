@@ -13,7 +13,7 @@ import pytest
 DEVICES = '''
 import os
 from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.verdict import Timings
+from pytest_triton.perf.timing import Timings
 
 DEVICES = {
     "a": dict(datasheet=1000.0, measured=900.0),
