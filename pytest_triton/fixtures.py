@@ -9,6 +9,7 @@ from . import state
 from .correctness import compare
 from .correctness.tensors import TensorFactory
 from .env import seeding
+from .perf.fixture import TritonBench
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +37,4 @@ def triton_bench(request: pytest.FixtureRequest):
     """triton_bench(fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
     name=None) -> Measurement: time `fn` on the GPU (with --triton-perf); the test's perf_target
     is checked against what it measured."""
-    from .perf.session import TritonBench
-
     return TritonBench(request)

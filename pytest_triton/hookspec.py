@@ -7,14 +7,14 @@ import pytest
 
 @pytest.hookspec(firstresult=True)
 def pytest_triton_device_info(config):
-    """Return the pytest_triton.device.DeviceInfo to time on, or None for no GPU (perf tests then
+    """Return the pytest_triton.DeviceInfo to time on, or None for no GPU (perf tests then
     dry-run, and --triton-perf counts their targets unchecked)."""
 
 
 @pytest.hookspec(firstresult=True)
 def pytest_triton_measure(config, request, fn, baseline, settings):
-    """Time `fn` (and `baseline`, interleaved, if given) and return a pytest_triton.verdict.Timings
-    (`settings` is a pytest_triton.bench.Settings)."""
+    """Time `fn` (and `baseline`, interleaved, if given) and return a pytest_triton.Timings
+    (`settings` is a pytest_triton.TimingSettings)."""
 
 
 @pytest.hookspec(firstresult=True)
@@ -28,3 +28,10 @@ def pytest_triton_calibrate(config, device):
 def pytest_triton_synchronize(config, item):
     """After a test's call and teardown: wait for the device work it queued, raising the device's
     pending error if there is one. Return True when done."""
+
+
+@pytest.hookspec
+def pytest_triton_measured(item, measurement, fn, kernel, compiles):
+    """triton_bench timed `fn` for `item` and judged it: `measurement` (a Measurement: timings,
+    rates, verdict), `kernel` as the test passed it, `compiles` (what compiled while timing).
+    Called in the process that timed it, before the test's verdict; fn may be called again."""

@@ -6,6 +6,7 @@ Settings resolve here and only here, with one precedence: command line > ini > d
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,14 +124,15 @@ def add_options(parser: pytest.Parser) -> None:
                             metavar=opt.metavar, choices=opt.choices, help=opt.help)
             parser.addini(opt.name, ini_help, type="string",
                           default=opt.default if opt.default is not None else "")
+    # internal: a supervised child runs the test ids listed in DIR and reports there (process/)
+    group.addoption("--triton-child", action="store", dest="triton_child", default=None,
+                    metavar="DIR", help=argparse.SUPPRESS)
 
 
 def _flag_value(opt: Option):
     """The type= of a "flag" option: a bare flag followed by a test path would take the path as
     its value (argparse's nargs="?"), so anything but a choice is refused, saying how to write
     it, rather than run without that path."""
-    import argparse
-
     def check(value: str) -> str:
         if value not in opt.choices:
             raise argparse.ArgumentTypeError(
@@ -196,3 +198,14 @@ def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
     if value < minimum:
         raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: must be >= {minimum}")
     return value
+
+
+# Options that act on perf measurements, which only --triton-perf makes.
+_PERF_ONLY = ("triton_perf_explain", "triton_perf_profile", "triton_perf_plot", "triton_perf_json")
+
+
+def perf_only_given(config: pytest.Config) -> list[str]:
+    """The perf-only options this run was given (their flags), whether or not --triton-perf was."""
+    flags = {o.name: o.flag for o in OPTIONS}
+    return [flags[name] for name in _PERF_ONLY
+            if (get(config, name) or "off") not in ("off", "")]

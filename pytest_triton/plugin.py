@@ -4,28 +4,27 @@ from __future__ import annotations
 
 import pytest
 
-from . import options, state
+from . import fixtures, hookspec, options, state
 from .correctness import sanitize, scope
+from .diagnose import explain, ncu, profile
 from .env import interpreter, runtime, seeding
-from .perf import markers
-from .process import gpufaults
-from .process import supervise as isolation
+from .perf import checklist, dryrun, markers, outcome
+from .perf import session as perf
+from .process import child, crash, gpufaults, gpulock, supervise, xdistfaults
+from .report import benchbridge, plot, summary
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
-    isolation.add_options(parser)
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
-    from . import hookspec
-
     pluginmanager.add_hookspecs(hookspec)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    isolation.prepare(config)  # a continuation child: silent, writes no report files
+    child.prepare(config)  # a supervised child: silent, writes no report files
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -35,9 +34,6 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from . import fixtures
-    from .perf import checklist
-
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
@@ -53,22 +49,39 @@ def pytest_configure(config: pytest.Config) -> None:
         interpreter.install_debug_mode(config)
     sanitize.configure(config)
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
-    isolation.configure(config)  # and the rest of the session runs on in a fresh process
+    _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
-        from .perf import session as perf
-        from .report import benchbridge
-
         perf.configure(config)
         benchbridge.configure(config)
-    from .diagnose import explain
+    given = options.perf_only_given(config)
+    if given and not st.perf and not hasattr(config, "workerinput"):
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f"pytest-triton: {' and '.join(given)} {'act' if len(given) > 1 else 'acts'} on perf "
+            "measurements, and there are none without --triton-perf: add --triton-perf"),
+            stacklevel=2)
+    plot.configure(config)
+    ncu.configure(config)
 
-    explain.configure(config)
+
+def _configure_processes(config: pytest.Config) -> None:
+    """Who contains a broken process: a child reports to its parent; an xdist worker retires and
+    its controller explains; otherwise this process supervises its own tests."""
+    if runtime.is_child(config):
+        child.configure(config)
+        return
+    if hasattr(config, "workerinput"):
+        xdistfaults.configure_worker(config)
+        return
+    config.stash[crash.RECORDS_KEY] = []
+    config.pluginmanager.register(crash.FaultSummary(config), "triton-fault-summary")
+    if runtime.xdist_controller(config):
+        xdistfaults.configure_controller(config)
+    else:
+        supervise.configure(config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from .report import summary as report
-
-    return report.header(config) + sanitize.header(config) + interpreter.header(config)
+    return summary.header(config) + sanitize.header(config) + interpreter.header(config)
 
 
 _BAD_MARKERS_KEY = pytest.StashKey[list]()
@@ -110,9 +123,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     target = item.stash.get(markers.TARGET_KEY, None)
     if target is not None:  # first: a target the interpreter's gap skips is unchecked too
-        from .perf import session as perf
-
-        perf.setup_item(item, target)
+        dryrun.setup_item(item, target)
     gap = item.stash.get(markers.GAP_KEY, None)
     if gap and state.get(item.config).runtime.interpret:
         # reported at the test's own line, as a skip marker is (not at this hook's), so that -rs
@@ -122,8 +133,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    from .process import gpulock
-
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
@@ -140,13 +149,17 @@ def pytest_runtest_call(item: pytest.Item):
     scope.finish_call(item)
     sanitize.finish_call(item)
     if "triton_bench" in getattr(item, "fixturenames", ()):
-        from .diagnose import explain
-        from .perf import session as perf
-
         if state.get(item.config).perf:
-            explain.finish_call(item)
-        perf.finish_call(item)  # also a dry run's: a triton_bench never called fails
+            ncu.finish_call(item)
+        dryrun.finish_call(item)  # a dry run's triton_bench never called fails too
+        outcome.finish_call(item)
     return result
+
+
+def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles) -> None:
+    explain.after_measure(item, measurement, fn, kernel, compiles)
+    profile.after_measure(item, measurement, fn)
+    benchbridge.record(item, measurement)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -158,12 +171,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if "triton_bench" in getattr(item, "fixturenames", ()):
-        from .diagnose import explain
-        from .perf import session as perf
-
-        perf.annotate_dry_report(item, call, report)
+        dryrun.annotate_report(item, call, report)
         if state.get(item.config).perf:
-            perf.annotate_report(item, call, report)
+            outcome.annotate_report(item, call, report)
+            profile.annotate_report(item, report)
             explain.annotate_report(item, report)
     return report
 
@@ -171,20 +182,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
-        from .diagnose import explain
-        from .report import summary as report
-
-        report.terminal_summary(terminalreporter, config)
+        summary.terminal_summary(terminalreporter, config)
+        plot.terminal_summary(terminalreporter, config)
         explain.terminal_summary(terminalreporter, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     sanitize.session_finish(session)
     if state.get(session.config).perf:
-        from .diagnose import explain
-        from .perf import session as perf
-        from .report import summary as report
-
-        report.finish(session.config)
-        explain.session_finish(session.config)
+        summary.finish(session.config)
+        plot.session_finish(session.config)
         perf.gate(session)

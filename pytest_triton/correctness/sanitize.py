@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from .. import options, state
-from ..env import seeding
-from ..env.runtime import child_pytest_options
+from ..env import childcmd, seeding
+from ..env.runtime import find_cuda_tool
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
 CHILD_ENV = "PYTEST_TRITON_SANITIZE_CHILD"  # set in the child: the tool it runs under
@@ -65,8 +65,6 @@ def tool(config: pytest.Config) -> str | None:
 
 
 def find_sanitizer() -> str | None:
-    from ..env.runtime import find_cuda_tool
-
     return find_cuda_tool("compute-sanitizer")
 
 
@@ -107,16 +105,11 @@ def header(config: pytest.Config) -> list[str]:
 
 def _child_command(config: pytest.Config, sanitizer: str, t: str) -> list[str]:
     st = state.get(config)
-    cmd = [sanitizer, "--tool", t, "--destroy-on-device-error", "kernel",
-           sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider",
-           "--triton-seed", seeding.option_value(config, st.base_seed),
-           *child_pytest_options(config)]
-    if getattr(config.option, "pyargs", False):
-        cmd.append("--pyargs")
-    mode = getattr(config.option, "importmode", None)
-    if mode:
-        cmd.append(f"--import-mode={mode}")
-    return cmd + list(config.args)
+    pyargs = ["--pyargs"] if getattr(config.option, "pyargs", False) else []
+    return [sanitizer, "--tool", t, "--destroy-on-device-error", "kernel",
+            *childcmd.pytest_command(config, seed=seeding.option_value(config, st.base_seed),
+                                     args=list(config.args),
+                                     options=["-s", "-p", "no:cacheprovider", *pyargs])]
 
 
 def run_child(session: pytest.Session) -> None:

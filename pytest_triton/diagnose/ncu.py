@@ -19,14 +19,15 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 
 import pytest
 
 from .. import state
-from ..env import seeding
-from ..env.runtime import child_pytest_options
+from ..env import childcmd, launches, seeding
+from ..env.runtime import find_cuda_tool
+from ..perf.timing import Timings
+from . import explain
 
 CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # in the child: the file its launch lists go to
 SECTIONS = ("SpeedOfLight", "Occupancy", "WarpStateStats")
@@ -50,8 +51,6 @@ _TO_US = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3
 
 
 def find_ncu() -> str | None:
-    from ..env.runtime import find_cuda_tool
-
     return find_cuda_tool("ncu")
 
 
@@ -74,14 +73,13 @@ def command(config: pytest.Config, item: pytest.Item, ncu: str, names: list[str]
     cmd += ["--csv", "--page", "raw", "--log-file", log]
     test = str(item.path) + "".join("::" + part for part in item.nodeid.split("::")[1:])
     seed = seeding.for_item(item, state.get(config).base_seed)
-    cmd += [sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider",
-            "--triton-perf", "--triton-perf-retries", "0",
-            "--triton-perf-max-time", "0.01", "--triton-perf-explain=off",
-            "-o", "triton_perf_json=", "-o", "triton_perf_plot=", "-o", "triton_perf_profile=",
-            # The test's own seed, fixed: the child profiles the inputs the parent timed, whatever
-            # the child's node id and whether the parent's --triton-seed was BASE or BASE:SEED.
-            "--triton-seed", f"{seed.base}:{seed.seed}", *child_pytest_options(config)]
-    return cmd
+    # The test's own seed, fixed: the child profiles the inputs the parent timed, whatever the
+    # child's node id and whether the parent's --triton-seed was BASE or BASE:SEED.
+    return cmd + childcmd.pytest_command(
+        config, seed=f"{seed.base}:{seed.seed}", args=[test],
+        options=["-q", "-p", "no:cacheprovider", "--triton-perf", "--triton-perf-retries", "0",
+                 "--triton-perf-max-time", "0.01", "--triton-perf-explain=off",
+                 "-o", "triton_perf_json=", "-o", "triton_perf_plot=", "-o", "triton_perf_profile="])
 
 
 def profile_item(item: pytest.Item, captures: dict) -> dict:
@@ -89,7 +87,7 @@ def profile_item(item: pytest.Item, captures: dict) -> dict:
     config = item.config
     why = why_unavailable(config)
     if why is None:
-        names = sorted({la["name"] for rec in captures.values() for la in _timed(rec)})
+        names = sorted({la["name"] for rec in captures.values() for la in explain.timed_launches(rec)})
         if not names:
             why = "no Triton launch was seen in fn, so there is no kernel to give ncu"
     if why is not None:
@@ -118,12 +116,6 @@ def _read(path: str) -> str:
             return f.read()
     except OSError:
         return ""
-
-
-def _timed(record: dict) -> list[dict]:
-    from .explain import _timed as timed
-
-    return timed(record)
 
 
 def unavailable_reason(output: str) -> str:
@@ -209,6 +201,13 @@ def attribute(kernels: list[dict], order: list[dict], captures: dict, names: lis
     return out
 
 
+def finish_call(item: pytest.Item) -> None:
+    """After a perf test's body, before its verdict: with =ncu, profile its timed kernels."""
+    captures = item.stash.get(explain.CAPTURES_KEY, None)
+    if explain.mode(item.config) == "ncu" and captures:
+        item.stash[explain.NCU_KEY] = profile_item(item, captures)
+
+
 # --- the child -------------------------------------------------------------------------------------
 
 def configure(config: pytest.Config) -> None:
@@ -226,9 +225,6 @@ class _Child:
     @pytest.hookimpl(tryfirst=True)
     def pytest_triton_measure(self, config, request, fn, baseline, settings):
         import torch
-
-        from ..env import launches
-        from ..perf.timing import Timings
 
         index = self.calls[request.node.nodeid] = self.calls.get(request.node.nodeid, -1) + 1
         for _ in range(2):  # compile and autotune outside the profiled range

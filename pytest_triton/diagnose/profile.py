@@ -16,6 +16,7 @@ import re
 import pytest
 
 from .. import options, state
+from ..perf.session import MEASUREMENTS_KEY
 
 CALLS = 3  # calls traced: the first may still show one-time work (allocations), the rest steady
 TRACES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> trace path
@@ -55,7 +56,6 @@ def after_measure(item: pytest.Item, m, fn) -> None:
             if not rt.interpret:
                 torch.cuda.synchronize(rt.device)
     prof.export_chrome_trace(path)
-    from ..perf.session import MEASUREMENTS_KEY
 
     item.stash.setdefault(TRACES_KEY, {})[len(item.stash[MEASUREMENTS_KEY]) - 1] = path
 

@@ -110,7 +110,6 @@ _FP16_FLOP_PER_SM_CLK = {(8, 0): 2048, (8, 6): 1024, (8, 7): 1024, (8, 9): 1024,
 class DeviceInfo:
     """What a perf verdict needs to know about the GPU. Construct one in a
     pytest_triton_device_info hook to run the perf logic against a device of your choosing."""
-
     name: str
     sms: int
     dram_gbps: float  # datasheet (or estimated) peak DRAM bandwidth, GB/s

@@ -32,7 +32,6 @@ _MAX_FRAMES = 12  # from the hook up to JITFunction.run, and up to an Autotuner
 @dataclass
 class Operand:
     """A tensor passed at launch."""
-
     arg: str  # the kernel parameter's name
     shape: tuple
     stride: tuple
@@ -47,7 +46,6 @@ class Operand:
 @dataclass
 class Launch:
     """One launch of a compiled Triton kernel, as Triton described it."""
-
     kernel: str  # the @triton.jit function's name
     name: str  # the compiled kernel's name (what ncu and profilers show)
     grid: tuple = (1, 1, 1)
@@ -244,7 +242,6 @@ def _hooked(recorder):
 @dataclass
 class Capture:
     """What one untimed call of fn launched."""
-
     launches: list = field(default_factory=list)  # Launch
     autotuners: list = field(default_factory=list)  # the Autotuner objects met on the way
     errors: list = field(default_factory=list)

@@ -82,18 +82,9 @@ def find_cuda_tool(name: str) -> str | None:
     return None
 
 
-def child_pytest_options(config: pytest.Config) -> list[str]:
-    """Options that make a child pytest (under ncu or compute-sanitizer) collect and run as this
-    session does: its rootdir and ini file, its device, and no xdist workers of its own."""
-    opts = ["--rootdir", str(config.rootpath)]
-    if config.inipath is not None:
-        opts += ["-c", str(config.inipath)]
-    device = options.get(config, "triton_device")
-    if device:
-        opts += ["--triton-device", device]
-    if config.pluginmanager.hasplugin("xdist"):
-        opts += ["-n", "0"]
-    return opts
+def is_child(config: pytest.Config) -> bool:
+    """Whether this process is a supervised child (process/child.py) reporting to its parent."""
+    return bool(config.getoption("triton_child", default=None))
 
 
 def xdist_controller(config: pytest.Config) -> bool:

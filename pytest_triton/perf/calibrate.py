@@ -21,14 +21,15 @@ import os
 import statistics
 from pathlib import Path
 
+from .stats import positive_finite
+from .timing import Settings, measure
+
 COPY_BYTES = 1 << 30
 MATMUL_N = 8192
 
 
 def measure_ceilings(device) -> dict:
     import torch
-
-    from .timing import Settings, measure
 
     settings = Settings(l2="cold", max_time=1.0)
 
@@ -91,8 +92,6 @@ def _locked(path: Path):
 
 def _implausible(found) -> str | None:
     """What is wrong with measured ceilings, or None: every rate a finite number > 0."""
-    from .stats import positive_finite
-
     if not isinstance(found, dict):
         return f"{type(found).__name__}, not a dict"
     if found.get("dram_gbps") is not None and not positive_finite(found["dram_gbps"]):

@@ -13,6 +13,9 @@ from types import MappingProxyType
 
 import pytest
 
+from .. import options
+from .markers import PerfTargetError, parse_perf_target
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pytest depends on tomli before 3.11
@@ -83,9 +86,6 @@ def _from_toml(config: pytest.Config) -> dict[str, dict]:
 
 def load(config: pytest.Config) -> dict[str, dict]:
     """The checklist in force: defaults, then the TOML table, then the ini lines."""
-    from .. import options
-    from .markers import PerfTargetError, parse_perf_target
-
     entries = {k: dict(v) for k, v in DEFAULTS.items()}
     toml, ini = _from_toml(config), _from_ini(options.get(config, "triton_perf_checklist"))
     entries.update(toml)

@@ -36,7 +36,6 @@ GRAPH_REPLAY_MS = 2.0  # target duration of one graph replay
 @dataclass
 class Timings:
     """What pytest_triton_measure returns: per-call times in milliseconds."""
-
     ms: list[float]
     baseline_ms: list[float] | None = None
     method: str = "injected"  # "events", "graph" or "injected"
@@ -75,7 +74,6 @@ AUTOTUNE = Settings(max_time=0.05, min_samples=5, min_time=0.0, warm_ms=2.0, rea
 
 class _Gpu:
     """Per-device helpers, made once: the L2 flush buffer and the spin kernel's clock."""
-
     _cache: dict = {}
 
     def __init__(self, device):
@@ -234,7 +232,6 @@ class _GraphSampler:
 
 def measure(fn, baseline, settings: Settings, device) -> Timings:
     """Time fn (and baseline, interleaved) on `device`; return per-call milliseconds."""
-
     gpu = _Gpu.get(device)
     fns = [fn] + ([baseline] if baseline is not None else [])
     cold = settings.l2 == "cold"

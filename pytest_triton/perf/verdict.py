@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ..env.device import DeviceInfo
+from . import roofline as _roofline
 from . import stats
 from .markers import PerfTarget
 from .timing import Timings
@@ -129,35 +130,22 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _grade(frac: float, good: float, poor: float) -> str:
-    if frac >= good:
-        return f"good (>{_pct(good)})"
-    if frac < poor:
-        return f"needs work (<{_pct(poor)})"
-    return f"fair ({_pct(poor)}-{_pct(good)})"
-
-
 def roofline(m: Measurement, device: DeviceInfo) -> str:
-    """Where the kernel sits: memory-bound above 60% of peak bandwidth is good, below 30% needs
-    work; compute-bound above 80% of peak is good, below 50% needs work."""
+    """Where the kernel sits, in one line (roofline.py: the bound, the fraction, its grade)."""
     peak_bw, _ = device.peak_gbps()
     peak_tf, _ = device.peak_tflops(m.dtype) if m.dtype else (None, "")
-    if m.bytes and m.flops and peak_tf:
-        intensity = m.flops / m.bytes
-        ridge = peak_tf * 1e12 / (peak_bw * 1e9)
-        bound = "compute" if intensity >= ridge else "memory"
-        where = f"{intensity:.3g} FLOP/byte, ridge {ridge:.3g}"
-    elif m.flops and peak_tf:
-        bound, where = "compute", "no bytes= given"
-    elif m.bytes:
-        bound, where = "memory", "no flops= given"
-    else:
+    pos = _roofline.position(flops=m.flops, bytes=m.bytes, gbps=m.gbps, tflops=m.tflops,
+                             peak_gbps=peak_bw, peak_tflops=peak_tf)
+    if pos is None:
         return ""
-    if bound == "memory":
-        frac = m.gbps / peak_bw
-        return f"roofline: memory-bound ({where}): {_pct(frac)} of peak bandwidth, {_grade(frac, 0.6, 0.3)}"
-    frac = m.tflops / peak_tf
-    return f"roofline: compute-bound ({where}): {_pct(frac)} of {m.dtype} peak, {_grade(frac, 0.8, 0.5)}"
+    if pos["ridge"] is not None:
+        where = f"{pos['intensity']:.3g} FLOP/byte, ridge {pos['ridge']:.3g}"
+    else:
+        where = "no bytes= given" if pos["bound"] == "compute" else "no flops= given"
+    frac = pos["fraction"]
+    of = "peak bandwidth" if pos["bound"] == "memory" else f"{m.dtype} peak"
+    return (f"roofline: {pos['bound']}-bound ({where}): {_pct(frac)} of {of}, "
+            f"{_roofline.grade(pos['bound'], frac)}")
 
 
 def _peaks(device: DeviceInfo, dtype: str | None) -> dict:

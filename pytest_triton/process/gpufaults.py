@@ -78,7 +78,6 @@ def classify(exc: BaseException | None) -> CudaError | None:
 
 class GPUContextLost(Exception):
     """A test's kernel hit a sticky CUDA error: this process's CUDA context is unusable."""
-
     __module__ = "pytest_triton"  # where users import it from, and how reports name it
 
     def __init__(self, message: str, error: CudaError, surfaced: str):
@@ -89,7 +88,6 @@ class GPUContextLost(Exception):
 
 class LaunchRecorder:
     """Triton's launch-enter hook: the names of the current test's last Triton launches."""
-
     KEEP = 5
 
     def __init__(self):

@@ -21,7 +21,7 @@ import tempfile
 
 import pytest
 
-from . import supervise as isolation
+from .crash import crash_message, hard_exit
 
 
 def _note_path(testrunuid: str, workerid: str) -> str:
@@ -74,7 +74,7 @@ class _Worker:
         note = {"nodeid": report.nodeid, "when": report.when, "report": data}
         with open(_note_path(wi["testrunuid"], wi["workerid"]), "w", encoding="utf-8") as f:
             json.dump(note, f, default=repr)
-        isolation.hard_exit(0)
+        hard_exit(0)
 
 
 class _Controller:
@@ -156,7 +156,7 @@ class _Controller:
             report.location = seen["setup"].location
         report.when = when
         how = f"xdist worker {worker} went down; its faulthandler traceback, if any, is printed above"
-        report.longrepr = isolation.crash_message(
+        report.longrepr = crash_message(
             self.config, crashitem, how,
             "xdist replaces the worker, and the rest of the session carries on.", None)
         report.triton_crash = {"nodeid": crashitem, "when": when,

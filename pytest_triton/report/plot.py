@@ -18,6 +18,8 @@ import pytest
 
 from .. import options, state
 from ..env import dtypes
+from ..perf import roofline
+from ..perf import session as perf
 
 VERDICT_COLOURS = {"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e",
                    "invalid": "#9467bd", "measured": "#7f7f7f"}
@@ -46,7 +48,6 @@ def configure(config: pytest.Config) -> None:
 
 
 def session_finish(config: pytest.Config) -> None:
-    from ..perf import session as perf
 
     target = path(config)
     ps = perf.session(config)
@@ -192,7 +193,7 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
     dtypes = sorted({m.get("dtype") or "float16" for m in points})
     ceil = _ceilings(device, dtypes, points)
     ais = [ai for _, ai, _ in known] or [1.0]
-    ridges = [tf * 1e3 / ceil["bw"][src] for (dt, src), tf in ceil["tf"].items()
+    ridges = [roofline.ridge(tf, ceil["bw"][src]) for (dt, src), tf in ceil["tf"].items()
               if ceil["bw"].get(src)]
     lo = min(min(ais), *(ridges or [ais[0]])) / 6
     hi = max(max(ais), *(ridges or [ais[0]])) * 3

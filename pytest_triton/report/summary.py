@@ -12,7 +12,9 @@ import pytest
 
 from .. import options, state
 from ..env import nvml
-from ..process import supervise as isolation
+from ..env.seeding import fixed_seed
+from ..perf.session import dry_run, unchecked_summary
+from ..process import crash
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -34,7 +36,6 @@ def header(config: pytest.Config) -> list[str]:
         where = f"cpu under Triton's interpreter ({rt.why})"
     else:
         where = f"{rt.device} ({rt.why})"
-    from ..perf.session import dry_run
 
     if st.perf:
         accepted = options.get(config, "triton_perf_allow_unchecked")
@@ -64,7 +65,6 @@ def header(config: pytest.Config) -> list[str]:
 
 
 def _fixed_seed(config: pytest.Config, st) -> str:
-    from ..env.seeding import fixed_seed
 
     fixed = fixed_seed(config)
     if fixed is None:
@@ -185,7 +185,6 @@ def terminal_summary(tr, config: pytest.Config) -> None:
                   f"{counts or 'none'}"
                   + (f"; {len(geo)} geomean target{'s' if len(geo) != 1 else ''}: {geo_counts}"
                      if geo else ""))
-    from ..perf.session import unchecked_summary
 
     unchecked = unchecked_summary(config)
     if unchecked:
@@ -215,7 +214,6 @@ def settings_changed(config: pytest.Config) -> list[str]:
 
 def finish(config: pytest.Config) -> None:
     """At session end: read the GPU's settings again, then write the JSON file."""
-
     st = state.get(config)
     ps = st.perf_session
     if ps is None:
@@ -247,7 +245,7 @@ def write_json(config: pytest.Config) -> None:
         "gpu_settings_after": ps.settings_after,
         "results": ps.results,
         "unchecked": ps.unchecked,
-        "faults": isolation.records(config),  # tests that lost the CUDA context or crashed
+        "faults": crash.records(config),  # tests that lost the CUDA context or crashed
         "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
         # tests judged on the geometric mean of their measurements (their rows say "measured")
         "geomean_summary": {v: geo.count(v) for v in sorted(set(geo))},

@@ -543,7 +543,7 @@ def test_ncu_child_profiles_the_inputs_the_parent_timed(pytester, given):
         from pytest_triton.env import seeding
         def test_k(request, make_tensor):
             cmd = ncu.command(request.config, request.node, "ncu", ["_k"], "log.csv")
-            value = cmd[cmd.index("--triton-seed") + 1]
+            value = next(a.split("=", 1)[1] for a in cmd if a.startswith("--triton-seed="))
             seed = seeding.for_item(request.node, state.get(request.config).base_seed)
             assert value == f"7:{seed.seed}", value
             with open("seed.txt", "w") as f:

@@ -1,0 +1,215 @@
+"""The triton_bench fixture: time `fn` on the GPU, judge it against the test's perf_target, and
+announce the measurement (pytest_triton_measured) to whoever diagnoses or records it."""
+
+from __future__ import annotations
+
+import pytest
+
+from .. import options, state
+from ..env import dtypes, launches
+from . import stats, verdict
+from .checklist import NOTES
+from .dryrun import DryCall, DryRun
+from .markers import TARGET_KEY, PerfTarget, PerfTargetError
+from .session import DRY_KEY, MEASUREMENTS_KEY, dry_run, ensure_ceilings, session
+from .timing import Settings, Timings
+
+
+class TritonBench:
+    """The triton_bench fixture: triton_bench(fn, *, bytes=None, flops=None, baseline=None,
+    dtype=None, kernel=None, name=None) -> Measurement."""
+
+    def __init__(self, request: pytest.FixtureRequest):
+        self._request = request
+        self._item = request.node
+        self._config = request.config
+        self._target: PerfTarget | None = self._item.stash.get(TARGET_KEY, None)
+        #: True when this run has no GPU to time on: each call checks its arguments against the
+        #: test's targets and calls fn (and baseline) once, untimed, and returns None. A test
+        #: picks a small size with it (`n = 4096 if triton_bench.dry_run else 1 << 26`).
+        self.dry_run = dry_run(self._config)
+        if self.dry_run:
+            self._item.stash.setdefault(DRY_KEY, DryRun())
+            return
+        if not state.get(self._config).perf:
+            pytest.skip("triton_bench times kernels only with --triton-perf")
+        self._item.stash.setdefault(MEASUREMENTS_KEY, [])
+
+    def _error(self, text: str) -> PerfTargetError:
+        return PerfTargetError(f"{self._item.nodeid}: {text}")
+
+    def _calibration_note(self) -> str:
+        how = session(self._config).calibration
+        # "not measured" is what the peak's own text already says
+        return f"; {how}" if how and how != "not measured" else ""
+
+    def _check_args(self, fn, bytes, flops, baseline, dtype, name) -> str | None:
+        if not callable(fn):
+            raise self._error(f"triton_bench(fn={fn!r}): fn must be a zero-argument callable")
+        if baseline is not None and not callable(baseline):
+            raise self._error(f"triton_bench(baseline={baseline!r}): must be a zero-argument callable")
+        for arg, value in (("bytes", bytes), ("flops", flops)):
+            if value is not None and not stats.positive_finite(value):
+                raise self._error(f"triton_bench({arg}={value!r}): expected a number > 0")
+        t = self._target
+        target_dtype = t.dtype if t else None
+        call_dtype = dtypes.name(dtype) if dtype is not None else None
+        if call_dtype is not None and call_dtype not in dtypes.PERF_DTYPES:
+            raise self._error(f"triton_bench(dtype={dtype!r}): expected one of "
+                              f"{', '.join(dtypes.PERF_DTYPES)} (a torch.dtype or its name)")
+        if target_dtype and call_dtype and t.name and \
+                "dtype" in state.get(self._config).checklist.get(t.name, {}):
+            # a checklist entry's dtype is its default (the "matmul" entry's float16): the
+            # operands' own dtype names the peak the same fraction is taken of
+            target_dtype = None
+        # float32 operands run on the tensor cores as tf32: one peak, so no conflict
+        if target_dtype and call_dtype and not dtypes.same_peak(target_dtype, call_dtype):
+            raise self._error(f"dtype conflict: perf_target(dtype={target_dtype!r}) but "
+                              f"triton_bench(dtype={call_dtype!r})")
+        dt = target_dtype or call_dtype
+        if t is not None:
+            for key in ("bandwidth_frac", "gbps"):
+                if getattr(t, key) is not None and bytes is None:
+                    raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., bytes=...)")
+            for key in ("tflops_frac", "tflops"):
+                if getattr(t, key) is not None and flops is None:
+                    raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., flops=...)")
+            if t.tflops_frac is not None and dt is None:
+                raise self._error(f"tflops_frac={t.tflops_frac:g} needs the operands' dtype: "
+                                  "triton_bench(..., dtype=torch.float16) or perf_target(dtype=...)")
+            for key in ("speedup", "geomean_speedup"):
+                if getattr(t, key) is not None and baseline is None:
+                    raise self._error(f"{key}={getattr(t, key):g} needs triton_bench(..., baseline=...)")
+            if self.dry_run:
+                self._note_unverifiable(t, dt)
+            else:
+                ps = session(self._config)
+                if t.tflops_frac is not None:
+                    peak, what = ps.device.peak_tflops(dt, t.peak)
+                    if not peak:
+                        raise self._error(f"tflops_frac: {ps.device.label} has no {dt} "
+                                          f"tensor-core peak ({what}{self._calibration_note()})")
+                if t.bandwidth_frac is not None and not ps.device.peak_gbps(t.peak)[0]:
+                    raise self._error(f"bandwidth_frac with peak={t.peak!r}: {ps.device.label} has "
+                                      f"no measured copy ceiling{self._calibration_note()}")
+        calls = self._item.stash[DRY_KEY].calls if self.dry_run \
+            else self._item.stash[MEASUREMENTS_KEY]
+        names = [m.name for m in calls]
+        if names and (name is None or name in names or None in names):
+            raise self._error(f"triton_bench called more than once: give each call a distinct "
+                              f"name= (got {name!r} after {names!r})")
+        return dt
+
+    def _note_unverifiable(self, t: PerfTarget, dt: str | None) -> None:
+        """The checks a dry run cannot make: they look the device up."""
+        peak = t.peak or options.get(self._config, "triton_perf_peak")
+        ceiling = "measured ceilings" if peak == "measured" else "datasheet"
+        found = self._item.stash[DRY_KEY].unverifiable
+        for key, what in (("tflops_frac", f"the device's {dt} tensor-core peak ({ceiling})"),
+                          ("bandwidth_frac", f"the device's DRAM bandwidth ({ceiling})")):
+            text = f"{key}: {what}"
+            if getattr(t, key) is not None and text not in found:
+                found.append(text)
+
+    def _dry_call(self, fn, baseline, name) -> None:
+        """Call fn, then baseline, once each: what raises fails the test, as on the GPU."""
+        __tracebackhide__ = True
+        for what, f in (("fn", fn), ("baseline", baseline)):
+            if f is None:
+                continue
+            try:
+                f()
+                if state.get(self._config).runtime.device.startswith("cuda"):
+                    import torch
+
+                    torch.cuda.synchronize()
+            except Exception as exc:
+                if hasattr(exc, "add_note"):  # Python 3.11+
+                    exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry run "
+                                 "(no GPU to time on: called once, untimed)")
+                raise
+        self._item.stash[DRY_KEY].calls.append(DryCall(name, baseline is not None))
+
+    def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
+                 name=None):
+        __tracebackhide__ = True
+        if self.dry_run:
+            self._check_args(fn, bytes, flops, baseline, dtype, name)
+            self._dry_call(fn, baseline, name)
+            return None
+        ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
+        dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
+        ps = session(self._config)
+        l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
+        settings = Settings(l2=l2, max_time=ps.max_time)
+        note = _checklist_note(self._target)
+        with launches.watch_compiles() as compiles:
+            m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
+        self._item.stash[MEASUREMENTS_KEY].append(m)
+        # the diagnoses, the profiler trace and pytest-benchmark's table listen (plugin.py)
+        self._config.hook.pytest_triton_measured(item=self._item, measurement=m, fn=fn,
+                                                 kernel=kernel, compiles=compiles)
+        return m
+
+    def _measure(self, fn, bytes, flops, baseline, dt, kernel, name, settings, note):
+        __tracebackhide__ = True
+        ps = session(self._config)
+        m = None
+        timings = None
+        for rounds in range(1, ps.retries + 2):
+            new = self._config.hook.pytest_triton_measure(
+                config=self._config, request=self._request, fn=fn, baseline=baseline,
+                settings=settings)
+            if not isinstance(new, Timings):
+                raise self._error(f"pytest_triton_measure returned {type(new).__name__}, not Timings")
+            if baseline is not None and new.baseline_ms is None:
+                raise self._error("pytest_triton_measure returned no baseline timings")
+            self._check_timings(new)
+            # Throttled rounds are measured again rather than merged: their samples are not the
+            # card's normal behaviour.
+            timings = new if timings is None or timings.throttled else timings.merged(new)
+            m = verdict.build(self._item.nodeid, name, timings, bytes=bytes, flops=flops,
+                              dtype=dt, config=_config_of(kernel), device=ps.device, rounds=rounds)
+            verdict.evaluate(m, self._target, ps.device, note)
+            if m.verdict not in (verdict.INCONCLUSIVE,) and not (m.verdict == verdict.FAIL
+                                                                 and timings.throttled):
+                break
+        return m
+
+    def _check_timings(self, t: Timings) -> None:
+        """Timings a hook returned are samples of a real run: finite, positive milliseconds, the
+        baseline's paired one to one with fn's; anything else would be judged as if it were."""
+        for name in ("ms", "baseline_ms"):
+            samples = getattr(t, name)
+            if samples is None and name == "baseline_ms":
+                continue
+            if not isinstance(samples, (list, tuple)) or not samples:
+                raise self._error(f"pytest_triton_measure returned Timings.{name}={samples!r}: "
+                                  "expected a non-empty list of per-call milliseconds")
+            for i, v in enumerate(samples):
+                if not stats.positive_finite(v):
+                    raise self._error(f"pytest_triton_measure returned Timings.{name}[{i}]="
+                                      f"{v!r}: expected a finite number of milliseconds > 0")
+        if t.baseline_ms is not None and len(t.baseline_ms) != len(t.ms):
+            raise self._error(f"pytest_triton_measure returned {len(t.ms)} samples of fn and "
+                              f"{len(t.baseline_ms)} of the baseline: they are paired, one each "
+                              "per round of interleaved timing")
+
+
+def _checklist_note(target: PerfTarget | None) -> str | None:
+    if target is None or not target.name:
+        return None
+    return NOTES.get(target.name)
+
+
+def _config_of(kernel) -> str | None:
+    """The autotuned config(s) chosen for `kernel` (an Autotuner, or a list of them)."""
+    if kernel is None:
+        return None
+    kernels = kernel if isinstance(kernel, (list, tuple)) else [kernel]
+    chosen = []
+    for k in kernels:
+        best = getattr(k, "best_config", None)
+        if best is not None:
+            chosen.append(str(best))
+    return "; ".join(chosen) or None

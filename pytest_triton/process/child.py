@@ -1,0 +1,118 @@
+"""The supervised child: a pytest process that runs the test ids its parent lists and reports
+every event (collection, reports, warnings, its own end) to the parent as JSON lines, which the
+parent replays into its session (continuation.py). A child writes none of the run's outputs and
+shows nothing on the terminal: the parent does both, with every result."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ..env import runtime
+from . import gpufaults
+from .crash import hard_exit
+
+# Outputs a child must not write: the process that started it writes them, with every result.
+_OUTPUT_OPTIONS = ("xmlpath", "report_log", "triton_perf_json", "benchmark_json", "benchmark_save",
+                   "benchmark_autosave", "benchmark_histogram", "benchmark_cprofile_dump")
+
+
+def prepare(config: pytest.Config) -> None:
+    """In a child, before plugins configure: no terminal output, no files the parent writes."""
+    if not runtime.is_child(config):
+        return
+    config.pluginmanager.set_blocked("terminalreporter")
+    for dest in _OUTPUT_OPTIONS:
+        if getattr(config.option, dest, None):
+            setattr(config.option, dest, None)
+    # --setup-show writes through the terminal reporter, which a child has not
+    config.option.setupshow = False
+
+
+def configure(config: pytest.Config) -> None:
+    """In a child (--triton-child DIR): report to the parent through DIR."""
+    config.pluginmanager.register(Reporter(config, config.getoption("triton_child")), "triton-child")
+
+
+class Reporter:
+    def __init__(self, config: pytest.Config, child_dir: str):
+        self.config = config
+        self.dir = child_dir
+        with open(os.path.join(child_dir, "pending.txt"), encoding="utf-8") as f:
+            self.pending = [line for line in f.read().splitlines() if line]
+        self._out = open(os.path.join(child_dir, "events.jsonl"), "a", encoding="utf-8")
+        self._faults = None
+
+    def _emit(self, **event) -> None:
+        self._out.write(json.dumps(event, default=repr) + "\n")
+        self._out.flush()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import faulthandler
+
+        # After pytest's own faulthandler set-up: a crash's traceback goes to the parent's report.
+        self._faults = open(os.path.join(self.dir, "faulthandler.txt"), "w")
+        faulthandler.enable(file=self._faults, all_threads=False)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        order = {nodeid: i for i, nodeid in enumerate(self.pending)}
+        keep = sorted((it for it in items if it.nodeid in order), key=lambda it: order[it.nodeid])
+        dropped = [it for it in items if it.nodeid not in order]
+        items[:] = keep
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        self._emit(event="collected", ids=[it.nodeid for it in keep])
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._emit(event="collectreport",
+                       data=self.config.hook.pytest_report_to_serializable(config=self.config,
+                                                                           report=report))
+
+    def pytest_runtest_logstart(self, nodeid: str, location) -> None:
+        self._emit(event="logstart", nodeid=nodeid, location=location)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self._emit(event="report",
+                   data=self.config.hook.pytest_report_to_serializable(config=self.config,
+                                                                       report=report))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
+        self._emit(event="logfinish", nodeid=nodeid, location=location)
+        if gpufaults.lost(self.config) is not None:
+            # This process can run no more GPU tests: the parent starts the next child.
+            self._emit(event="retire", nodeid=nodeid)
+            hard_exit(0)
+
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        """pytest.exit() and KeyboardInterrupt both end here (wrap_session): tell the parent, so
+        that it stops as this process does instead of taking the exit for a crash."""
+        value = excinfo.value
+        if isinstance(value, pytest.exit.Exception):
+            self._emit(event="interrupted", kind="exit", message=value.msg,
+                       returncode=value.returncode)
+        else:
+            self._emit(event="interrupted", kind="keyboard", message=str(value), returncode=None)
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        import faulthandler
+
+        if self._faults is not None:
+            faulthandler.disable()
+            self._faults.close()
+        self._out.close()
+
+    def pytest_warning_recorded(self, warning_message, when: str, nodeid: str, location) -> None:
+        if when != "runtest":  # collection and config warnings: the parent has its own
+            return
+        category = warning_message.category or UserWarning
+        self._emit(event="warning", message=str(warning_message.message),
+                   category_module=category.__module__, category_name=category.__qualname__,
+                   filename=warning_message.filename, lineno=warning_message.lineno, when=when,
+                   nodeid=nodeid, location=location)
