@@ -6,14 +6,17 @@ from .correctness.determinism import assert_deterministic
 from .correctness.gradients import assert_grads_close
 from .correctness.guards import check_guards
 from .correctness.tensors import TensorFactory, poison_value
+from .env.device import DeviceInfo
 from .env.runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
 from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
-from .perf.timing import do_bench
+from .perf.timing import Settings as TimingSettings
+from .perf.timing import Timings, do_bench, measure
 from .process.gpufaults import GPUContextLost
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DeviceInfo",
     "GPUContextLost",
     "INTERPRETER_GAPS",
     "PerfInconclusive",
@@ -22,6 +25,8 @@ __all__ = [
     "PerfTargetMissed",
     "TOLERANCES",
     "TensorFactory",
+    "TimingSettings",
+    "Timings",
     "__version__",
     "assert_close",
     "assert_deterministic",
@@ -33,6 +38,7 @@ __all__ = [
     "config_params",
     "do_bench",
     "interpreting",
+    "measure",
     "perf_target",
     "pin_config",
     "poison_value",

@@ -73,7 +73,7 @@ def _check_device_info(info) -> None:
         raise pytest.UsageError(f"pytest_triton_device_info returned {what}")
 
     if not isinstance(info, DeviceInfo):
-        bad(f"a {type(info).__name__}, not a pytest_triton.device.DeviceInfo")
+        bad(f"a {type(info).__name__}, not a pytest_triton.DeviceInfo")
     if not isinstance(info.name, str) or not info.name:
         bad(f"name={info.name!r}: expected the device's name")
     if isinstance(info.sms, bool) or not isinstance(info.sms, int) or info.sms < 1:

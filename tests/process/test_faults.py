@@ -14,7 +14,7 @@ import torch
 
 from pytest_triton.process.gpufaults import LaunchRecorder, classify
 
-from .test_perf import FAKE_GPU
+from ..perf.test_perf import FAKE_GPU
 
 INJECT = '''
 import pytest

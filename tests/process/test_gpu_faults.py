@@ -3,7 +3,7 @@ far outside any allocation loses the CUDA context; exactly that test fails, in-p
 pytest-xdist, and the rest of the suite passes. Each run is a subprocess: a fault in this process
 would lose the context of the suite running it.
 
-    python3 -m pytest tests/plugin/test_gpu_faults.py -p no:cacheprovider -v
+    python3 -m pytest tests/process/test_gpu_faults.py -p no:cacheprovider -v
 """
 
 import pytest

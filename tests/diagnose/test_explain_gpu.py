@@ -2,7 +2,7 @@
 diagnoses must name their real causes, and a good kernel that must get no hint. Each runs through
 the plugin in a child pytest (--triton-perf --triton-perf-explain), its JSON report read back.
 
-    pytest tests/plugin/test_explain_gpu.py -v -s     # -s prints every control's diagnosis
+    pytest tests/diagnose/test_explain_gpu.py -v -s     # -s prints every control's diagnosis
 """
 
 import json

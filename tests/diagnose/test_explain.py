@@ -371,7 +371,7 @@ def test_json_and_junit_carry_the_diagnosis(explain, pytester):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the no-GPU path; on a GPU ncu runs "
-                    "(tests/plugin/test_explain_gpu.py)")
+                    "(tests/diagnose/test_explain_gpu.py)")
 def test_ncu_without_a_gpu_says_why_and_carries_on(explain):
     result = explain(GOOD, "--triton-perf-explain=ncu", "-rP")
     result.assert_outcomes(passed=1)
