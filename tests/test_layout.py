@@ -163,3 +163,18 @@ def test_the_top_level_is_small_and_no_module_is_long():
 def test_each_group_is_a_package_with_a_docstring(group):
     init = PKG / group / "__init__.py"
     assert init.is_file() and ast.get_docstring(ast.parse(init.read_text())), init
+
+
+def test_the_readme_draws_this_layout():
+    readme = (PKG.parent / "README.md").read_text()
+    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
+    drawing = section.split("```", 2)[1]
+    assert len(drawing.strip().splitlines()) <= 10
+    for path in sorted(PKG.rglob("*.py")):
+        if path.name == "__init__.py" and path.parent != PKG:
+            continue
+        name = path.stem if path.name != "__init__.py" else "__init__.py"
+        where = path.parent.name + "/" if path.parent != PKG else ""
+        assert name in drawing or f"{name}.py" in drawing, f"{where}{path.name} is not in the drawing"
+    for group in (p.name for p in PKG.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        assert f"{group}/" in drawing, group
