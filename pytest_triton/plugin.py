@@ -80,6 +80,13 @@ def _configure_processes(config: pytest.Config) -> None:
         supervise.configure(config)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    st = config.stash.get(state.STATE_KEY, None)
+    if st is not None:
+        runtime.restore_environment(st.runtime)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return summary.header(config) + sanitize.header(config) + interpreter.header(config)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -36,6 +36,11 @@ class Runtime:
     interpret: bool
     why: str  # how the choice was made, for the report header
     gpu_id: str | None = None  # the physical GPU as the outer CUDA_VISIBLE_DEVICES names it
+    # The environment variables the choice set, with their values before (None: unset), put back
+    # when the session ends (restore_environment): a pytest run nested in a test (pytester) must
+    # not leave TRITON_INTERPRET=1 behind, or every later child process of a GPU session (a perf
+    # child, a supervised child) runs its kernels under the interpreter.
+    env_before: dict = field(default_factory=dict, compare=False)
 
 
 def interpreting() -> bool:
@@ -80,6 +85,15 @@ def find_cuda_tool(name: str) -> str | None:
             if os.access(path, os.X_OK):
                 return path
     return None
+
+
+def restore_environment(rt: Runtime) -> None:
+    """Put back the environment variables decide() set (at the end of the session)."""
+    for key, value in rt.env_before.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def is_child(config: pytest.Config) -> bool:
@@ -133,7 +147,9 @@ def _xdist_worker() -> tuple[int, int] | None:
 
 def decide(early_config: pytest.Config) -> Runtime:
     """Choose interpreter or GPU for this process; set the environment that choice needs."""
+    before = {k: os.environ.get(k) for k in (INTERPRET_ENV, "CUDA_VISIBLE_DEVICES")}
     rt = _decide(early_config)
+    rt = replace(rt, env_before={k: v for k, v in before.items() if os.environ.get(k) != v})
     # Import Triton once, here, in the outermost run: a module first imported inside a pytester
     # run is dropped from sys.modules afterwards, and a second import of Triton's native
     # extension aborts the process at exit.

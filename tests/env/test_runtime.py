@@ -72,3 +72,20 @@ def test_loads_beside_pytest_benchmark_and_xdist(pytester):
     result.assert_outcomes(passed=2)
     result = pytester.runpytest("--benchmark-disable")
     result.assert_outcomes(passed=2)
+
+
+def test_a_nested_interpreted_run_leaves_the_environment_as_it_found_it(pytester, monkeypatch):
+    # A pytest run nested in a GPU session's test (pytester, in-process) with --triton-interpret
+    # set TRITON_INTERPRET=1 for good: every later child process of that session (a perf child,
+    # a supervised child) then ran its kernels under the interpreter, slowly (seen on the H100:
+    # the explain controls' child interpreting 64M-element adds until its timeout).
+    import os
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    pytester.makepyfile("def test_ok(): pass")
+    result = pytester.runpytest("--triton-interpret", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert os.environ["TRITON_INTERPRET"] == "0"
+    monkeypatch.delenv("TRITON_INTERPRET")
+    pytester.runpytest("--triton-interpret", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    assert "TRITON_INTERPRET" not in os.environ
