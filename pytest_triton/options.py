@@ -72,6 +72,10 @@ OPTIONS: tuple[Option, ...] = (
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
     # issue 13: a test that crashes its process fails alone
+    Option("triton_gpu_wait", "string", "900",
+           "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
+           "tests: a perf test holds it alone) before it fails, naming who holds it",
+           metavar="SECONDS"),
     Option("triton_supervise", "flag", "auto",
            "run the tests in a child process that is replaced when it dies, so that a test which "
            "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "

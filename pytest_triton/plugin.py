@@ -127,7 +127,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     sanitize.run_child(session)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_setup(item: pytest.Item):
+    # The GPU lock, taken inside the test's phases (after the other wrappers began the phase,
+    # before any fixture): a wait that fails is this test's setup error, not the worker's. Given
+    # back after the whole teardown (below).
+    gpulock.acquire(item)
     target = item.stash.get(markers.TARGET_KEY, None)
     if target is not None:  # first: a target the interpreter's gap skips is unchecked too
         dryrun.setup_item(item, target)
@@ -136,6 +141,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         # reported at the test's own line, as a skip marker is (not at this hook's), so that -rs
         # names each test rather than folding them all into one plugin line
         raise pytest.skip.Exception(gap, _use_item_location=True)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    try:
+        return (yield)
+    finally:
+        gpulock.release(item)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -143,7 +157,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
-        with gpulock.for_item(item), sanitize.child_markers(item):
+        with sanitize.child_markers(item):
             return (yield)
     finally:
         scope.CURRENT.reset(scope_token)

@@ -1,10 +1,16 @@
 """Under pytest-xdist, a perf test never shares its GPU with another worker's tests.
 
 Every test holds a shared lock on its GPU; a perf test (or one marked triton_exclusive, such as
-a test of timing code) holds it exclusively. A writer-preference
-gate keeps a waiting perf test from being starved by a stream of short correctness tests: a test
-passes through the gate (briefly, shared) before taking its lock, and a perf test holds the gate
-exclusively while it waits for, and holds, the GPU.
+a test of timing code) holds it exclusively. A writer-preference gate keeps a waiting perf test
+from being starved by a stream of short correctness tests: a test passes through the gate
+(briefly, shared) before taking its lock, and a perf test holds the gate exclusively while it
+waits for, and holds, the GPU.
+
+The lock is taken at the start of the test's setup and given back after its teardown, inside the
+test's own phases: a wait that fails (longer than --triton-gpu-wait, or stopped by
+pytest-timeout) is that test's setup error, which names the tests holding the GPU, never an
+error of the worker (which xdist would report as a crash, and its controller as an
+INTERNALERROR). Holders are listed in a folder beside the lock files while they hold it.
 
 A thread holds at most one of these locks: a pytest session nested in a test (pytester) runs
 under the outer test's lock, since flock would make it wait for itself.
@@ -13,15 +19,24 @@ under the outer test's lock, since flock would make it wait for itself.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
 import threading
+import time
 
 import pytest
 
-from .. import state
+from .. import options, state
 from ..perf import markers
+
+POLL_S = 0.02  # between tries of a lock another worker holds
+_HELD_KEY = pytest.StashKey[contextlib.ExitStack]()  # item: its hold, from setup to teardown
+
+
+class GPUWaitTimeout(Exception):
+    """A test waited longer than --triton-gpu-wait for its GPU."""
 
 
 def _lock_paths(gpu_id: str) -> tuple[str, str]:
@@ -31,17 +46,92 @@ def _lock_paths(gpu_id: str) -> tuple[str, str]:
     return base + ".gate", base + ".lock"
 
 
+def _holders_dir(lock: str) -> str:
+    return lock + ".holders"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def holders(gpu_id: str) -> list[dict]:
+    """The tests that hold GPU `gpu_id` now (from the holder records of live processes)."""
+    folder = _holders_dir(_lock_paths(gpu_id)[1])
+    found = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if _alive(int(rec.get("pid", 0))):
+            found.append(rec)
+    return found
+
+
+def _describe_holders(gpu_id: str) -> str:
+    now = time.time()
+    recs = holders(gpu_id)
+    if not recs:
+        return "no holder recorded (it may have just let go, or held it from outside pytest-triton)"
+    return "; ".join(f"{r.get('nodeid') or '?'} ({r.get('worker') or 'pid ' + str(r.get('pid'))}, "
+                     f"{'exclusively' if r.get('exclusive') else 'shared'}, for "
+                     f"{now - r.get('since', now):.0f} s)" for r in recs)
+
+
 @contextlib.contextmanager
-def _flock(path: str, exclusive: bool):
+def _flock(path: str, exclusive: bool, deadline: float | None, gpu_id: str):
     import fcntl
 
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        start = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise GPUWaitTimeout(
+                        f"waited {time.monotonic() - start:.0f} s for GPU {gpu_id} "
+                        f"({'alone' if exclusive else 'shared'}), held by: "
+                        f"{_describe_holders(gpu_id)}. --triton-gpu-wait sets how long a test "
+                        "waits") from None
+                time.sleep(POLL_S)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+@contextlib.contextmanager
+def _recorded(lock: str, nodeid: str | None, exclusive: bool):
+    folder = _holders_dir(lock)
+    path = os.path.join(folder, f"{os.getpid()}-{threading.get_ident()}.json")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"pid": os.getpid(), "worker": os.environ.get("PYTEST_XDIST_WORKER"),
+                       "nodeid": nodeid, "exclusive": exclusive, "since": time.time()}, f)
+    except OSError:
+        path = None  # the record is for messages only: holding the GPU matters more
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 _THREAD = threading.local()  # .held: the lock this thread holds now (a nested session runs in it)
@@ -55,23 +145,26 @@ _ANCESTOR_HOLDS = os.environ.get(HELD_ENV)
 
 
 @contextlib.contextmanager
-def hold(gpu_id: str, exclusive: bool):
-    """Hold GPU `gpu_id`: shared by correctness tests, exclusively by perf tests."""
+def hold(gpu_id: str, exclusive: bool, *, wait_s: float | None = None, nodeid: str | None = None):
+    """Hold GPU `gpu_id`: shared by correctness tests, exclusively by perf tests. Raises
+    GPUWaitTimeout, naming the holders, after `wait_s` seconds of waiting (None: no bound)."""
     if getattr(_THREAD, "held", None) or _ANCESTOR_HOLDS == gpu_id:
         yield  # nested in a test (of this process or an ancestor) that holds it already
         return
     gate, lock = _lock_paths(gpu_id)
+    deadline = None if wait_s is None else time.monotonic() + wait_s
     _THREAD.held = gpu_id
     outer = os.environ.get(HELD_ENV)
     os.environ[HELD_ENV] = gpu_id
     try:
         if exclusive:
-            with _flock(gate, True), _flock(lock, True):
+            with _flock(gate, True, deadline, gpu_id), _flock(lock, True, deadline, gpu_id), \
+                    _recorded(lock, nodeid, True):
                 yield
         else:
-            with _flock(gate, False):
+            with _flock(gate, False, deadline, gpu_id):
                 pass
-            with _flock(lock, False):
+            with _flock(lock, False, deadline, gpu_id), _recorded(lock, nodeid, False):
                 yield
     finally:
         _THREAD.held = None
@@ -81,13 +174,41 @@ def hold(gpu_id: str, exclusive: bool):
             os.environ[HELD_ENV] = outer
 
 
-@contextlib.contextmanager
-def for_item(item: pytest.Item):
+def _wanted(item: pytest.Item) -> tuple[str, bool] | None:
+    """(GPU id, exclusive) where `item` must hold its GPU: under xdist, on a GPU."""
     rt = state.get(item.config).runtime
-    if rt.interpret or rt.gpu_id is None or not os.environ.get("PYTEST_XDIST_WORKER") or os.name != "posix":
-        yield
-        return
+    if rt.interpret or rt.gpu_id is None or not os.environ.get("PYTEST_XDIST_WORKER") \
+            or os.name != "posix":
+        return None
     perf = state.get(item.config).perf and item.stash.get(markers.TARGET_KEY, None) is not None
-    exclusive = perf or item.get_closest_marker("triton_exclusive") is not None
-    with hold(rt.gpu_id, exclusive=exclusive):
-        yield
+    return rt.gpu_id, perf or item.get_closest_marker("triton_exclusive") is not None
+
+
+def acquire(item: pytest.Item) -> None:
+    """At the start of the test's setup: take its GPU. A failed wait fails the test's setup."""
+    wanted = _wanted(item)
+    if wanted is None:
+        return
+    gpu_id, exclusive = wanted
+    wait_s = options.get_float(item.config, "triton_gpu_wait", minimum=0.0)
+    stack = contextlib.ExitStack()
+    waited = None
+    try:
+        stack.enter_context(hold(gpu_id, exclusive, wait_s=wait_s, nodeid=item.nodeid))
+    except GPUWaitTimeout as exc:
+        waited = str(exc)
+    except BaseException:  # pytest-timeout's Failed, KeyboardInterrupt: not held, let it raise
+        stack.close()
+        raise
+    if waited is not None:
+        stack.close()
+        pytest.fail(f"pytest-triton: {waited}", pytrace=False)
+    item.stash[_HELD_KEY] = stack
+
+
+def release(item: pytest.Item) -> None:
+    """After the test's teardown: give its GPU back."""
+    stack = item.stash.get(_HELD_KEY, None)
+    if stack is not None:
+        del item.stash[_HELD_KEY]
+        stack.close()
