@@ -75,7 +75,11 @@ def _backward(outs, leaves, grad_outputs, where: str) -> list:
     if len(grad_outputs) != len(outs):
         raise ValueError(f"assert_grads_close: {len(grad_outputs)} grad_outputs for {len(outs)} "
                          f"outputs of {where}")
-    pairs = [(o, g.to(o.dtype)) for o, g in zip(outs, grad_outputs) if o.requires_grad]
+    # Each backward gets its own copy of the incoming gradients: a kernel's backward may
+    # overwrite its incoming gradient in place (RoPE and RMSNorm kernels do), which would
+    # otherwise corrupt the reference's (and the caller's tensors).
+    pairs = [(o, g.detach().to(o.dtype, copy=True)) for o, g in zip(outs, grad_outputs)
+             if o.requires_grad]
     if not pairs:
         raise AssertionError(f"assert_grads_close: no output of {where} requires grad: is it a "
                              "torch.autograd.Function (or differentiable torch ops)?")

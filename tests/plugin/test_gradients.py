@@ -107,3 +107,29 @@ def test_bad_arguments_are_named(operands, kwargs, error, match):
         assert_grads_close(ScaledProduct.apply, reference, (1, 2, 3, 4))
     with pytest.raises(AssertionError, match="no output of fn requires grad"):
         assert_grads_close(lambda *args: reference(*args).detach(), reference, operands)
+
+
+class TimesTwoInPlace(torch.autograd.Function):
+    """x * 2 whose backward doubles its incoming gradient in place and returns it (RoPE and
+    RMSNorm kernels reuse the incoming gradient's memory this way): right, and legal."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad.mul_(2)
+        return grad
+
+
+def test_a_backward_that_overwrites_its_incoming_gradient_passes(make_tensor):
+    x = make_tensor((7, 5))
+    given = make_tensor((7, 5))
+    kept = given.clone()
+    assert_grads_close(TimesTwoInPlace.apply, lambda x: x * 2, (x,))
+    assert_grads_close(TimesTwoInPlace.apply, lambda x: x * 2, (x,), grad_outputs=given)
+    assert torch.equal(given, kept)  # the caller's gradient is not written either
+    # Negative control: the same in-place backward that forgets the factor 2 still fails.
+    with pytest.raises(AssertionError, match="Gradients off for 1 of 1 inputs: x"):
+        assert_grads_close(TimesTwoInPlace.apply, lambda x: x * 4, (x,))
