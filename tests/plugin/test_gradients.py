@@ -133,3 +133,98 @@ def test_a_backward_that_overwrites_its_incoming_gradient_passes(make_tensor):
     # Negative control: the same in-place backward that forgets the factor 2 still fails.
     with pytest.raises(AssertionError, match="Gradients off for 1 of 1 inputs: x"):
         assert_grads_close(TimesTwoInPlace.apply, lambda x: x * 4, (x,))
+
+
+class TwoOutputs(torch.autograd.Function):
+    """(x * 3, w * 2): w reaches only the small output, elementwise. `bug` adds 1e-4 to w's
+    gradient: far outside float32's elementwise tolerance (1e-5), inside the 3.2e-4 that a
+    reduction over the large output's 1024 elements per element of w would allow."""
+
+    bug = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        return x * 3, w * 2
+
+    @staticmethod
+    def backward(ctx, gx, gw):
+        dw = gw * 2
+        return gx * 3, dw + 1e-4 if TwoOutputs.bug else dw
+
+
+def test_each_inputs_reduction_size_comes_from_the_outputs_it_reaches(make_tensor):
+    x, w = make_tensor((64, 64)), make_tensor(4)
+    reference = lambda x, w: (x * 3, w * 2)
+    TwoOutputs.bug = False
+    assert_grads_close(TwoOutputs.apply, reference, (x, w))
+    TwoOutputs.bug = True
+    try:
+        with pytest.raises(AssertionError, match=r"Gradients off for 1 of 2 inputs: w\ngradient "
+                                                 r"of w \(float32 \(4,\), elementwise\)"):
+            assert_grads_close(TwoOutputs.apply, reference, (x, w))
+    finally:
+        TwoOutputs.bug = False
+
+
+def test_an_input_broadcast_into_several_outputs_sums_their_counts(operands):
+    a, w, c, s = operands
+    ScaledProduct.bug = "w_twice"
+    both = lambda a, w, c, s: (ScaledProduct.apply(a, w, c, s), ScaledProduct.apply(a, w, c, 2 * s))
+    with pytest.raises(AssertionError, match=r"gradient of w \(float32 \(8,\), reduction_size=66 "
+                                             r"\(broadcast: 33 \+ 33 from outputs 0, 1\)\)"):
+        assert_grads_close(both, lambda a, w, c, s: (reference(a, w, c, s),
+                                                     reference(a, w, c, 2 * s)), operands)
+
+
+class NormWithStats(torch.autograd.Function):
+    """An RMSNorm returning (y, rstd) as kernels do, rstd not differentiable; `bug` drops w from
+    dx."""
+
+    bug = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+        ctx.save_for_backward(x, w, rstd)
+        ctx.mark_non_differentiable(rstd)
+        return x * rstd[:, None] * w, rstd
+
+    @staticmethod
+    def backward(ctx, gy, _grstd):
+        x, w, rstd = ctx.saved_tensors
+        xhat = x * rstd[:, None]
+        gxhat = gy if NormWithStats.bug else gy * w
+        dx = rstd[:, None] * (gxhat - xhat * (gxhat * xhat).mean(-1, keepdim=True))
+        return dx, (gy * xhat).sum(0)
+
+
+def _norm_with_stats(x, w):
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    return x * rstd[:, None] * w, rstd
+
+
+def test_outputs_chooses_which_outputs_are_differentiated(make_tensor):
+    x, w = make_tensor((9, 40)), make_tensor(40)
+    NormWithStats.bug = False
+    # Every output: the reference differentiates rstd as well, the kernel cannot.
+    with pytest.raises(AssertionError, match="Gradients off for 1 of 2 inputs: x"):
+        assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w),
+                           reduction_sizes={"x": 40})
+    y, rstd = assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w), outputs=(0,),
+                                 reduction_sizes={"x": 40})
+    assert y.shape == (9, 40) and rstd.shape == (9,)  # every output comes back
+    gy = make_tensor((9, 40))
+    assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w), outputs=(0,),
+                       grad_outputs=[gy], reduction_sizes={"x": 40})
+    NormWithStats.bug = True
+    try:
+        with pytest.raises(AssertionError, match="Gradients off for 1 of 2 inputs: x"):
+            assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w), outputs=(0,),
+                               grad_outputs=[gy], reduction_sizes={"x": 40})
+    finally:
+        NormWithStats.bug = False
+    with pytest.raises(ValueError, match=r"outputs=\(2,\): fn returned 2 outputs"):
+        assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w), outputs=(2,))
+    with pytest.raises(ValueError, match="2 grad_outputs for 1 outputs"):
+        assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w), outputs=[0],
+                           grad_outputs=[gy, gy])
