@@ -19,6 +19,7 @@ import textwrap
 import torch
 
 from ..env import seeding
+from . import baseline as _baseline
 from . import compare
 
 
@@ -114,6 +115,35 @@ def _backward(outs, leaves, grad_outputs, where: str) -> list:
                                     allow_unused=True))
 
 
+def _torch_precision_note(name, got, want, own, reduction_size, precision, factor) -> str | None:
+    """When the table rejects a gradient that is no further off than reference's own gradient
+    in the inputs' dtype (torch's arithmetic at that precision), a note that says so and names
+    baseline=True; None otherwise (the kernel is worse than torch at its precision)."""
+    if own is None or got.dtype == torch.float64 or not got.dtype.is_floating_point:
+        return None
+    factor = _baseline.DEFAULT_FACTOR if factor is None else factor
+    floor = compare.tolerance_for(got.dtype, reduction_size=reduction_size,
+                                  precision=precision).atol
+    a, e, b = got.detach().double(), want.detach().double(), own.detach().double()
+    finite = torch.isfinite(e)
+    if not bool((finite & torch.isfinite(a)).eq(finite).all()) or not bool(
+            (finite & torch.isfinite(b)).eq(finite).all()):
+        return None
+    k_max, _, k_mean = _baseline._error_stats(a, e, finite)
+    b_max, _, b_mean = _baseline._error_stats(b, e, finite)
+    beyond = torch.where(finite, (a - e).abs() - _baseline._half_ulp(e, got.dtype),
+                         torch.zeros_like(e))
+    if float(beyond.max()) > factor * b_max + floor or k_mean > factor * b_mean + floor:
+        return None
+    dtype = str(got.dtype).removeprefix("torch.")
+    return (f"Note: reference's own {dtype} gradient of {name} (reference run in {dtype}, as "
+            f"torch computes it) is off by as much: max |error| {b_max:.3g}, mean {b_mean:.3g}; "
+            f"this gradient's {k_max:.3g}, {k_mean:.3g} (within {factor:g}x + {floor:.3g}). The "
+            f"table assumes a kernel that computes in float32 and rounds once; one that "
+            f"computes in {dtype} as torch does passes with assert_grads_close(..., "
+            f"baseline=True).")
+
+
 def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None, names=None,
                        reduction_sizes=None, precision=None, baseline: bool = False,
                        baseline_factor: float | None = None, msg: str | None = None):
@@ -182,10 +212,16 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
     reaches = _reaches(ref_outs, ref_leaves, grad64) if len(ref_outs) > 1 else \
         [[True] * len(ref_leaves)]
     want = _backward(ref_outs, ref_leaves, grad64, "reference")
-    base = None
-    if baseline:
-        base_outs, base_leaves = _forward(reference, inputs, diff, None, "reference")
-        base = _backward(pick(base_outs, "reference"), base_leaves, grad_outputs, "reference")
+    own = []  # reference's gradients in the inputs' own dtype (torch at that precision)
+
+    def torch_grads():
+        if not own:
+            base_outs, base_leaves = _forward(reference, inputs, diff, None, "reference")
+            own.append(_backward(pick(base_outs, "reference"), base_leaves, grad_outputs,
+                                 "reference"))
+        return own[0]
+
+    base = torch_grads() if baseline else None
 
     failures, off, passed = [], [], []
     k = 0
@@ -217,15 +253,24 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
             continue
         if w is None:
             w = torch.zeros_like(g, dtype=torch.float64)
+        size_arg = size if size and size > 1 else None
+        # This function measures torch's own error at the inputs' precision itself (below).
+        token = compare.ARITHMETIC_KEYWORD.set(None)
         try:
-            compare.assert_close(g, w, reduction_size=size if size and size > 1 else None,
-                                 precision=precision, baseline=b, baseline_factor=baseline_factor,
-                                 allow_trivial=False)
+            compare.assert_close(g, w, reduction_size=size_arg, precision=precision, baseline=b,
+                                 baseline_factor=baseline_factor, allow_trivial=False)
         except AssertionError as exc:
-            failures.append(f"{label}:\n{textwrap.indent(str(exc), '    ')}")
+            report = str(exc)
+            if b is None:
+                note = _torch_precision_note(name, g, w, torch_grads()[k - 1], size_arg,
+                                             precision, baseline_factor)
+                report += f"\n{note}" if note else ""
+            failures.append(f"{label}:\n{textwrap.indent(report, '    ')}")
             off.append(name)
         else:
             passed.append(f"{name} ({how})")
+        finally:
+            compare.ARITHMETIC_KEYWORD.reset(token)
     if failures:
         lines = [msg] if msg else []
         lines.append(f"Gradients off for {len(off)} of {sum(diff)} inputs: {', '.join(off)}")

@@ -228,3 +228,62 @@ def test_outputs_chooses_which_outputs_are_differentiated(make_tensor):
     with pytest.raises(ValueError, match="2 grad_outputs for 1 outputs"):
         assert_grads_close(NormWithStats.apply, _norm_with_stats, (x, w), outputs=[0],
                            grad_outputs=[gy, gy])
+
+
+class HalfRMSNorm(torch.autograd.Function):
+    """An RMSNorm that computes as torch's own autograd does at the inputs' precision: x_hat
+    rounded to the inputs' dtype, the weight gradient summed from products in that dtype. `bug`
+    drops the first row from the weight gradient."""
+
+    bug = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        rstd = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        ctx.save_for_backward(x, w, rstd)
+        return (x.float() * rstd).to(x.dtype) * w
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, rstd = ctx.saved_tensors
+        xhat = (x.float() * rstd).to(x.dtype)
+        rows = slice(1, None) if HalfRMSNorm.bug else slice(None)
+        dw = (g[rows] * xhat[rows]).sum(0)
+        gx = (g * w).float()
+        dx = rstd * (gx - xhat.float() * (gx * xhat.float()).mean(-1, keepdim=True))
+        return dx.to(x.dtype), dw
+
+
+def _rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_kernel_as_precise_as_torch_at_its_precision_passes_with_baseline(make_tensor, dtype):
+    x, w = make_tensor((2048, 128), dtype), make_tensor(128, dtype)
+    HalfRMSNorm.bug = False
+    try:
+        # The table (float32 arithmetic, one rounding) rejects the weight gradient; the failure
+        # says torch's own is as far off and names the keyword.
+        with pytest.raises(AssertionError) as info:
+            assert_grads_close(HalfRMSNorm.apply, _rms_norm, (x, w), reduction_sizes={"x": 128})
+        report = str(info.value)
+        assert "gradient of w (" in report
+        assert (f"Note: reference's own {str(dtype)[6:]} gradient of w (reference run in "
+                f"{str(dtype)[6:]}, as torch computes it) is off by as much") in report
+        assert "passes with assert_grads_close(..., baseline=True)." in report
+        assert "baseline=torch_result" not in report  # assert_close's own note is not repeated
+        assert_grads_close(HalfRMSNorm.apply, _rms_norm, (x, w), reduction_sizes={"x": 128},
+                           baseline=True)
+        # Negative control: a dropped row is no rounding; it fails both ways, with no note.
+        HalfRMSNorm.bug = True
+        with pytest.raises(AssertionError) as info:
+            assert_grads_close(HalfRMSNorm.apply, _rms_norm, (x, w), reduction_sizes={"x": 128})
+        w_section = str(info.value).split("gradient of w (", 1)[1]
+        assert "Note:" not in w_section  # (bf16's x gradient, right, keeps its note)
+        with pytest.raises(AssertionError, match=r"Gradients off for 1 of 2 inputs: w\n.*\n"
+                                                 r"    Kernel error exceeds 2x the baseline's"):
+            assert_grads_close(HalfRMSNorm.apply, _rms_norm, (x, w), reduction_sizes={"x": 128},
+                               baseline=True)
+    finally:
+        HalfRMSNorm.bug = False
