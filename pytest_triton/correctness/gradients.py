@@ -7,8 +7,9 @@ every row of a (M, N) output gets a gradient summed over M rows. So each input's
 defaults to its broadcast count (output elements per input element: M for that weight; None, the
 elementwise tolerance, for an input the size of the output), counted per (output, input) pair and
 summed over the differentiated outputs that depend on the input (found through the float64
-reference's graph): an input that reaches only a small output is not given a large output's count. Reductions inside the op (the row sums
-in a layernorm's dx) cannot be seen from shapes: give them in reduction_sizes={"x": N}.
+reference's graph): an input that reaches only a small output is not given a large output's
+count. Reductions inside the op (the row sums in a layernorm's dx) cannot be seen from shapes:
+give them in reduction_sizes={"x": N}.
 """
 
 from __future__ import annotations
