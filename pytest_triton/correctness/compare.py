@@ -6,6 +6,7 @@ may be float64: both sides are compared in float64, so its precision is kept.
 
 from __future__ import annotations
 
+import contextvars
 import math
 
 import torch
@@ -23,6 +24,18 @@ from .comparing import (
 from .tolerance import TOLERANCES, Tolerance, precision_name, tolerance_for  # noqa: F401 - re-exported
 
 MAX_LISTED = 8
+
+# A failure whose every error is at most this many units of roundoff (of |expected| + the rms of
+# expected) is of the size the output dtype's own arithmetic gives: torch's own fp16/bf16 results
+# measured 1.0-3.9 such units on reductions and RMSNorm gradients (2026-11-25); a dropped term of
+# a 4096-term fp16 sum measured 103, of a bf16 one 10.
+ARITHMETIC_UNITS = 8.0
+# The keyword that judges such a kernel against torch at its own precision, named in that
+# failure's note; None: no note (assert_grads_close measures torch's error itself and says so).
+ARITHMETIC_KEYWORD: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pytest_triton_arithmetic_keyword",
+    default="assert_close(..., baseline=torch_result), torch_result being torch's own result at "
+            "that precision")
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | None = None,
@@ -96,6 +109,39 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
                                  nan_e, msg))
 
 
+def arithmetic_units(dtype: torch.dtype, a: torch.Tensor, e: torch.Tensor) -> float | None:
+    """The largest |a - e| in units of roundoff of `dtype` times (|e| + rms(e)), over the
+    elements where both are finite; None for dtypes other than float16 and bfloat16, or when a
+    mismatch is not finite (no rounding gives NaN). The rms stands for the terms' size: a sum of K
+    terms of size s has rms about sqrt(K) s, and rounding its terms or partial sums in `dtype`
+    gives errors of about sqrt(K) s u."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return None
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    if not bool(finite.all()) or a.numel() == 0:
+        return None
+    u = torch.finfo(dtype).eps / 2
+    rms = float(e.pow(2).mean().sqrt())
+    scale = u * (e.abs() + rms)
+    err = (a - e).abs()
+    units = torch.where(err == 0, torch.zeros_like(err), err / scale)
+    return float(units.max())
+
+
+def arithmetic_note(dtype: torch.dtype, a: torch.Tensor, e: torch.Tensor) -> str | None:
+    """The failure's note when its errors are of the size `dtype`'s arithmetic gives."""
+    keyword = ARITHMETIC_KEYWORD.get()
+    units = arithmetic_units(dtype, a, e) if keyword else None
+    if units is None or units > ARITHMETIC_UNITS:
+        return None
+    name = dtypes.name(dtype)
+    return (f"Note: every error is of the size {name} arithmetic gives ({units:.3g} units of "
+            f"roundoff of |expected| + rms(expected) at most; up to {ARITHMETIC_UNITS:g}): the "
+            f"table assumes a kernel that computes in float32 and rounds its output once. A "
+            f"kernel that computes in {name} as torch does is judged against torch at the same "
+            f"precision with {keyword}.")
+
+
 def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan_e, msg) -> str:
     total = actual.numel()
     lines = [msg] if msg else []
@@ -164,6 +210,9 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
     for r in [header] + rows:
         lines.append("  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)))
     lines.append(f"Tolerance: {tol.describe()}")
+    note = arithmetic_note(actual.dtype, a, e)
+    if note:
+        lines.append(note)
     seed = seeding.CURRENT.get()
     lines.append(f"Seed: {seed.describe()}" if seed else "Seed: none (not inside a pytest-triton test)")
     return "\n".join(lines)

@@ -5,8 +5,11 @@ gradient is off.
 A gradient is a sum wherever the forward broadcast its input: a weight of shape (N,) applied to
 every row of a (M, N) output gets a gradient summed over M rows. So each input's reduction_size
 defaults to its broadcast count (output elements per input element: M for that weight; None, the
-elementwise tolerance, for an input the size of the output). Reductions inside the op (the row sums
-in a layernorm's dx) cannot be seen from shapes: give them in reduction_sizes={"x": N}.
+elementwise tolerance, for an input the size of the output), counted per (output, input) pair and
+summed over the differentiated outputs that depend on the input (found through the float64
+reference's graph): an input that reaches only a small output is not given a large output's
+count. Reductions inside the op (the row sums in a layernorm's dx) cannot be seen from shapes:
+give them in reduction_sizes={"x": N}.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import textwrap
 
 import torch
 
-from ..env import seeding
+from ..env import dtypes, seeding
+from . import baseline as _baseline
 from . import compare
 
 
@@ -43,6 +47,31 @@ def _outputs(value, where: str) -> list[torch.Tensor]:
             raise TypeError(f"assert_grads_close: {where} returned {type(o).__name__}; expected a "
                             "tensor or a tuple of tensors")
     return outs
+
+
+def _chosen(outputs, n: int) -> list[int]:
+    """The indices of fn's outputs to differentiate (outputs=; default: all)."""
+    if outputs is None:
+        return list(range(n))
+    chosen = [outputs] if isinstance(outputs, int) else list(outputs)
+    bad = [j for j in chosen if isinstance(j, bool) or not isinstance(j, int) or not -n <= j < n]
+    if bad or not chosen or len({j % n for j in chosen}) != len(chosen):
+        raise ValueError(f"assert_grads_close: outputs={tuple(chosen)}: fn returned {n} outputs; "
+                         "give distinct indices of the outputs to differentiate")
+    return [j % n for j in chosen]
+
+
+def _reaches(outs, leaves, grad_outputs) -> list[list[bool]]:
+    """reaches[j][k]: output j of the (float64) reference depends on leaf k."""
+    reaches = []
+    for o, g in zip(outs, grad_outputs):
+        if not o.requires_grad:
+            reaches.append([False] * len(leaves))
+            continue
+        grads = torch.autograd.grad(o, leaves, g.to(o.dtype), retain_graph=True,
+                                    allow_unused=True)
+        reaches.append([gr is not None for gr in grads])
+    return reaches
 
 
 def _differentiable(t) -> bool:
@@ -75,7 +104,11 @@ def _backward(outs, leaves, grad_outputs, where: str) -> list:
     if len(grad_outputs) != len(outs):
         raise ValueError(f"assert_grads_close: {len(grad_outputs)} grad_outputs for {len(outs)} "
                          f"outputs of {where}")
-    pairs = [(o, g.to(o.dtype)) for o, g in zip(outs, grad_outputs) if o.requires_grad]
+    # Each backward gets its own copy of the incoming gradients: a kernel's backward may
+    # overwrite its incoming gradient in place (RoPE and RMSNorm kernels do), which would
+    # otherwise corrupt the reference's (and the caller's tensors).
+    pairs = [(o, g.detach().to(o.dtype, copy=True)) for o, g in zip(outs, grad_outputs)
+             if o.requires_grad]
     if not pairs:
         raise AssertionError(f"assert_grads_close: no output of {where} requires grad: is it a "
                              "torch.autograd.Function (or differentiable torch ops)?")
@@ -83,19 +116,53 @@ def _backward(outs, leaves, grad_outputs, where: str) -> list:
                                     allow_unused=True))
 
 
-def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, names=None,
+def _torch_precision_note(name, got, want, own, reduction_size, precision, factor) -> str | None:
+    """When the table rejects a gradient that is no further off than reference's own gradient
+    in the inputs' dtype (torch's arithmetic at that precision), a note that says so and names
+    baseline=True; None otherwise (the kernel is worse than torch at its precision)."""
+    if own is None or got.dtype == torch.float64 or not got.dtype.is_floating_point:
+        return None
+    factor = _baseline.DEFAULT_FACTOR if factor is None else factor
+    floor = compare.tolerance_for(got.dtype, reduction_size=reduction_size,
+                                  precision=precision).atol
+    a, e, b = got.detach().double(), want.detach().double(), own.detach().double()
+    finite = torch.isfinite(e)
+    if not bool((finite & torch.isfinite(a)).eq(finite).all()) or not bool(
+            (finite & torch.isfinite(b)).eq(finite).all()):
+        return None
+    k_max, _, k_mean = _baseline._error_stats(a, e, finite)
+    b_max, _, b_mean = _baseline._error_stats(b, e, finite)
+    beyond = torch.where(finite, (a - e).abs() - _baseline._half_ulp(e, got.dtype),
+                         torch.zeros_like(e))
+    if float(beyond.max()) > factor * b_max + floor or k_mean > factor * b_mean + floor:
+        return None
+    dtype = dtypes.name(got.dtype)
+    return (f"Note: reference's own {dtype} gradient of {name} (reference run in {dtype}, as "
+            f"torch computes it) is off by as much: max |error| {b_max:.3g}, mean {b_mean:.3g}; "
+            f"this gradient's {k_max:.3g}, {k_mean:.3g} (within {factor:g}x + {floor:.3g}). The "
+            f"table assumes a kernel that computes in float32 and rounds once; one that "
+            f"computes in {dtype} as torch does passes with assert_grads_close(..., "
+            f"baseline=True).")
+
+
+def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None, names=None,
                        reduction_sizes=None, precision=None, baseline: bool = False,
                        baseline_factor: float | None = None, msg: str | None = None):
     """Assert that fn's gradients match float64 autograd of `reference`, input by input.
 
     fn(*inputs): the kernel (e.g. MyFunction.apply); reference(*inputs): the same op in torch.
     Every floating-point tensor among inputs is differentiated; other inputs pass through as they
-    are. grad_outputs: the gradient fed to each output (default: standard normal, seeded by the
-    test). names: one per input (default: reference's parameter names). reduction_sizes: {name:
-    K} (or one per input), the terms summed into each element of that input's gradient (default:
-    its broadcast count, see the module doc). baseline=True: instead of the tolerance table, each
-    gradient's error may be at most baseline_factor (default 2) times that of reference's own
-    gradients computed in the inputs' dtype (FlashAttention's rule; assert_close(baseline=)).
+    are. outputs: the indices of the outputs to differentiate (default: all; e.g. (0,) for a
+    kernel that also returns statistics it does not differentiate), the same for fn and
+    reference. grad_outputs: the gradient fed to each differentiated output, in that order
+    (default: standard normal, seeded by the test); each backward gets its own copy. names: one
+    per input (default: reference's parameter names). reduction_sizes: {name: K} (or one per
+    input), the terms summed into each element of that input's gradient (default: its broadcast
+    count, summed over the differentiated outputs that depend on it; see the module doc).
+    precision: as assert_close's ("tf32" for float32 inputs whose kernel uses tf32 dots).
+    baseline=True: instead of the tolerance table, each gradient's error may be at most
+    baseline_factor (default 2) times that of reference's own gradients computed in the inputs'
+    dtype (FlashAttention's rule; assert_close(baseline=)).
 
     Fails naming every input whose gradient is off, with assert_close's report for each. Returns
     fn's outputs (detached), for checking the forward too.
@@ -123,19 +190,39 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, names=None,
             raise ValueError(f"assert_grads_close: reduction_sizes has {len(sizes)} entries for "
                              f"{len(inputs)} inputs")
 
-    outs, leaves = _forward(fn, inputs, diff, None, "fn")
+    all_outs, leaves = _forward(fn, inputs, diff, None, "fn")
+    chosen = _chosen(outputs, len(all_outs))
+    outs = [all_outs[j] for j in chosen]
+
+    def pick(value, where):
+        if len(value) <= max(chosen):
+            raise ValueError(f"assert_grads_close: {where} returned {len(value)} outputs, fn "
+                             f"{len(all_outs)}; outputs={tuple(chosen)}")
+        return [value[j] for j in chosen] if outputs is not None else value
+
     if grad_outputs is None:
         grad_outputs = _default_grad_outputs(outs)
     grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (tuple, list)) \
         else [grad_outputs]
     got = _backward(outs, leaves, grad_outputs, "fn")
-    want = _backward(*_forward(reference, inputs, diff, torch.float64, "reference"),
-                     [g.to(torch.float64) for g in grad_outputs], "reference")
-    base = None
-    if baseline:
-        base = _backward(*_forward(reference, inputs, diff, None, "reference"), grad_outputs,
-                         "reference")
-    out_numel = max(o.numel() for o in outs)
+    ref_outs, ref_leaves = _forward(reference, inputs, diff, torch.float64, "reference")
+    ref_outs = pick(ref_outs, "reference")
+    grad64 = [g.to(torch.float64) for g in grad_outputs]
+    # Which differentiated outputs each input reaches, for its broadcast count: with one
+    # output, all of them (an input it does not reach gets no gradient from either side).
+    reaches = _reaches(ref_outs, ref_leaves, grad64) if len(ref_outs) > 1 else \
+        [[True] * len(ref_leaves)]
+    want = _backward(ref_outs, ref_leaves, grad64, "reference")
+    own = []  # reference's gradients in the inputs' own dtype (torch at that precision)
+
+    def torch_grads():
+        if not own:
+            base_outs, base_leaves = _forward(reference, inputs, diff, None, "reference")
+            own.append(_backward(pick(base_outs, "reference"), base_leaves, grad_outputs,
+                                 "reference"))
+        return own[0]
+
+    base = torch_grads() if baseline else None
 
     failures, off, passed = [], [], []
     k = 0
@@ -146,10 +233,19 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, names=None,
         b = base[k] if base is not None else None
         k += 1
         size, source = sizes[i], "given"
-        if size is None and t.numel() and out_numel > t.numel():
-            size, source = out_numel // t.numel(), "broadcast"
+        if size is None and t.numel():
+            # The gradient sums, over every differentiated output that depends on this input,
+            # that output's elements per element of the input (at least 1).
+            counts = [(j, max(1, o.numel() // t.numel()))
+                      for j, o, r in zip(chosen, ref_outs, reaches) if r[k - 1]]
+            total = sum(c for _, c in counts)
+            if total > 1:
+                size = total
+                source = "broadcast" if len(counts) == 1 else (
+                    f"broadcast: {' + '.join(str(c) for _, c in counts)} from outputs "
+                    f"{', '.join(str(j) for j, _ in counts)}")
         how = f"reduction_size={size} ({source})" if size and size > 1 else "elementwise"
-        label = f"gradient of {name} ({str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}, {how})"
+        label = f"gradient of {name} ({dtypes.name(t.dtype)} {tuple(t.shape)}, {how})"
         if g is None:
             if w is not None and bool((w != 0).any()):
                 failures.append(f"{label}: fn gave none (its backward returned None), the "
@@ -158,15 +254,24 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, names=None,
             continue
         if w is None:
             w = torch.zeros_like(g, dtype=torch.float64)
+        size_arg = size if size and size > 1 else None
+        # This function measures torch's own error at the inputs' precision itself (below).
+        token = compare.ARITHMETIC_KEYWORD.set(None)
         try:
-            compare.assert_close(g, w, reduction_size=size if size and size > 1 else None,
-                                 precision=precision, baseline=b, baseline_factor=baseline_factor,
-                                 allow_trivial=False)
+            compare.assert_close(g, w, reduction_size=size_arg, precision=precision, baseline=b,
+                                 baseline_factor=baseline_factor, allow_trivial=False)
         except AssertionError as exc:
-            failures.append(f"{label}:\n{textwrap.indent(str(exc), '    ')}")
+            report = str(exc)
+            if b is None:
+                note = _torch_precision_note(name, g, w, torch_grads()[k - 1], size_arg,
+                                             precision, baseline_factor)
+                report += f"\n{note}" if note else ""
+            failures.append(f"{label}:\n{textwrap.indent(report, '    ')}")
             off.append(name)
         else:
             passed.append(f"{name} ({how})")
+        finally:
+            compare.ARITHMETIC_KEYWORD.reset(token)
     if failures:
         lines = [msg] if msg else []
         lines.append(f"Gradients off for {len(off)} of {sum(diff)} inputs: {', '.join(off)}")
@@ -174,4 +279,4 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, names=None,
         if passed:
             lines.append(f"Gradients that match: {', '.join(passed)}")
         raise AssertionError("\n".join(lines))
-    return [o.detach() for o in outs] if len(outs) > 1 else outs[0].detach()
+    return [o.detach() for o in all_outs] if len(all_outs) > 1 else all_outs[0].detach()

@@ -152,3 +152,38 @@ def test_failure_report_names_the_seed_inside_a_test(pytester):
         "*- pytest-triton -*", "seed * (from --triton-seed 0*",
     ])
     result.stdout.fnmatch_lines(["*test_failure_report_names_the_seed_inside_a_test.py:4: AssertionError"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_failure_of_the_size_low_precision_arithmetic_gives_names_baseline(dtype):
+    # A weight gradient as torch computes it in fp16/bf16: products rounded, then summed.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2048, 128, generator=g).to(dtype)
+    gy = torch.randn(2048, 128, generator=g).to(dtype)
+    expected = (x.double() * gy.double()).sum(0)
+    torch_result = (x * gy).sum(0)
+    kernel = (x * gy).float().view(32, 64, 128).sum(1).to(dtype).sum(0)  # partial sums rounded
+    name = str(dtype).removeprefix("torch.")
+    for actual in (torch_result, kernel):
+        with pytest.raises(AssertionError) as info:
+            assert_close(actual, expected, reduction_size=2048)
+        note = str(info.value).splitlines()[-2]
+        assert note.startswith(f"Note: every error is of the size {name} arithmetic gives (")
+        assert note.endswith("is judged against torch at the same precision with "
+                             "assert_close(..., baseline=torch_result), torch_result being "
+                             "torch's own result at that precision.")
+        assert_close(actual, expected, reduction_size=2048, baseline=torch_result)
+    # Negative controls: a dropped term, an error 4x the baseline's; no note for the first,
+    # and the baseline rejects both.
+    dropped = (x[1:] * gy[1:]).float().sum(0).to(dtype)
+    worse = (expected + 4 * (torch_result.double() - expected)).to(dtype)
+    with pytest.raises(AssertionError) as info:
+        assert_close(dropped, expected, reduction_size=2048)
+    assert "Note:" not in str(info.value)
+    for wrong in (dropped, worse):
+        with pytest.raises(AssertionError, match="Kernel error exceeds 2x the baseline's"):
+            assert_close(wrong, expected, reduction_size=2048, baseline=torch_result)
+    # float32 and exact dtypes get no such note.
+    with pytest.raises(AssertionError) as info:
+        assert_close(torch.ones(4) + 1e-3, torch.ones(4, dtype=torch.float64))
+    assert "Note:" not in str(info.value)
