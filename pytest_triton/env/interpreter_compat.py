@@ -250,8 +250,10 @@ def _bf16_helpers():
     np, tl, ti = _modules()
 
     def is_bf16(handle) -> bool:
+        # the storage too: the interpreter types a comparison's bool result as its operands
         dtype = getattr(handle, "dtype", None)
-        return getattr(dtype, "scalar", dtype) == tl.bfloat16
+        data = getattr(handle, "data", None)
+        return getattr(dtype, "scalar", dtype) == tl.bfloat16 and getattr(data, "dtype", None) == np.uint16
 
     def to_f32(bits):
         return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
@@ -288,10 +290,10 @@ def _apply_bf16_arithmetic(p: _Patches) -> None:
     cls = ti.InterpreterBuilder
     bitwise = (np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.left_shift, np.right_shift)
 
-    def result(out, dtype):
+    def result(out):
         out = np.asarray(out)
-        if out.dtype == np.bool_:  # comparisons: a predicate, kept as the interpreter types it
-            return ti.TensorHandle(out, dtype)
+        if out.dtype == np.bool_:  # comparisons
+            return ti.TensorHandle(out, tl.int1)
         return ti.TensorHandle(to_bf16(out), tl.bfloat16)
 
     original_binary = cls.binary_op
@@ -299,14 +301,14 @@ def _apply_bf16_arithmetic(p: _Patches) -> None:
     def binary_op(self, lhs, rhs, op):
         if op in bitwise or not (is_bf16(lhs) or is_bf16(rhs)):
             return original_binary(self, lhs, rhs, op)
-        return result(op(value(lhs), value(rhs)), lhs.dtype.scalar)
+        return result(op(value(lhs), value(rhs)))
 
     original_unary = cls.unary_op
 
     def unary_op(self, arg, op):
         if not is_bf16(arg):
             return original_unary(self, arg, op)
-        return result(op(value(arg)), arg.dtype.scalar)
+        return result(op(value(arg)))
 
     original_ternary = cls.ternary_op
 
@@ -314,7 +316,7 @@ def _apply_bf16_arithmetic(p: _Patches) -> None:
         # select (np.where) only moves bit patterns, which is right as it is
         if op is np.where or not any(is_bf16(h) for h in (lhs, rhs, other)):
             return original_ternary(self, lhs, rhs, other, op)
-        return result(op(value(lhs), value(rhs), value(other)), other.dtype.scalar)
+        return result(op(value(lhs), value(rhs), value(other)))
 
     original_fma = cls.create_fma
 
@@ -322,12 +324,30 @@ def _apply_bf16_arithmetic(p: _Patches) -> None:
         if not any(is_bf16(h) for h in (x, y, z)):
             return original_fma(self, x, y, z)
         # a product of two bf16 values is exact in float32, so this rounds once to float32
-        return result(value(x) * value(y) + value(z), z.dtype.scalar)
+        return result(value(x) * value(y) + value(z))
 
     p.set_attr(cls, "binary_op", binary_op)
     p.set_attr(cls, "unary_op", unary_op)
     p.set_attr(cls, "ternary_op", ternary_op)
     p.set_attr(cls, "create_fma", create_fma)
+
+
+def _needs_bf16_constants() -> bool:
+    np, tl, ti, builder, _ = _bf16_probe_handles()
+    try:
+        return int(builder.get_bf16(1.5).data[0]) != 0x3FC0
+    except AttributeError:  # the builder has no get_bf16 at all
+        return True
+
+
+def _apply_bf16_constants(p: _Patches) -> None:
+    np, tl, ti, is_bf16, to_f32, to_bf16, value = _bf16_helpers()
+
+    def get_bf16(self, value):
+        # Triton's semantics ask the builder for a bf16 constant (x * 1.5 with x bf16)
+        return ti.TensorHandle(to_bf16(np.array([value], dtype=np.float32)), tl.bfloat16)
+
+    p.set_attr(ti.InterpreterBuilder, "get_bf16", get_bf16)
 
 
 def _needs_bf16_casts() -> bool:
@@ -471,16 +491,10 @@ def _apply_bf16_atomics(p: _Patches) -> None:
     np, tl, ti, is_bf16, to_f32, to_bf16, value = _bf16_helpers()
     cls = ti.InterpreterBuilder
     original = cls.create_atomic_rmw
-    ops = ti._ir.ATOMIC_OP
-    combine = {
-        ops.FADD: lambda old, new: old + new,
-        ops.MAX: np.fmax,
-        ops.MIN: np.fmin,
-        ops.XCHG: lambda old, new: new,
-    }
+    fadd = ti._ir.ATOMIC_OP.FADD  # Triton's semantics allow bf16 atomics for add only
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
-        if not is_bf16(val) or rmwOp not in combine:
+        if not is_bf16(val) or rmwOp != fadd:
             return original(self, rmwOp, ptr, val, mask, sem, scope)
         # Triton's native atomics have no 16-bit float case. Programs run one at a time under the
         # interpreter, so a read-modify-write per element, in order, is atomic; element by element
@@ -496,7 +510,7 @@ def _apply_bf16_atomics(p: _Patches) -> None:
             yes = np.array([True])
             current = ti._interpreter.load(address, yes, np.zeros(1, dtype=np.uint16), np.dtype(np.uint16))
             old[index] = current[0]
-            updated = to_bf16(combine[rmwOp](to_f32(current), new_values[index]))
+            updated = to_bf16(to_f32(current) + new_values[index])
             ti._interpreter.store(address, updated, yes)
         return ti.TensorHandle(old, tl.bfloat16)
 
@@ -994,22 +1008,29 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "triton-lang/triton#9171 (fixed upstream: __index__ squeezes the array)",
         None, _needs_tensor_index_numpy2, _apply_tensor_index_numpy2),
     Fix("bf16_arithmetic",
-        "bf16 + - * / %, min/max, comparisons, negation, clamp and fma act on the raw uint16 bits "
+        "bf16 + - *, minimum/maximum, comparisons, negation, clamp and fma act on the raw uint16 bits "
         "(3e38, NaN, -4.0 for -1.0, wrong order for negatives): computed in float32, rounded to "
         "bf16 to nearest even",
         "3.6, 3.9",
         "triton-lang/triton#10919 (open for bf16); PR triton-lang/triton#10945 closed unmerged; "
         "the interpreter's documentation lists bf16 as unsupported (triton-lang/triton#4972)",
         None, _needs_bf16_arithmetic, _apply_bf16_arithmetic),
+    Fix("bf16_constants",
+        "a bf16 scalar constant (x * 1.5 with x bf16) fails: the interpreter's builder has no "
+        "get_bf16 (AttributeError): made as float32 rounded to bf16 to nearest even",
+        "3.6 (3.9 has get_bf16)",
+        "none found (added upstream along with the builder's get_bf16, by 3.9)",
+        None, _needs_bf16_constants, _apply_bf16_constants),
     Fix("bf16_casts",
-        "float32 -> bf16 truncates instead of rounding to nearest even (1 ulp errors); int -> bf16 "
+        "float32 -> bf16 truncates instead of rounding to nearest even (1 ulp errors; this also "
+        "rounds bf16 / and %, and tl.max/tl.min, which Triton computes in float32); int -> bf16 "
         "and fp64 -> bf16 copy the number into the bit pattern; bf16 <-> fp16 through float32",
         "3.6, 3.9",
         "none found for the rounding (PR triton-lang/triton#3811 added bf16 <-> fp32 by truncation)",
         "bf16_rounding", _needs_bf16_casts, _apply_bf16_casts),
     Fix("bf16_reductions",
-        "tl.sum, tl.max/min, tl.argmax/argmin, tl.cumsum/cumprod of bf16 add or order the bit "
-        "patterns: reduced in float32 (sums rounded once, as torch.sum does)",
+        "tl.sum, tl.argmax/argmin, tl.cumsum/cumprod (and tl.reduce with max/min combines) of bf16 "
+        "add or order the bit patterns: reduced in float32 (sums rounded once, as torch.sum does)",
         "3.6, 3.9",
         "triton-lang/triton#11604 (tl.sum of bf16 on bit patterns, closed without a fix in 3.9)",
         None, _needs_bf16_reductions, _apply_bf16_reductions),
@@ -1020,8 +1041,8 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "triton-lang/triton#11584; PR triton-lang/triton#11585 closed ('we just don't support it yet')",
         "bf16_dot", _needs_bf16_dot, _apply_bf16_dot),
     Fix("bf16_atomics",
-        "tl.atomic_add/max/min/xchg on bf16 fail (ValueError: Unsupported data type): done as an "
-        "in-order read-modify-write in float32, rounded to bf16",
+        "tl.atomic_add on bf16 (the one bf16 atomic Triton allows) fails (ValueError: Unsupported "
+        "data type): done as an in-order read-modify-write in float32, rounded to bf16",
         "3.6, 3.9",
         "none found",
         None, _needs_bf16_atomics, _apply_bf16_atomics),
@@ -1057,13 +1078,18 @@ _applied: dict[str, _Patches] = {}
 _skipped: dict[str, str] = {}
 
 
-def install() -> list[str]:
+def install(exclude: tuple[str, ...] | list[str] = ()) -> list[str]:
     """Apply the fixes the installed Triton's interpreter needs; returns the names applied (those
-    applied by an earlier call included). Nothing happens unless TRITON_INTERPRET=1."""
+    applied by an earlier call included). Nothing is applied unless TRITON_INTERPRET=1.
+    exclude: names of fixes to leave out (tests use it to show that each one is needed)."""
+    unknown = [name for name in exclude if name not in FIXES]
+    if unknown:
+        raise ValueError(f"interpreter_compat.install: unknown fix {', '.join(unknown)}; "
+                         f"known: {', '.join(FIXES)}")
     if not interpreting():
-        return []
+        return installed()
     for name, fix in FIXES.items():
-        if name in _applied:
+        if name in _applied or name in exclude:
             continue
         try:
             needed = fix.needed()
