@@ -44,8 +44,8 @@ def interpreting() -> bool:
 
 
 def _modules():
-    """Triton's interpreter and language modules, imported only when a fix is probed or applied:
-    importing triton.language reads TRITON_INTERPRET, which must be set first."""
+    """Triton's interpreter and language modules, imported only when a fix is probed or applied,
+    so that importing this module imports no Triton (the plugin decides on the interpreter first)."""
     import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter as ti
@@ -367,7 +367,7 @@ def _apply_bf16_casts(p: _Patches) -> None:
 
     def cast_impl(self, src, dst_type):
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
-        if src_ty == dst_ty or tl.bfloat16 not in (src_ty, dst_ty):
+        if src_ty == dst_ty or tl.bfloat16 not in (src_ty, dst_ty) or (src_ty == tl.bfloat16 and not is_bf16(src)):
             return original_cast(self, src, dst_type)
         if src_ty == tl.bfloat16:
             widened = ti.TensorHandle(to_f32(src.data), tl.float32)
@@ -537,9 +537,9 @@ def _torch_fn(name: str):
 def _scalar_fn(fn):
     """A math-module function over arrays, computed in float64; domain errors give NaN or inf as
     the C library would."""
-    def safe(v):
+    def safe(*v):
         try:
-            return fn(v)
+            return fn(*v)
         except ValueError:
             return math.nan
         except OverflowError:

@@ -31,6 +31,11 @@ def scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def promote_kernel(x_ptr, out_ptr, scale):
+    tl.store(out_ptr, tl.load(x_ptr) * scale)
+
+
+@triton.jit
 def blocks_sum_kernel(x_ptr, out_ptr, NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr):
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in range(0, NUM_BLOCKS):

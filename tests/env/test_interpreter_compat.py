@@ -161,14 +161,26 @@ def check_float_args():
     assert torch.equal(out, x * 0.5)
 
 
+def check_float_arg_promotes():
+    # a float argument is an fp32 scalar on a GPU, so fp16 * it is computed in fp32 (a Python
+    # float literal would keep fp16)
+    x = torch.tensor([0.7], dtype=torch.float16)
+    out = torch.empty(1)
+    lib.promote_kernel[(1, )](x, out, 0.3)
+    assert out.item() == (x.float() * torch.tensor(0.3)).item()
+
+
 def test_float_args(compat):
     check_float_args()
+    check_float_arg_promotes()
 
 
 def test_float_args_fails_without_fix(without):
     without("float_args")
     with pytest.raises(Exception, match="'float' object has no attribute 'to'"):
         check_float_args()
+    with pytest.raises(AssertionError):
+        check_float_arg_promotes()
 
 
 # ---- loop_index_tensors --------------------------------------------------------------------------
