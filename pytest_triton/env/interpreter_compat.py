@@ -635,7 +635,11 @@ def _extern_table() -> dict[str, Callable]:
         return (bits - length).astype(np.int32)
 
     def popc(x):
-        return np.bitwise_count(unsigned(x)).astype(np.int32)
+        u = unsigned(x)
+        count = np.zeros(u.shape, dtype=np.int32)
+        for i in range(u.dtype.itemsize * 8):  # np.bitwise_count needs NumPy 2
+            count += ((u >> u.dtype.type(i)) & u.dtype.type(1)).astype(np.int32)
+        return count
 
     def ffs(x):
         u = unsigned(x).astype(np.uint64)
