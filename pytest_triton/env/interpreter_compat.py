@@ -30,8 +30,8 @@ import ast
 import functools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 __all__ = ["FIXES", "REMAINING_GAPS", "Fix", "install", "installed", "status", "uninstall"]
 
@@ -367,7 +367,8 @@ def _apply_bf16_casts(p: _Patches) -> None:
 
     def cast_impl(self, src, dst_type):
         src_ty, dst_ty = src.dtype.scalar, dst_type.scalar
-        if src_ty == dst_ty or tl.bfloat16 not in (src_ty, dst_ty) or (src_ty == tl.bfloat16 and not is_bf16(src)):
+        unchanged = src_ty == dst_ty or tl.bfloat16 not in (src_ty, dst_ty)
+        if unchanged or (src_ty == tl.bfloat16 and not is_bf16(src)):
             return original_cast(self, src, dst_type)
         if src_ty == tl.bfloat16:
             widened = ti.TensorHandle(to_f32(src.data), tl.float32)
@@ -584,11 +585,13 @@ def _extern_table() -> dict[str, Callable]:
 
     def sinpi(x):
         r = np.remainder(np.asarray(x, dtype=np.float64), 2.0)
-        return np.where(r == np.trunc(r), 0.0, np.sin(np.pi * r)) * np.where(np.isfinite(x), 1.0, np.nan)
+        finite = np.where(np.isfinite(x), 1.0, np.nan)
+        return np.where(r == np.trunc(r), 0.0, np.sin(np.pi * r)) * finite
 
     def cospi(x):
         r = np.remainder(np.asarray(x, dtype=np.float64), 2.0)
-        return np.where(r - np.trunc(r) == 0.5, 0.0, np.cos(np.pi * r)) * np.where(np.isfinite(x), 1.0, np.nan)
+        finite = np.where(np.isfinite(x), 1.0, np.nan)
+        return np.where(r - np.trunc(r) == 0.5, 0.0, np.cos(np.pi * r)) * finite
 
     def ilogb(x):
         x = np.asarray(x)
@@ -625,10 +628,13 @@ def _extern_table() -> dict[str, Callable]:
         x = np.asarray(x)
         return x.view(np.dtype(f"uint{x.dtype.itemsize * 8}"))
 
+    def bit_length(u):
+        return np.floor(np.log2(np.maximum(u, 1).astype(np.float64))).astype(np.int64) + 1
+
     def clz(x):
         u = unsigned(x).astype(np.uint64)
         bits = np.asarray(x).dtype.itemsize * 8
-        length = np.where(u == 0, 0, np.floor(np.log2(np.maximum(u, 1).astype(np.float64))).astype(np.int64) + 1)
+        length = np.where(u == 0, 0, bit_length(u))
         # log2 in float64 can round up just below a power of two: correct by checking the bit
         length = np.where((length > 0) & ((u >> np.maximum(length - 1, 0).astype(np.uint64)) == 0),
                           length - 1, length)
@@ -644,10 +650,7 @@ def _extern_table() -> dict[str, Callable]:
     def ffs(x):
         u = unsigned(x).astype(np.uint64)
         low = u & (~u + np.uint64(1))  # the lowest set bit
-        return np.where(u == 0, 0, clz_width(low)).astype(np.int32)
-
-    def clz_width(low):
-        return np.floor(np.log2(np.maximum(low, 1).astype(np.float64))).astype(np.int64) + 1
+        return np.where(u == 0, 0, bit_length(low)).astype(np.int32)
 
     def brev(x):
         u = unsigned(x)
@@ -786,7 +789,8 @@ def _needs_libdevice() -> bool:
         return False
     # the backend-neutral module holds stubs that a GPU compilation swaps for the backend's
     # functions; the interpreter calls the stubs themselves, which return None
-    return callable(getattr(libdevice, "tanh", None)) and not getattr(libdevice.tanh, "__triton_builtin__", False)
+    tanh = getattr(libdevice, "tanh", None)
+    return callable(tanh) and not getattr(tanh, "__triton_builtin__", False)
 
 
 def _libdevice_modules():
@@ -859,7 +863,8 @@ def _apply_libdevice(p: _Patches) -> None:
         # The stubs say what exists; the interpreter runs CUDA's (its symbols are __nv_*), else
         # ROCm's where only that backend has the function.
         for name, member in list(vars(stub).items()):
-            if not callable(member) or name.startswith("_") or getattr(member, "__module__", "") != stub.__name__:
+            is_stub = callable(member) and getattr(member, "__module__", "") == stub.__name__
+            if not is_stub or name.startswith("_"):
                 continue
             for module in backends:
                 impl = vars(module).get(name)

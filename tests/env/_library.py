@@ -6,9 +6,9 @@ interpreter with and without pytest_triton.env.interpreter_compat."""
 import torch
 import triton
 import triton.language as tl
+from triton.language import core
 from triton.language.extra import libdevice
 from triton.language.extra.cuda.libdevice import tanh as cuda_tanh  # bound here, at import
-from triton.language import core
 
 
 # A library's own extern function, as some define them next to their kernels.

@@ -620,7 +620,9 @@ def test_library_kernels_fail_without_compat(monkeypatch):
     before = ic.installed()
     ic.uninstall()
     try:
-        with pytest.raises(Exception):
+        # the first kernel is autotuned: no driver to time it with here; where a GPU driver
+        # exists, its float eps argument fails instead
+        with pytest.raises(Exception, match="active drivers|'float' object has no attribute 'to'"):
             run_library()
     finally:
         if before:
