@@ -129,6 +129,83 @@ def _apply_float_args(p: _Patches) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# annotated_scalar_args: a scalar argument takes its parameter's annotated type
+
+
+def _annotated_type(annotation, tl):
+    """The Triton scalar type an annotation names (tl.int64, "tl.int64" under postponed
+    annotations, "i64"), or None (none, tl.constexpr, a pointer, anything else)."""
+    if isinstance(annotation, tl.dtype):
+        return None if isinstance(annotation, (tl.pointer_type, tl.block_type)) else annotation
+    if not isinstance(annotation, str):
+        return None
+    name = annotation.strip()
+    for prefix in ("triton.language.", "tl."):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    named = getattr(tl, name, None)
+    if isinstance(named, tl.dtype) and not isinstance(named, (tl.pointer_type, tl.block_type)):
+        return named
+    short = {"i1": "int1", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8",
+             "u16": "uint16", "u32": "uint32", "u64": "uint64", "fp16": "float16", "bf16": "bfloat16",
+             "fp32": "float32", "fp64": "float64"}
+    return getattr(tl, short[name]) if name in short else None
+
+
+def _scalar_tensor(value, dtype):
+    """A Python scalar as a GPU launch passes it for a parameter of type dtype."""
+    np, tl, ti = _modules()
+    if dtype == tl.bfloat16:
+        bits = _bf16_helpers()[5](np.array([value], dtype=np.float32))
+        return tl.tensor(ti.TensorHandle(bits, tl.bfloat16), tl.bfloat16)
+    if isinstance(value, float):
+        data = np.array([value], dtype=np.float64)
+    else:
+        data = np.array([value], dtype=np.uint64 if value >= 2**63 else np.int64)
+    # integers wrap into the parameter's width as the launcher's C conversion does
+    data = data.astype(ti._get_np_dtype(dtype))
+    return tl.tensor(ti.TensorHandle(data, dtype), dtype)
+
+
+def _needs_annotated_scalar_args() -> bool:
+    np, tl, ti = _modules()
+    seen: list = []
+    namespace = {"tl": tl, "seen": seen}
+    # exec'd, so the interpreter finds no source to rewrite and runs it as it is: enough to see
+    # what an annotated int argument arrives as
+    exec("def probe(n: tl.int64):\n    seen.append(n.dtype)\n", namespace)
+    ti.InterpretedFunction(namespace["probe"])[(1, )](5)
+    return seen[0] != tl.int64
+
+
+def _apply_annotated_scalar_args(p: _Patches) -> None:
+    import inspect
+
+    np, tl, ti = _modules()
+    original = ti.GridExecutor.__call__
+
+    def call(self, *args, **kwargs):
+        # Libraries annotate parameters (stride: tl.int64) so that products such as row * stride
+        # do not overflow int32; the interpreter typed every int by its value (int32) and so
+        # wrapped silently. Convert annotated Python scalars as a GPU launch would.
+        try:
+            annotations = inspect.get_annotations(self.fn)
+        except (TypeError, AttributeError):
+            annotations = getattr(self.fn, "__annotations__", {}) or {}
+        types = {name: t for name, a in annotations.items() if (t := _annotated_type(a, tl)) is not None}
+        if types:
+            bound = inspect.signature(self.fn).bind_partial(*args, **kwargs)
+            for name, dtype in types.items():
+                value = bound.arguments.get(name)
+                if isinstance(value, (bool, int, float)):
+                    bound.arguments[name] = _scalar_tensor(value, dtype)
+            args, kwargs = bound.args, bound.kwargs
+        return original(self, *args, **kwargs)
+
+    p.set_attr(ti.GridExecutor, "__call__", call)
+
+
+# --------------------------------------------------------------------------------------------
 # loop_index_tensors: range() / tl.range() loop indices as int32/int64 tensors
 
 _LOOP_HELPER = "_pytest_triton_loop_indices"
@@ -1003,6 +1080,14 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "triton-lang/triton#5965 (scalars in interpreter mode; the int half was fixed, floats are "
         "still not converted in 3.9)",
         None, _needs_float_args, _apply_float_args),
+    Fix("annotated_scalar_args",
+        "a scalar argument's annotation is ignored: stride: tl.int64 arrives as int32, so row * "
+        "stride wraps silently past 2**31 (wrong addresses); scale: tl.float16 arrives as a "
+        "Python float; on 3.6 flag: tl.int1 fails. Converted to the annotated type, as a GPU "
+        "launch does",
+        "3.6, 3.9",
+        "none found",
+        None, _needs_annotated_scalar_args, _apply_annotated_scalar_args),
     Fix("loop_index_tensors",
         "the index of a range()/tl.range() loop is a Python int ('int' object has no attribute "
         "'to'): an int32 tensor (int64 if a bound is), as on a GPU; tl.static_range is left alone",

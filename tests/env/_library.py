@@ -36,6 +36,14 @@ def promote_kernel(x_ptr, out_ptr, scale):
 
 
 @triton.jit
+def strided_kernel(offset_ptr, scale_ptr, row, stride: tl.int64, scale: tl.float16, flag: tl.int1):
+    # stride is int64 so that row * stride cannot overflow, as libraries annotate it
+    tl.store(offset_ptr, row * stride)
+    if flag:
+        tl.store(scale_ptr, scale.to(tl.float32))
+
+
+@triton.jit
 def blocks_sum_kernel(x_ptr, out_ptr, NUM_BLOCKS: tl.constexpr, BLOCK: tl.constexpr):
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for i in range(0, NUM_BLOCKS):

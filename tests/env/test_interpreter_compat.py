@@ -183,6 +183,27 @@ def test_float_args_fails_without_fix(without):
         check_float_arg_promotes()
 
 
+# ---- annotated_scalar_args -------------------------------------------------------------------------
+
+
+def check_annotated_args():
+    offset, scale = torch.zeros(1, dtype=torch.int64), torch.zeros(1)
+    lib.strided_kernel[(1, )](offset, scale, 3, 2**30, 0.1, True)
+    assert offset.item() == 3 * 2**30  # int64, as annotated: no wrap past 2**31
+    assert scale.item() == torch.tensor(0.1).half().item()  # passed as fp16, as annotated
+
+
+def test_annotated_scalar_args(compat):
+    check_annotated_args()
+
+
+def test_annotated_scalar_args_fail_without_fix(without):
+    without("annotated_scalar_args")
+    # 3.9 wraps row * stride in int32 (to -2**30); 3.6 cannot even take the bool for flag: tl.int1
+    with pytest.raises(Exception, match="-1073741824|exceeds dtype primitive_bitwidth"):
+        check_annotated_args()
+
+
 # ---- loop_index_tensors --------------------------------------------------------------------------
 
 
