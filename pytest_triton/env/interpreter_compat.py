@@ -1164,8 +1164,10 @@ REMAINING_GAPS: dict[str, str] = {
                  "_rz/_rd/_ru variants, jn/yn, byte_perm, double2hiint and the like)",
     "inline_asm": "Triton's interpreter cannot run inline assembly",
     "tensor_descriptor": "this Triton's interpreter does not support tensor descriptors (TMA)",
-    "bf16_bit_exact": "bf16 results under the interpreter follow torch's CPU rounding (float32, then to "
-                      "nearest even once per operation), which can differ from a GPU's in the last bit",
+    "bf16_bit_exact": "bf16 under Triton's interpreter rounds as torch's CPU kernels do, which can differ "
+                      "from a GPU in the last bit: tl.sum/tl.cumsum accumulate in float32 and round once "
+                      "(a GPU rounds each partial sum to bf16, in its own order); tl.fma and int64/fp64 -> "
+                      "bf16 round twice, through float32 (a GPU may round once)",
 }
 
 _applied: dict[str, _Patches] = {}
