@@ -213,23 +213,15 @@ def test_k(kernel):
 """
 
 
-def test_a_plain_multi_config_autotune_under_the_interpreter_points_at_the_way_out(
+def test_a_plain_multi_config_autotune_runs_under_the_interpreter_with_one_config(
         pytester, run_interpreted):
-    if torch.cuda.is_available():
-        pytest.skip("with a CUDA driver loaded, the interpreter's autotuner finds a driver to "
-                    "time with: the failure this hint is for happens on machines without one")
+    # It failed with "0 active drivers" (the autotuner timed its configs on a driver that does
+    # not exist); the plugin's interpreter fixes run one config instead (interpreter_compat's
+    # autotune_one_config), so a library's autotuned kernels need no edit to run on CPU.
     pytester.makepyfile(test_at=AUTOTUNED)
     result = run_interpreted("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=1)  # autotune_configs runs; the plain one fails
-    result.stdout.fnmatch_lines([
-        "*RuntimeError: 0 active drivers*",
-        "*- pytest-triton: autotune under the interpreter -*",
-        "Triton's interpreter has no driver to time autotune configs with, so a @triton.autotune "
-        "kernel with several configs cannot run under it (RuntimeError: 0 active drivers). Build "
-        "the autotuner with pytest_triton.autotune_configs(configs, interpreter=cfg)*"
-        "@pytest.mark.interpreter_gap(\"autotune\")*",
-    ])
-    assert result.stdout.str().count("autotune under the interpreter") == 1  # on the failure only
+    result.assert_outcomes(passed=2)
+    assert "autotune under the interpreter" not in result.stdout.str()
 
 
 # --- tl.device_assert under the interpreter --------------------------------------------------

@@ -149,6 +149,18 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
                        f"{_ratio(k_mean, b_mean)} the baseline's {_fmt(b_mean)} "
                        f"(allowed {factor:g}x + {floor.atol:.3g})")
         return
+    table = tolerance_for(actual.dtype, atol=atol, reduction_size=reduction_size, precision=precision)
+    if not n_nonfinite and not n_special_bad and bool(
+            ((a - e).abs() <= table.atol + table.rtol * e.abs())[finite].all()):
+        # baseline= widens what assert_close accepts, never narrows it: every element is within
+        # the table's tolerance, which is what assert_close asks without a baseline (a kernel
+        # that rounds twice where torch rounds once, within the dtype's own tolerance, passes)
+        record_comparison(False, allow_trivial, None, None)
+        scope.note(f"assert_close against a baseline ({shape_dtype(actual)}): max |error| "
+                   f"{_fmt(k_max)} = {_ratio(k_max, b_max)} the baseline's, above "
+                   f"{factor:g}x, but every element is within the table's tolerance "
+                   f"({table.describe()}), which baseline= never narrows")
+        return
     record_comparison(False, allow_trivial, None, None)
 
     shape = tuple(actual.shape)

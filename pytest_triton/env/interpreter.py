@@ -100,9 +100,30 @@ def _is_driverless_autotune(exc: BaseException | None) -> bool:
     return False
 
 
+def _remaining_gap(exc: BaseException | None) -> str | None:
+    """The message of an interpreter gap the compatibility fixes name when a kernel needs what
+    they cannot give (a libdevice function without a CPU version), wherever it is in the chain."""
+    seen = 0
+    while exc is not None and seen < 10:
+        text = str(exc)
+        at = text.find("interpreter gap '")
+        if at >= 0:
+            return text[at:].split("\n")[0].strip("')\"")
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
 def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
-    """A test failed by Triton's '0 active drivers' under the interpreter gets the way out."""
+    """A test stopped by an interpreter gap is skipped, naming the gap (never the kernel's
+    failure); one failed by Triton's '0 active drivers' under the interpreter gets the way out."""
     if not report.failed or call.excinfo is None:
+        return
+    gap = _remaining_gap(call.excinfo.value)
+    if gap is not None and report.when in ("setup", "call"):
+        path, line = item.reportinfo()[:2]
+        report.outcome = "skipped"
+        report.longrepr = (str(path), (line or 0) + 1, f"Skipped: {gap}")
         return
     if _is_driverless_autotune(call.excinfo.value):
         report.sections.append(("pytest-triton: autotune under the interpreter", AUTOTUNE_HINT))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from .. import options
+from . import interpreter_compat
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 
@@ -58,7 +59,7 @@ def skip_interpreter_gap(gap: str, reason: str | None = None) -> None:
     elif gap not in INTERPRETER_GAPS:
         raise ValueError(f"unknown interpreter gap {gap!r}; known: {', '.join(INTERPRETER_GAPS)} "
                          "or 'other' (with reason=)")
-    if interpreting():
+    if interpreting() and gap not in interpreter_compat.closed_gaps():
         pytest.skip(f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}")
 
 
@@ -155,6 +156,8 @@ def decide(early_config: pytest.Config) -> Runtime:
     # extension aborts the process at exit.
     import triton  # noqa: F401
 
+    if rt.interpret:  # before any conftest or test module defines or launches a kernel
+        interpreter_compat.install()
     return rt
 
 

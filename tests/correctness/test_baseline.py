@@ -138,3 +138,30 @@ def test_a_passing_comparison_reports_its_ratios_in_the_test_section(pytester):
         "assert_close against a baseline (float32 (64,)): max |error| 0.002 = 2x the baseline's "
         "0.001; mean 0.002 = 2x the baseline's 0.001 (allowed 2x + 1e-05)",
     ])
+
+
+def test_baseline_never_narrows_what_the_table_accepts(outside_a_test):
+    # A bf16 kernel whose every element is one ulp from torch's (it rounds an intermediate to bf16
+    # where torch rounds once): 3-4x the baseline's mean error, yet within bf16's own tolerance.
+    # Seen with FlagGems' layer_norm weight gradient and Conch's fused_add_rms_norm on the H100:
+    # correct library kernels failed with baseline= only.
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 257, generator=g, dtype=torch.float64) * 3
+    w = torch.rand(257, generator=g, dtype=torch.float64) + 0.5
+    expected = x * w
+    torch_once = expected.to(torch.bfloat16)
+    twice = (torch_once.view(torch.int16) + 1).view(torch.bfloat16)  # one ulp further from zero
+    with pytest.raises(AssertionError):  # the premise: 2x the baseline's error is exceeded...
+        _strict(twice, expected, torch_once)
+    assert_close(twice, expected, baseline=torch_once)  # ...and the table accepts it
+    wrong = (twice.double() * 1.05).to(torch.bfloat16)  # 5% off: beyond bf16's tolerance
+    with pytest.raises(AssertionError, match="exceeds 2x the baseline"):
+        assert_close(wrong, expected, baseline=torch_once)
+
+
+def _strict(actual, expected, baseline):
+    """The baseline rule alone (what assert_close(baseline=) applied before): max and mean
+    error <= 2x the baseline's."""
+    a, e, b = (t.double() for t in (actual, expected, baseline))
+    assert float((a - e).abs().max()) <= 2 * float((b - e).abs().max())
+    assert float((a - e).abs().mean()) <= 2 * float((b - e).abs().mean())

@@ -29,19 +29,3 @@ def gelu_tanh_and_mul_64(x: torch.Tensor) -> torch.Tensor:
     x = x.double()
     d = x.shape[-1] // 2
     return torch.nn.functional.gelu(x[..., :d], approximate="tanh") * x[..., d:]
-
-
-# Triton's interpreter (3.9) holds bfloat16 values as their raw 16-bit patterns and adds or
-# multiplies those as integers: a kernel that does arithmetic on two bf16 values (not on float32
-# values it converted) gets garbage such as 3e38 and NaN there. Another engineer is fixing it
-# (pytest_triton/env/interpreter_compat.py); until then these cases are interpreter gaps.
-BF16_RAW_BITS = ("bf16 arithmetic on raw bits: Triton's interpreter adds and multiplies bfloat16 "
-                 "values as their raw 16-bit patterns (results such as 3e38)")
-
-
-def skip_bf16_arithmetic(dtype: torch.dtype) -> None:
-    """Skip under the interpreter a case whose kernel does arithmetic on bfloat16 values."""
-    from pytest_triton import skip_interpreter_gap
-
-    if dtype == torch.bfloat16:
-        skip_interpreter_gap("other", BF16_RAW_BITS)

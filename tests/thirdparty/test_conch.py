@@ -16,7 +16,6 @@ from pytest_triton import (
     assert_deterministic,
     assert_grads_close,
     perf_target,
-    skip_interpreter_gap,
 )
 
 from .conftest import (
@@ -25,7 +24,6 @@ from .conftest import (
     gelu_tanh_and_mul_64,
     rms_norm_64,
     silu_and_mul_64,
-    skip_bf16_arithmetic,
 )
 
 pytest.importorskip("conch", reason="conch-triton-kernels is not installed (pip install -e "
@@ -53,7 +51,6 @@ def _ids(shapes):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("shape", NORM_SHAPES, ids=_ids(NORM_SHAPES))
 def test_rms_norm(make_tensor, shape, dtype):
-    skip_bf16_arithmetic(dtype)  # (x * rsqrt).to(bf16) * w
     x = make_tensor(shape, dtype, dist="heavy")
     w = make_tensor(shape[-1], dtype)
     out = rms_norm(x, w, EPS)
@@ -66,7 +63,6 @@ def test_rms_norm(make_tensor, shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("shape", NORM_SHAPES[1:], ids=_ids(NORM_SHAPES[1:]))
 def test_fused_add_rms_norm(make_tensor, shape, dtype):
-    skip_bf16_arithmetic(dtype)  # x + residual in bf16, as vLLM does
     x, residual = make_tensor(shape, dtype), make_tensor(shape, dtype)
     w = make_tensor(shape[-1], dtype)
     added = x.double() + residual.double()
@@ -102,7 +98,6 @@ ACT_SHAPES = [(1, 2), (5, 74), (9, 2000), (2, 3, 258)]
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("shape", ACT_SHAPES, ids=_ids(ACT_SHAPES))
 def test_silu_and_mul(make_tensor, shape, dtype):
-    skip_bf16_arithmetic(dtype)  # silu.to(bf16) * y
     x = make_tensor(shape, dtype)
     d = shape[-1] // 2
     out = silu_and_mul(x)
@@ -114,9 +109,15 @@ def test_silu_and_mul(make_tensor, shape, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("shape", ACT_SHAPES[1:3], ids=_ids(ACT_SHAPES[1:3]))
 def test_gelu_tanh_and_mul(make_tensor, shape, dtype):
-    skip_interpreter_gap("libdevice", "conch's GeGLU kernel calls libdevice.tanh, which returns "
-                                      "None under Triton's interpreter")
     x = make_tensor(shape, dtype)
+    if dtype != torch.float32:
+        # A library bug (on the GPU and under the interpreter alike): conch 1.3 calls
+        # libdevice.tanh on 16-bit values, for which libdevice has no function (Triton 3.6 and 3.9
+        # refuse to compile it: KeyError (triton.language.float16) in the extern dispatch).
+        # Checked, not assumed: once conch casts to float32 first, this raises no more and fails.
+        with pytest.raises(Exception, match=r"float16|bfloat16"):
+            gelu_tanh_and_mul(x)
+        pytest.xfail("conch 1.3 bug: libdevice.tanh on a 16-bit tensor does not compile")
     d = shape[-1] // 2
     torch_out = torch.nn.functional.gelu(x[..., :d], approximate="tanh") * x[..., d:]
     assert_close(gelu_tanh_and_mul(x), gelu_tanh_and_mul_64(x),
@@ -282,7 +283,6 @@ BEV_IDS = _ids([(p, c, *s) for p, c, s in BEV_CASES])
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("case", BEV_CASES, ids=BEV_IDS)
 def test_bev_pool(make_tensor, case, dtype):
-    skip_bf16_arithmetic(dtype)  # sums the features in a bf16 accumulator
     points, channels, shape = case
     feats, geom, starts, lengths = _bev_inputs(make_tensor, points, channels, shape, dtype)
     out = bev_pool(feats, geom, starts, lengths, *shape)
