@@ -66,7 +66,8 @@ import triton.language as tl
 from pytest_triton import autotune_configs
 
 from ._checks import config_values, output, require_dtype, require_tensor
-from .matmul import TensorDescriptor, _autotune_kwargs, tma_available
+from ._gemm import TensorDescriptor, tma_available
+from ._tuning import autotune_kwargs
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -454,7 +455,7 @@ def _autotuned(kernel):
                                                     interpreter=INTERPRETER_CONFIG),
                            key=["S", "HEAD_DIM", "CAUSAL"],
                            prune_configs_by={"early_config_prune": _prune_configs},
-                           **_autotune_kwargs())(kernel)
+                           **autotune_kwargs())(kernel)
 
 
 # One autotuner per variant, each with its own cache of chosen configs.

@@ -46,15 +46,10 @@ from triton.runtime.errors import OutOfResources
 from pytest_triton import autotune_configs, do_bench, interpreting
 
 from ._checks import config_values, output, require_dtype, require_tensor
-from .matmul import (
-    TensorDescriptor,
-    _autotune_kwargs,
-    _grouped_tile,
-    _sm_count,
-    matmul,
-    matmul_kernel_for,
-    tma_available,
-)
+from ._device import sm_count
+from ._gemm import TensorDescriptor, grouped_tile, tma_available
+from ._tuning import autotune_kwargs
+from .matmul import matmul, matmul_kernel_for
 
 DTYPES = (torch.float16, torch.bfloat16)
 VARIANTS = ("tma", "implicit_gemm", "matmul")
@@ -106,7 +101,7 @@ INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16,
 
 @triton.autotune(configs=autotune_configs(_conv2d_configs(), interpreter=INTERPRETER_CONFIG),
                  key=["N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w"],
-                 prune_configs_by={"early_config_prune": _prune_configs}, **_autotune_kwargs())
+                 prune_configs_by={"early_config_prune": _prune_configs}, **autotune_kwargs())
 @triton.jit
 def _conv2d_kernel(
     x_ptr,  # *in* N x C x H x W, strides (sxn, sxc, sxh, sxw); channels_last: sxc == 1
@@ -131,7 +126,7 @@ def _conv2d_kernel(
     M = N * P * Q
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(K, BLOCK_N)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
@@ -198,7 +193,7 @@ def _conv2d_tma_kernel(
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(K, BLOCK_N)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -357,7 +352,7 @@ def _tma_config(x, weight, bias, out, padding, dilation) -> triton.Config:
     if 2 * N * H * W * K * C * R * S < TUNE_MIN_FLOPS or torch.cuda.is_current_stream_capturing():
         return default  # (inside a graph capture nothing may be timed)
     timings = []
-    for cfg in _tma_candidates(N * H * W, K, C, R * S, masked, _sm_count(x.device)):
+    for cfg in _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device)):
         try:
             ms = do_bench(
                 lambda cfg=cfg: _conv2d_tma(x, weight, bias, out, padding, dilation, cfg))

@@ -18,9 +18,12 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
+from . import _elementwise
 from ._checks import output, require_dtype, require_tensor
-from .softmax import row_view
-from .vector_add import DTYPES, INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
+from ._elementwise import INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
+from ._rows import row_view
+
+DTYPES = _elementwise.DTYPES
 
 
 @triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),

@@ -7,8 +7,8 @@ per row, which the backward reuses. `layer_norm(x, w, b, eps)` ties both into au
 Forward: rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers (several rows per
 program when narrow). Wider rows are split over programs that each hold one chunk in registers
 and exchange the chunks' (mean, sum of squared deviations), merged by Chan et al.'s pairwise
-formula (softmax.py's split rows, same protocol): one read of x, one write of y. A looped path
-stays for comparison and for tuning sweeps (config SPLIT=False): a first pass of per-lane
+formula (softmax's split rows, same protocol: _row_exchange.py): one read of x, one write of y.
+A looped path stays for comparison and for tuning sweeps (config SPLIT=False): a first pass of per-lane
 Welford updates (stable for any mean) and a second pass that normalises, meant to find the row
 in L2.
 
@@ -30,19 +30,11 @@ import triton.language as tl
 from pytest_triton import interpreting
 
 from . import _tuning
-from ._checks import output, require_dtype, require_tensor
-from .softmax import (
-    _tile_rows,
-    gather_chunks,
-    looped_grid,
-    publish_chunk,
-    reconvert,
-    register_cap,
-    row_view,
-    split_chunks,
-    take_row_chunk,
-)
-from .vector_add import SYNC_HEADER, device_size, sync_buffer, with_overrides
+from ._checks import output, require_dtype, require_tensor, with_overrides
+from ._device import sm_count
+from ._row_exchange import gather_chunks, publish_chunk, reconvert, take_row_chunk
+from ._rows import looped_grid, register_cap, row_view, split_chunks, tile_rows
+from ._tickets import SYNC_HEADER, sync_buffer
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -154,7 +146,7 @@ def _layernorm_fwd_split_kernel(
     y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
     mean_ptr,  # *out* n_rows, float32
     rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    sync_ptr,  # *in/out* int64 launch-wide counter word (_tickets.sync_buffer)
     words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
     n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
     n_cols,  # row width
@@ -179,7 +171,7 @@ def _layernorm_fwd_split_kernel(
     in1 = cols1 < n_cols
     x_row = x_ptr + row.to(tl.int64) * stride_xm
     # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use
-    # (softmax.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
+    # (_row_exchange.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
     x0 = tl.load(x_row + cols0, mask=in0, other=0.0)
     x1 = tl.load(x_row + cols1, mask=in1, other=0.0)
     # The chunk's mean and sum of squared deviations from it: two passes over registers, no
@@ -457,16 +449,16 @@ def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]
             return _tuning.space(base, {"BLOCK_N": 4096, "num_warps": 2, "maxnreg": None})
         return _tuning.space(base, {"BLOCK_N": 2048, "num_warps": 2})
     if block <= 1024:
-        return _tuning.space(base, {"ROWS": _tile_rows(1024, block, n_rows), "num_warps": 4},
-                             {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 4})
+        return _tuning.space(base, {"ROWS": tile_rows(1024, block, n_rows), "num_warps": 4},
+                             {"ROWS": tile_rows(2048, block, n_rows), "num_warps": 4})
     if block <= 4096:
         if half:
             return _tuning.space(base, {"LATE_WB": True},
-                                 {"ROWS": _tile_rows(2 * block, block, n_rows), "LATE_WB": True})
+                                 {"ROWS": tile_rows(2 * block, block, n_rows), "LATE_WB": True})
         return _tuning.space(base, {"ROWS": 1, "num_warps": 4})
     if half:
         return _tuning.space(base, {"num_warps": 8, "LATE_WB": True})
-    return _tuning.space(base, {"ROWS": _tile_rows(2 * block, block, n_rows), "num_warps": 32,
+    return _tuning.space(base, {"ROWS": tile_rows(2 * block, block, n_rows), "num_warps": 32,
                                 "LATE_WB": True}, {"num_warps": 32},
                          {"SPLIT": True, "BLOCK_N": 2048, "num_warps": 2, "LATE_WB": True})
 
@@ -613,7 +605,7 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
     if whole_rows:
         # One chunk per program of a grid of programs_per_sm x SMs.
         n_chunks = min(triton.cdiv(n_rows, rows),
-                       cfg["programs_per_sm"] * device_size(x.device)[0])
+                       cfg["programs_per_sm"] * sm_count(x.device))
         rows_per_chunk = triton.cdiv(triton.cdiv(n_rows, n_chunks), rows) * rows
     else:
         rows_per_chunk = triton.cdiv(cfg["rows_per_chunk"], rows) * rows

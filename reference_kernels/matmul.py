@@ -28,22 +28,16 @@ override both.
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
 import triton
 import triton.language as tl
 
-from pytest_triton import autotune_configs, do_bench, interpreting
+from pytest_triton import autotune_configs, interpreting
 
 from . import _tuning
 from ._checks import config_values, output, require_dtype, require_tensor
-
-try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton
-    TensorDescriptor = None
+from ._device import DEFAULT_SMEM_PER_BLOCK, sm_count, smem_per_block
+from ._gemm import TensorDescriptor, grouped_tile, tma_available
 
 DTYPES = (torch.float16, torch.bfloat16)
 ACTIVATIONS = (None, "relu", "gelu")
@@ -124,22 +118,6 @@ INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32,
 
 
 @triton.jit
-def _grouped_tile(
-    tile_id,  # index of the tile in launch order
-    num_pid_m,  # tiles along M
-    num_pid_n,  # tiles along N
-    GROUP_M: tl.constexpr,  # rows of tiles walked together
-):
-    # Column by column through a band of GROUP_M tile rows: the band's A rows and a few B
-    # columns stay in L2 while its tiles run, instead of streaming all of B once per tile row.
-    tiles_per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // tiles_per_group) * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    in_group = tile_id % tiles_per_group
-    return first_m + in_group % rows, in_group // rows
-
-
-@triton.jit
 def _epilogue(
     acc,  # BLOCK_M x BLOCK_N float32 accumulator
     bias_ptr,  # *in* N, read when HAS_BIAS
@@ -185,7 +163,7 @@ def _matmul_kernel(
     num_tiles = num_pid_m * num_pid_n
     offs_k = tl.arange(0, BLOCK_K)
     for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
@@ -247,7 +225,7 @@ def _matmul_tma_kernel(
         k_first = 0
         k_last = K
     for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -351,9 +329,6 @@ SPLITK_TILES = ((64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
 # prologue and the partial's store a large share of each program).
 SPLITS = (2, 4, 8)
 MIN_SPLIT_STEPS = 8
-# Shared memory one program may use where the device does not say (Hopper: 227 KB), and what
-# the hardware reserves per resident program besides.
-DEFAULT_SMEM_PER_BLOCK = 227 * 1024
 SMEM_RESERVED_PER_BLOCK = 1024
 
 # Under the interpreter: INTERPRETER_CONFIG's tiles split 2 first (the default of every
@@ -361,19 +336,6 @@ SMEM_RESERVED_PER_BLOCK = 1024
 # uneven split of 3 and the unsplit launch.
 INTERPRETER_SPLITK_SPACE = [{**INTERPRETER_CONFIG.all_kwargs(), "SPLIT_K": split}
                             for split in (2, 3, 1)]
-
-
-@functools.cache
-def _smem_per_block(device: torch.device) -> int:
-    """The shared memory one program may opt into on `device` (Triton's driver query)."""
-    if device.type != "cuda":
-        return DEFAULT_SMEM_PER_BLOCK
-    try:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        props = triton.runtime.driver.active.utils.get_device_properties(index)
-        return int(props["max_shared_mem"])
-    except Exception:  # pragma: no cover - a driver without the query
-        return DEFAULT_SMEM_PER_BLOCK
 
 
 def _resident(bm: int, bn: int, bk: int, stages: int, smem_per_block: int) -> int:
@@ -483,21 +445,11 @@ def _matmul_splitk(a, b, bias, activation, out, cfg: dict) -> None:
             SPLIT_K=split, BLOCK_M=rm, BLOCK_N=rn, num_warps=4)
 
 
-def _autotune_kwargs() -> dict:
-    """Autotune with the plugin's timing (pytest_triton.do_bench: CUDA graphs, cold L2, as the
-    perf tests time) where this Triton's autotune takes a do_bench (Triton >= 3.3). Triton's
-    default includes host launch overhead, which on 20-50 us kernels (M=128 GEMMs, ResNet
-    layers) drowns the differences between configs."""
-    if "do_bench" in inspect.signature(triton.autotune).parameters:
-        return {"do_bench": do_bench}
-    return {}  # pragma: no cover - older Triton: its default timing
-
-
 def _autotuned(kernel, key):
     configs = autotune_configs(_matmul_configs(), interpreter=INTERPRETER_CONFIG)
     return triton.autotune(configs=configs, key=key,
                            prune_configs_by={"early_config_prune": _prune_configs},
-                           **_autotune_kwargs())(kernel)
+                           **_tuning.autotune_kwargs())(kernel)
 
 
 # One autotuner per variant, each with its own cache of chosen configs (the best tile of a
@@ -509,25 +461,6 @@ _AUTOTUNED = {
     "tma": _autotuned(_matmul_tma_kernel, ["M", "N", "K", "OPERAND_DTYPE", "B_TRANS"]),
     "tma_persistent": _autotuned(_matmul_tma_kernel, ["M", "N", "K", "OPERAND_DTYPE", "B_TRANS"]),
 }
-
-
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        # The interpreter runs programs one by one; 3 programs (fewer than the tests' tiles, and
-        # not dividing them) make each persistent program loop over an uneven share.
-        return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def tma_available(device: torch.device) -> bool:
-    """Whether this Triton offers host-side tensor descriptors on `device` (Hopper+, or the
-    interpreter)."""
-    if TensorDescriptor is None:
-        return False
-    if device.type != "cuda":
-        return interpreting()
-    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _tma_layout(t: torch.Tensor) -> str | None:
@@ -645,15 +578,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
     if chosen == "tma_splitk":
         if config is None:
             b_trans = _tma_layout(b) == "cols"
-            space = _splitk_space(M, N, K, _sm_count(a.device),
-                                  smem_per_block=_smem_per_block(a.device))
+            space = _splitk_space(M, N, K, sm_count(a.device),
+                                  smem_per_block=smem_per_block(a.device))
             cfg = SPLITK_TUNER.choose(
                 a.device, (M, N, K, a.dtype, b_trans), space,
                 lambda c: _matmul_splitk(a, b, bias, activation, out, c), matmul_bytes(a, b))
         _matmul_splitk(a, b, bias, activation, out, cfg)
         return out
     persistent = chosen.endswith("persistent")
-    n_sms = _sm_count(a.device)
+    n_sms = sm_count(a.device)
 
     def grid(meta):
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])

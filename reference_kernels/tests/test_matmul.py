@@ -9,6 +9,7 @@ import triton
 
 from pytest_triton import assert_close, assert_every_config, interpreting, skip_interpreter_gap
 from reference_kernels import matmul as mm
+from reference_kernels._device import sm_count
 from reference_kernels.matmul import matmul, matmul_inputs, matmul_reference
 
 from .controls_gemm import (
@@ -317,7 +318,7 @@ def test_matmul_splitk_every_launch(make_tensor, triton_device):
     shapes = [(65, 104, 200)] + EVERY_CONFIG_SHAPES[1:] if interpreting() else EVERY_CONFIG_SHAPES
     for m, n, k in shapes:
         a, b, _ = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16)
-        for cfg in mm._splitk_space(m, n, k, mm._sm_count(a.device), every_split=True):
+        for cfg in mm._splitk_space(m, n, k, sm_count(a.device), every_split=True):
             out = make_tensor((m, n), torch.float16, poison=True)
             mm._matmul_splitk(a, b, None, None, out, cfg)
             _check(out, a, b)

@@ -77,7 +77,7 @@ def test_empty(launcher, make_tensor):
 
 
 def test_persistent_grid_config(make_tensor):
-    # One program per SM (the interpreter's stand-in counts 4): each loops over ~65 tiles.
+    # One program per SM (the interpreter's stand-in counts 3): each loops over ~86 tiles.
     x, y = vector_add_inputs(make_tensor, 65537)
     out = vector_add_persistent(x, y, config={"programs_per_sm": 1})
     assert_close(out, vector_add_reference(x.double(), y.double()))
