@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import triton
 
 from pytest_triton.correctness.tensors import distinct_elements
 
@@ -112,3 +113,16 @@ def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
     counts = [k for k in overrides if k not in powers_of_two and k not in flags
               and (defaults[k] is None or isinstance(defaults[k], int))]
     return config_values(where, cfg, powers_of_two=powers_of_two, positive=counts, flags=flags)
+
+
+def launch_config(where: str, config, keys: tuple[str, ...]) -> dict:
+    """A triton.Config a caller gives an autotuned launcher instead of its autotuning, as the
+    launch's keyword arguments (meta-parameters, num_warps, num_stages): it must hold every
+    meta-parameter of `keys`, each a power of two, as are its warps."""
+    if not isinstance(config, triton.Config):
+        raise TypeError(f"{where}: config must be a triton.Config, got {type(config).__name__}")
+    missing = set(keys) - set(config.kwargs)
+    if missing:
+        raise ValueError(f"{where}: config lacks {sorted(missing)}")
+    return config_values(where, dict(config.all_kwargs()), powers_of_two=(*keys, "num_warps"),
+                         positive=("num_stages",))

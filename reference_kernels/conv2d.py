@@ -320,6 +320,16 @@ def _tma_candidates(M: int, K: int, C: int, taps: int, masked: bool,
     return out
 
 
+def conv2d_tma_candidates(x: torch.Tensor, weight: torch.Tensor, *,
+                          padding=0) -> list[triton.Config]:
+    """The plans the TMA variant times for this conv on x's device (stride 1, same-size
+    output): each a config for conv2d(variant="tma", config=...)."""
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
+    return _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device))
+
+
 def _default_tma_config(C: int, K: int, masked: bool) -> triton.Config:
     """The plan of convs too small to time: 64 x 128 (128 x 64 for 64 output channels or
     fewer), the tiles that were best or near it on most ResNet-50 layers, unsplit; A through

@@ -382,7 +382,15 @@ def _layernorm_bwd_dwdb_kernel(
     tl.store(db_ptr + cols, tl.sum(db, axis=0).to(db_ptr.dtype.element_ty), mask=col_in)
 
 
-def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+# The kernels by path, for tools that compile or inspect them (bench/regcount.py, the sweeps'
+# register reports).
+KERNELS = {"forward": _layernorm_fwd_kernel, "forward_split": _layernorm_fwd_split_kernel,
+           "forward_looped": _layernorm_fwd_looped_kernel,
+           "backward_row_sums": _layernorm_bwd_row_sums_kernel, "backward": _layernorm_bwd_kernel,
+           "backward_dwdb": _layernorm_bwd_dwdb_kernel}
+
+
+def layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """Forward launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each
     row over cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program.
 
@@ -432,16 +440,16 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
             "maxnreg": 72}
 
 
-def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
+def layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
     """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
-    heuristic of _layernorm_config first, then what won elsewhere (softmax._softmax_space says
+    heuristic of layernorm_config first, then what won elsewhere (softmax.softmax_space says
     why they differ between GPUs). From the H200 grid (bench/sweep_memory.py, do_bench): 1K
     one row on 4 warps (fp32 4065 GB/s vs the heuristic's 8 rows on 8 warps 3998; fp16 two rows
     4057 vs 3971); 4K 16-bit w and b loaded late (4008 vs 3781); 16K float32 two rows on 32
     warps, w and b late (3848 vs 3538), or split in 2048-column chunks on 2 warps (3709), 16-bit
     one row on 8 warps (3882 vs 3806); 64K split rows in 2048-column chunks on 2 warps as the
     alternative to the heuristic's chunks."""
-    base = _layernorm_config(n_rows, n_cols, dtype)
+    base = layernorm_config(n_rows, n_cols, dtype)
     block = base["BLOCK_N"]
     half = dtype != torch.float32
     if base["SPLIT"]:
@@ -463,7 +471,7 @@ def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]
                          {"SPLIT": True, "BLOCK_N": 2048, "num_warps": 2, "LATE_WB": True})
 
 
-def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """Backward launch parameters; `BLOCK_N < n_cols` selects the split path (row sums first).
 
     Whole rows (up to FUSED_BWD_MAX_COLS): tiles of ~4096 elements (five fp32 values per
@@ -508,7 +516,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     """LayerNorm of x over its last dimension: returns (y, mean, rstd).
 
     mean and rstd = 1 / sqrt(var + eps) are float32, one per row (shape x.shape[:-1]), as
-    layernorm_backward takes them. config: overrides of _layernorm_config's launch parameters
+    layernorm_backward takes them. config: overrides of layernorm_config's launch parameters
     (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, LATE_WB, programs_per_sm, maxnreg), for
     tuning sweeps; BLOCK_N below the row width splits rows over programs (SPLIT=True; RELOAD=True
     reads each chunk again after the exchange) or loops over them (SPLIT=False).
@@ -528,12 +536,12 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         return y, mean, rstd
     args = (x2, weight, bias, y2, mean, rstd, n_rows, n_cols, x2.stride(0), y2.stride(0), eps)
     if config:
-        cfg = with_overrides(_layernorm_config(n_rows, n_cols, x.dtype), config, where,
+        cfg = with_overrides(layernorm_config(n_rows, n_cols, x.dtype), config, where,
                              powers_of_two=("BLOCK_N", "ROWS"))
     else:
         cfg = LAYERNORM_TUNER.choose(
             x.device, (triton.next_power_of_2(n_cols), x.element_size()),
-            _layernorm_space(n_rows, n_cols, x.dtype), lambda c: _forward(args, c, where),
+            layernorm_space(n_rows, n_cols, x.dtype), lambda c: _forward(args, c, where),
             layernorm_bytes(x2))
     _forward(args, cfg, where)
     return y, mean, rstd
@@ -575,7 +583,7 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                        config: dict | None = None):
     """Gradients (dx, dw, db) of LayerNorm, given dy and the forward's x, weight, mean, rstd.
 
-    config: overrides of _layernorm_bwd_config's launch parameters, for tuning sweeps.
+    config: overrides of layernorm_backward_config's launch parameters, for tuning sweeps.
     """
     where = "layernorm_backward"
     _check(where, x, weight=weight)
@@ -598,7 +606,7 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         dw.zero_()
         db.zero_()
         return dx, dw, db
-    cfg = with_overrides(_layernorm_bwd_config(n_rows, n_cols, x.dtype), config, where,
+    cfg = with_overrides(layernorm_backward_config(n_rows, n_cols, x.dtype), config, where,
                          powers_of_two=("BLOCK_N", "ROWS", "SUMS_BLOCK_N"))
     rows = cfg["ROWS"]
     whole_rows = cfg["BLOCK_N"] >= n_cols

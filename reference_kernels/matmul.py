@@ -361,31 +361,42 @@ def _splitk_cfg(bm, bn, bk, stages, warps, split) -> dict:
 
 
 def _splitk_space(M: int, N: int, K: int, n_sms: int, *,
-                  smem_per_block: int = DEFAULT_SMEM_PER_BLOCK, every_split: bool = False) -> list:
+                  smem_per_block: int = DEFAULT_SMEM_PER_BLOCK, every_split: bool = False,
+                  tiles=None) -> list:
     """The launches the split-K path times for an (M, N, K) GEMM (dicts of meta-parameters,
-    SPLIT_K, num_stages, num_warps), first the untimed heuristic: each of SPLITK_TILES at its
-    wave-model split (_wave_split: one wave of resident programs), and unsplit; tiles with more
-    rows than M allows are left out (their MMA would be mostly padding). every_split: every
-    split of SPLITS within two waves instead (for sweeps)."""
-    if interpreting():
+    SPLIT_K, num_stages, num_warps), first the untimed heuristic: each of `tiles` (SPLITK_TILES
+    unless given) at its wave-model split (_wave_split: one wave of resident programs), and
+    unsplit; tiles with more rows than M allows are left out (their MMA would be mostly
+    padding). every_split: every split of SPLITS within two waves instead (for sweeps)."""
+    if interpreting() and tiles is None:
         return [dict(c) for c in INTERPRETER_SPLITK_SPACE]
     out = []
-    for bm, bn, bk, stages, warps in SPLITK_TILES:
+    for bm, bn, bk, stages, warps in SPLITK_TILES if tiles is None else tiles:
         if bm > max(64, M):
             continue
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        n_tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
         steps = triton.cdiv(K, bk)
         slots = n_sms * _resident(bm, bn, bk, stages, smem_per_block)
         if every_split:
-            splits = [1] + [s for s in SPLITS if tiles * s <= 2 * slots
+            splits = [1] + [s for s in SPLITS if n_tiles * s <= 2 * slots
                             and steps >= MIN_SPLIT_STEPS * s]
         else:
-            splits = [_wave_split(tiles, steps, slots), 1]
+            splits = [_wave_split(n_tiles, steps, slots), 1]
         for split in splits:
             cfg = _splitk_cfg(bm, bn, bk, stages, warps, split)
             if cfg not in out:
                 out.append(cfg)
     return out
+
+
+def matmul_splitk_space(M: int, N: int, K: int, device: torch.device, *,
+                        every_split: bool = False, tiles=None) -> list[dict]:
+    """The split-K launches (dicts for matmul(variant="tma_splitk", config=triton.Config(...)):
+    meta-parameters, SPLIT_K, num_stages, num_warps) that an (M, N, K) GEMM on `device` times
+    at first use, the untimed pick first; every_split: every split within two waves, for sweeps;
+    tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) tuples instead of SPLITK_TILES."""
+    return _splitk_space(M, N, K, sm_count(device), smem_per_block=smem_per_block(device),
+                         every_split=every_split, tiles=tiles)
 
 
 # The split-K launches chosen on this process's GPUs (reports read best_config).
@@ -542,6 +553,11 @@ def _check_config(config, where: str) -> dict:
                          powers_of_two=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps"),
                          at_least={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
                          positive=("GROUP_M", "SPLIT_K", "num_stages"), flags=("FIXUP",))
+
+
+def matmul_variant(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> str:
+    """The variant `matmul(a, b, out=out)` launches (one of VARIANTS)."""
+    return _choose_variant(a, b, out, None)
 
 
 def matmul_kernel_for(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None,

@@ -288,7 +288,14 @@ def _softmax_looped_kernel(
                      eviction_policy="evict_first" if EVICT else "")
 
 
-def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> dict:
+# The kernels by path, for tools that compile or inspect them (bench/regcount.py, the sweeps'
+# register reports).
+KERNELS = {"single": _softmax_kernel, "persistent": _softmax_persistent_kernel,
+           "strided": _softmax_strided_kernel, "split": _softmax_split_kernel,
+           "looped": _softmax_looped_kernel}
+
+
+def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> dict:
     """Launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each row over
     cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program (two passes).
 
@@ -352,9 +359,9 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
             "SPLIT": True, "programs_per_sm": None}
 
 
-def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> list[dict]:
+def softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> list[dict]:
     """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
-    heuristic of _softmax_config first, then what won elsewhere. Single-pass tiles hold 8 to 32
+    heuristic of softmax_config first, then what won elsewhere. Single-pass tiles hold 8 to 32
     values per thread; which suits a GPU depends on how many bytes each SM must keep in flight
     (its bandwidth over its SM count) against what its registers hold. The H200 (1.43x an
     H100's bandwidth on the same 132 SMs) preferred smaller tiles where the H100 preferred
@@ -363,7 +370,7 @@ def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     Split rows (64K): the held chunk's bytes per SM set the speed (fp32 4096-column chunks on 4
     warps: 9 programs x 16 KB; 16-bit 8192-column chunks capped at 80 registers: 6 x 16 KB,
     against 10 x 8 KB for 4096 columns)."""
-    base = _softmax_config(n_rows, n_cols, dtype, persistent)
+    base = softmax_config(n_rows, n_cols, dtype, persistent)
     block = base["BLOCK_N"]
     if base["SPLIT"]:
         if dtype == torch.float32:
@@ -436,7 +443,7 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
             MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
             num_warps=cfg["num_warps"], **register_cap(cfg))
     else:
-        # Capped on every grid, persistent or not, for L2's sake: see _softmax_config.
+        # Capped on every grid, persistent or not, for L2's sake: see softmax_config.
         grid = (looped_grid(n_rows, n_cols * x2.element_size(), x2.device,
                             cfg["programs_per_sm"]),)
         _softmax_looped_kernel[grid](x2, y2, *args, BLOCK_N=cfg["BLOCK_N"],
@@ -452,14 +459,14 @@ SOFTMAX_PERSISTENT_TUNER = _tuning.LaunchTuner("softmax_persistent")
 def _choose(x2: torch.Tensor, y2: torch.Tensor, config: dict | None, persistent: bool,
             where: str) -> dict:
     """The launch config: the caller's overrides of the heuristic, or the device's choice in
-    _softmax_space (timed at first use on a large problem)."""
+    softmax_space (timed at first use on a large problem)."""
     n_rows, n_cols = x2.shape
     if config:
-        return with_overrides(_softmax_config(n_rows, n_cols, x2.dtype, persistent), config,
+        return with_overrides(softmax_config(n_rows, n_cols, x2.dtype, persistent), config,
                               where, powers_of_two=("BLOCK_N", "ROWS"))
     tuner = SOFTMAX_PERSISTENT_TUNER if persistent else SOFTMAX_TUNER
     key = (triton.next_power_of_2(max(n_cols, 1)), x2.element_size())
-    return tuner.choose(x2.device, key, _softmax_space(n_rows, n_cols, x2.dtype, persistent),
+    return tuner.choose(x2.device, key, softmax_space(n_rows, n_cols, x2.dtype, persistent),
                         lambda c: _launch(x2, y2, c, persistent, where), softmax_bytes(x2))
 
 
@@ -467,9 +474,9 @@ def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None,
             config: dict | None = None) -> torch.Tensor:
     """softmax(x, dim=-1): one tile of rows per program, or one chunk of a wide row.
 
-    Without config, the launch config is this GPU's choice in _softmax_space, timed at the
+    Without config, the launch config is this GPU's choice in softmax_space, timed at the
     first call on a large problem (reference_kernels/_tuning.py).
-    config: overrides of _softmax_config's launch parameters (BLOCK_N, ROWS, num_warps, EVICT,
+    config: overrides of softmax_config's launch parameters (BLOCK_N, ROWS, num_warps, EVICT,
     SPLIT, RELOAD, NUM_STAGES, programs_per_sm), for tuning sweeps; BLOCK_N below the row width
     splits rows (SPLIT=True; RELOAD=True reads each chunk again after the exchange instead of
     holding it) or loops over them (SPLIT=False; NUM_STAGES and programs_per_sm apply).

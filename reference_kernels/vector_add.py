@@ -15,7 +15,7 @@ import triton.language as tl
 from pytest_triton import autotune_configs, interpreting
 
 from . import _elementwise
-from ._checks import with_overrides
+from ._checks import launch_config, with_overrides
 from ._device import sm_count
 from ._elementwise import INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
 from ._tickets import sync_buffer, take_ticket
@@ -109,7 +109,7 @@ def _vector_add_persistent_kernel(
             tile = next_tile
 
 
-def _persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
+def vector_add_persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
     """Launch parameters of the persistent variant.
 
     4096-element tiles over 8 warps; 2 programs per SM in float32, 3 in 16-bit dtypes (whose
@@ -129,15 +129,33 @@ def _persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
             "programs_per_sm": 2 if dtype == torch.float32 else 3, "PREFETCH": False}
 
 
-def vector_add(x: torch.Tensor, y: torch.Tensor, *,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-    """x + y, one tile per program; the tile size is autotuned per n_elements and dtype."""
+def vector_add_configs() -> list[triton.Config]:
+    """The tiles vector_add autotunes over (the streaming elementwise space, _elementwise.py)."""
+    return elementwise_configs()
+
+
+def vector_add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None,
+               config: triton.Config | None = None) -> torch.Tensor:
+    """x + y, one tile per program; the tile size is autotuned per n_elements and dtype.
+
+    config: a triton.Config with BLOCK_SIZE (one of vector_add_configs(), say) to launch instead
+    of autotuning, for tuning sweeps.
+    """
     (xf, yf), of, out = elementwise_operands("vector_add", out, x=x, y=y)
+    meta = None if config is None else launch_config("vector_add", config, ("BLOCK_SIZE",))
     n = xf.numel()
     if n:
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)  # noqa: E731
-        _vector_add_kernel[grid](xf, yf, of, n, xf.stride(0), yf.stride(0), of.stride(0))
+        args = (xf, yf, of, n, xf.stride(0), yf.stride(0), of.stride(0))
+        if meta is None:
+            _vector_add_kernel[lambda m: (triton.cdiv(n, m["BLOCK_SIZE"]),)](*args)
+        else:
+            _vector_add_kernel.fn[(triton.cdiv(n, meta["BLOCK_SIZE"]),)](*args, **meta)
     return out
+
+
+def vector_add_kernel_for():
+    """The autotuned kernel `vector_add` launches (reports read its best_config)."""
+    return _vector_add_kernel
 
 
 def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -150,7 +168,7 @@ def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor
     """
     (xf, yf), of, out = elementwise_operands("vector_add_persistent", out, x=x, y=y)
     n = xf.numel()
-    cfg = with_overrides(_persistent_config(n, x.dtype), config, "vector_add_persistent",
+    cfg = with_overrides(vector_add_persistent_config(n, x.dtype), config, "vector_add_persistent",
                          powers_of_two=("BLOCK_SIZE",))
     if n:
         n_tiles = triton.cdiv(n, cfg["BLOCK_SIZE"])
