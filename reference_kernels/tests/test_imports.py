@@ -47,7 +47,7 @@ def module_aliases(source: str) -> dict[str, str]:
     """{local name: reference_kernels module} of the modules `source` imports as modules."""
     out = {}
     for node in ast.walk(ast.parse(source)):
-        for module, names, bound in _imported_modules(node):
+        for module, _, bound in _imported_modules(node):
             if bound:
                 out[bound] = module
     return out
