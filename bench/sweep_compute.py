@@ -147,8 +147,8 @@ if SMOKE:
 
 def cfg_str(cfg) -> str:
     """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
-    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's pipe/lazy:
-    PIPELINE, LAZY_RESCALE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's ws:
+    WARP_SPECIALIZE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
     ('BLOCK_M: 64, ...'); '-' for none."""
     if cfg is None:
         return "-"
@@ -168,8 +168,7 @@ def cfg_str(cfg) -> str:
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
     fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup
-    flags = "".join(f" {name}" for key, name in (("PIPELINE", "pipe"), ("LAZY_RESCALE", "lazy"))
-                    if kw.get(key))
+    flags = " ws" if kw.get("WARP_SPECIALIZE") else ""
     regs = f" r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""
     return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}{flags}{regs}"
 
