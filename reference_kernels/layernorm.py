@@ -277,6 +277,7 @@ def _layernorm_bwd_row_sums_kernel(
     stride_dym,  # elements between rows of dy
     stride_xm,  # elements between rows of x
     BLOCK_N: tl.constexpr,  # columns per step of the loop over a row
+    NUM_STAGES: tl.constexpr,  # steps in flight per program (through shared memory)
 ):
     cols = tl.arange(0, BLOCK_N)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -284,7 +285,7 @@ def _layernorm_bwd_row_sums_kernel(
         rstd = tl.load(rstd_ptr + row)
         acc1 = tl.zeros([BLOCK_N], tl.float32)
         acc2 = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, n_cols, BLOCK_N):
+        for start in tl.range(0, n_cols, BLOCK_N, num_stages=NUM_STAGES):
             offs = start + cols
             inside = offs < n_cols
             x = tl.load(x_ptr + tl.cast(row, tl.int64) * stride_xm + offs, mask=inside,
@@ -320,6 +321,7 @@ def _layernorm_bwd_kernel(
     BLOCK_N: tl.constexpr,  # columns per program; >= n_cols unless ROW_SUMS_GIVEN
     ROWS: tl.constexpr,  # rows per step of the loop over the chunk
     ROW_SUMS_GIVEN: tl.constexpr,  # False: the block holds whole rows; take the sums here
+    NUM_STAGES: tl.constexpr,  # row tiles in flight per program (through shared memory)
 ):
     chunk = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -329,7 +331,8 @@ def _layernorm_bwd_kernel(
     dw_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
     db_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
     first = chunk * rows_per_chunk
-    for r0 in tl.range(first, tl.minimum(first + rows_per_chunk, n_rows), ROWS):
+    for r0 in tl.range(first, tl.minimum(first + rows_per_chunk, n_rows), ROWS,
+                       num_stages=NUM_STAGES):
         rows = tl.cast(r0, tl.int64) + tl.arange(0, ROWS)
         row_in = rows < n_rows
         mask = row_in[:, None] & col_in[None, :]
@@ -480,6 +483,23 @@ def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> d
     Wider rows: 1024-column blocks over chunks of rows_per_chunk=64 rows, which keeps the
     partial buffer at 1/64 of the rows (its write and read cost ~3% of the traffic) while
     giving every SM many programs; the row sums loop in 4096-column steps.
+
+    Where the time goes (issue 23; BENCHMARKS.md, 256 MB tensors: median 0.70 of the copy
+    ceiling on the H100, 0.58 on the H200, target 0.75). Wide rows (16K, 64K: 52-56% of copy on
+    the H100, 46-55% on the H200) read x and dy twice, once for the row sums and once for dx:
+    5 tensor-sized transfers for the 3 counted, so they cannot pass 0.6 of the ceiling however
+    fast they stream. Whole rows (1K, 4K: 71-86% H100, 59-82% H200) are latency-bound: a
+    program issues one tile's loads, reduces it (barriers), stores dx, and only then loads the
+    next, so an SM has its 2 programs' tiles in flight, and the H200, 1.43x the bandwidth per
+    SM, needs 1.43x the bytes in flight (its lower fractions say so). Candidates, all off by
+    default until measured (bench/final_run.sh sweeps): NUM_STAGES (SUMS_NUM_STAGES for the row
+    sums) > 1 pipelines the row loops through shared memory (Triton 3.6, sm_90: 32-98 KB per
+    program at 3 stages, the default's code unchanged at 1); programs_per_sm 3-4; band_bytes
+    runs the wide rows' two kernels band by band, each band's x and dy within band_bytes (the
+    sweep takes half and a quarter of the device's L2), so that the second read comes from L2:
+    3 transfers from DRAM instead of 5, for two launches per band and their tails. (Rows read
+    once, split over programs that exchange their row sums as the forward's do, would need
+    neither: not built.)
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     if block <= FUSED_BWD_MAX_COLS:
@@ -487,9 +507,11 @@ def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> d
         tile = rows * block
         num_warps = 4 if tile <= 1024 else 8 if tile <= 4096 else 16
         return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "programs_per_sm": 2,
-                "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8}
+                "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8,
+                "NUM_STAGES": 1, "SUMS_NUM_STAGES": 1, "band_bytes": None}
     return {"BLOCK_N": 1024, "ROWS": 4, "num_warps": 8, "programs_per_sm": 2,
-            "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8}
+            "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8, "NUM_STAGES": 1,
+            "SUMS_NUM_STAGES": 1, "band_bytes": None}
 
 
 def _check(where: str, x: torch.Tensor, **vectors: torch.Tensor) -> None:
@@ -619,21 +641,37 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         rows_per_chunk = triton.cdiv(cfg["rows_per_chunk"], rows) * rows
     n_chunks = triton.cdiv(n_rows, rows_per_chunk)
     mean1, rstd1 = mean.reshape(-1), rstd.reshape(-1)
+    dw_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
+    db_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
     if whole_rows:
         c1 = c2 = mean1  # not read
+        band_rows = n_rows
     else:
         c1 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         c2 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        _layernorm_bwd_row_sums_kernel[(n_rows,)](
-            dy2, x2, weight, mean1, rstd1, c1, c2, n_rows, n_cols, dy2.stride(0), x2.stride(0),
-            BLOCK_N=cfg["SUMS_BLOCK_N"], num_warps=cfg["sums_num_warps"])
-    dw_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
-    db_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
-    grid = (n_chunks, triton.cdiv(n_cols, cfg["BLOCK_N"]))
-    _layernorm_bwd_kernel[grid](
-        dy2, x2, weight, mean1, rstd1, c1, c2, dx2, dw_part, db_part, n_rows, n_cols,
-        dy2.stride(0), x2.stride(0), dx2.stride(0), rows_per_chunk, BLOCK_N=cfg["BLOCK_N"],
-        ROWS=rows, ROW_SUMS_GIVEN=not whole_rows, num_warps=cfg["num_warps"])
+        # band_bytes: the split path's two kernels run band by band, each band's x and dy
+        # (whole chunks of rows) within band_bytes, so that the main kernel reads them again
+        # from L2 rather than DRAM; None: one band.
+        band = cfg["band_bytes"]
+        row_bytes = 2 * n_cols * x.element_size()
+        band_rows = n_rows if band is None else \
+            max(1, band // (row_bytes * rows_per_chunk)) * rows_per_chunk
+    for b0 in range(0, n_rows, band_rows):
+        b1 = min(b0 + band_rows, n_rows)
+        chunk0 = b0 // rows_per_chunk
+        if not whole_rows:
+            _layernorm_bwd_row_sums_kernel[(b1 - b0,)](
+                dy2[b0:b1], x2[b0:b1], weight, mean1[b0:b1], rstd1[b0:b1], c1[b0:b1],
+                c2[b0:b1], b1 - b0, n_cols, dy2.stride(0), x2.stride(0),
+                BLOCK_N=cfg["SUMS_BLOCK_N"], NUM_STAGES=cfg["SUMS_NUM_STAGES"],
+                num_warps=cfg["sums_num_warps"])
+        grid = (triton.cdiv(b1 - b0, rows_per_chunk), triton.cdiv(n_cols, cfg["BLOCK_N"]))
+        _layernorm_bwd_kernel[grid](
+            dy2[b0:b1], x2[b0:b1], weight, mean1[b0:b1], rstd1[b0:b1], c1[b0:b1], c2[b0:b1],
+            dx2[b0:b1], dw_part[chunk0:], db_part[chunk0:], b1 - b0, n_cols, dy2.stride(0),
+            x2.stride(0), dx2.stride(0), rows_per_chunk, BLOCK_N=cfg["BLOCK_N"], ROWS=rows,
+            ROW_SUMS_GIVEN=not whole_rows, NUM_STAGES=cfg["NUM_STAGES"],
+            num_warps=cfg["num_warps"])
     # 64-column strips (256-byte rows of the partials) give even 1K-wide rows 16 programs;
     # 32 x 64 values over 2 warps are 32 per thread and accumulator, no spills. Its traffic is
     # 2 x n_chunks x n_cols x 4 bytes: ~1% of the main kernel's.

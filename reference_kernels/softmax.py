@@ -332,6 +332,15 @@ def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     softmax_persistent's looped path: 4096-column steps over 16 warps, 8 values per thread (at 16
     per thread Triton 3.6's ptxas spills in the loop); programs_per_sm=None sizes the grid so
     that the rows in flight fill about half of L2 (_rows.looped_grid), for the second read.
+    It is the straggler of the suite (issue 23): 64K 16-bit columns at 0.66 of the copy ceiling
+    on the H100 and 0.54 on the H200 (target 0.85). Likely cause, bytes in flight: the loop is
+    not pipelined (NUM_STAGES=1), so a program has one 8 KB step in flight, and the grid's ~200
+    programs (half of L2 in 128 KB rows) put ~12 KB per SM, where bandwidth x latency asks for
+    ~18 KB per SM on the H100 and ~29 KB on the H200 (3.0 and 4.2 TB/s over 132 SMs at ~0.8
+    us): 12/18 and 12/29 are the measured fractions, near enough. Candidates, configs only
+    until measured (bench/final_run.sh sweeps): NUM_STAGES 2-3 (the loops pipelined through
+    shared memory: 2-3 steps in flight per program), 2048-column steps on 8 warps over 3
+    stages, and the split rows softmax takes (one read: SPLIT=True, 4096-column chunks).
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
