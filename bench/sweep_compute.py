@@ -120,7 +120,7 @@ def conv_candidates(x, w, pad):
     if SMOKE:
         return [("tma", None), ("tma", _conv_cfg(16, 16, 16, 2, 4, 1))]
     rs = w.shape[2]
-    cands = cv.conv2d_tma_candidates(x, w, padding=pad)
+    cands = cv.conv2d_tma_candidates(x, w, padding=pad, variant="tma")
     out = [("tma", None)] + [("tma", c) for c in cands]
     if rs > 1:  # the other way to load A, masked in registers
         out += [("tma", triton.Config({**c.kwargs, "A_TMA": True}, num_stages=c.num_stages,
@@ -146,7 +146,8 @@ if SMOKE:
 
 
 def cfg_str(cfg) -> str:
-    """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
+    """'128x256x64/2 s3 w8 aT' for a triton.Config (8x16px:128x64: conv2d's tma_nhwc tile of
+    8 x 16 pixels by 128 channels, 64 per step; /2: SPLIT_K, /2+fx: summed by matmul's
     in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's ws:
     WARP_SPECIALIZE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
     ('BLOCK_M: 64, ...'); '-' for none."""
@@ -165,6 +166,8 @@ def cfg_str(cfg) -> str:
                             num_warps=cfg.get("num_warps", 4))
     kw = cfg.kwargs
     dims = "x".join(str(kw[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kw)
+    if "TILE_H" in kw:  # conv2d's tma_nhwc: TILE_H x TILE_W pixels
+        dims = f"{kw['TILE_H']}x{kw['TILE_W']}px:{dims}"
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
     fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup

@@ -6,15 +6,15 @@
 At the LLM shapes of test_matmul_llm_shapes_speed with M in (128, 1024), N x K in (4096 x 4096,
 14336 x 4096, 4096 x 14336), times in fp16:
 
-  M=128   the default (matmul(a, b): variant tma, the autotuned unsplit 64-row tiles), the
-          split-K variant as matmul(variant="tma_splitk") runs it (its launch chosen by timing
-          _splitk_space), every
-          launch of _splitk_space(every_split=True) (each of SPLITK_TILES at split 1 and every
+  M=128   the default (matmul(a, b): split-K where the wave model says so, else the autotuned
+          unsplit 64-row tiles), the split-K variant as matmul(variant="tma_splitk") runs it
+          (its launch chosen by timing matmul_splitk_space), every launch of
+          matmul_splitk_space(every_split=True) (each of SPLITK_TILES unsplit and at every
           split in 1-2 waves; the split ones both with the reduce kernel and with the in-kernel
           fixup, "+fx"), and EXTRA_TILES (128-row tiles with BLOCK_N 32 or 64, deeper or
-          shallower pipelines) unsplit and at their wave-model split (reduce kernel);
-  M=1024  the default (persistent, autotuned), and each big tile of _matmul_configs one tile per
-          program and persistent, plus a 5-stage 128 x 128;
+          shallower pipelines) at their wave-model split and unsplit (reduce kernel);
+  M=1024  the default (persistent, autotuned), and each big tile of the large-M group (now
+          with the 5-stage 128 x 128) one tile per program and persistent;
 
 then in bf16 (not with --smoke: bf16 dots are an interpreter gap) the default and the
 BF16_BEST fastest fp16 candidates of each shape. Each row is

@@ -409,12 +409,18 @@ def _tma_candidates(M: int, K: int, C: int, taps: int, masked: bool,
     return out
 
 
-def conv2d_tma_candidates(x: torch.Tensor, weight: torch.Tensor, *,
-                          padding=0) -> list[triton.Config]:
-    """The plans the TMA variant times for this conv on x's device (stride 1, same-size
-    output): each a config for conv2d(variant="tma", config=...)."""
+def conv2d_tma_candidates(x: torch.Tensor, weight: torch.Tensor, *, padding=0, dilation=1,
+                          variant: str = "tma") -> list[triton.Config]:
+    """The plans a TMA variant ("tma": stride 1, same-size output; "tma_nhwc": stride 1) times
+    for this conv on x's device: each a config for conv2d(variant=variant, config=...)."""
     N, C, H, W = x.shape
     K, _, R, S = weight.shape
+    if variant == "tma_nhwc":
+        P, Q = conv2d_output_size(x.shape, weight.shape, 1, padding, dilation)
+        return _nhwc_candidates(P, Q, K, C)
+    if variant != "tma":
+        raise ValueError(f"conv2d_tma_candidates: variant={variant!r}; expected 'tma' or "
+                         "'tma_nhwc'")
     masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
     return _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device))
 

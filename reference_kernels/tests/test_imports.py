@@ -75,11 +75,16 @@ def violations(source: str, importer: str | None, others: dict[str, str] | None 
                     found.append(f"{line}: imports private {', '.join(private)} of {module}")
     aliases = module_aliases(source)
     others = others or {}
-    for node in ast.walk(tree):  # mm = sc.mm
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr in others:
-            aliases.update({t.id: others[node.value.attr] for t in node.targets
-                            if isinstance(t, ast.Name)})
+    for node in ast.walk(tree):  # mm = sc.mm; at, mm = sc.at, sc.mm
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            pairs = zip(target.elts, node.value.elts) if isinstance(target, ast.Tuple) \
+                and isinstance(node.value, ast.Tuple) else [(target, node.value)]
+            for name, value in pairs:
+                if isinstance(name, ast.Name) and isinstance(value, ast.Attribute) \
+                        and value.attr in others:
+                    aliases[name.id] = others[value.attr]
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") \
                 or node.attr.startswith("__"):
@@ -132,6 +137,7 @@ BENCH_VIOLATIONS = {
     "attribute": "from reference_kernels import softmax\nsoftmax._softmax_kernel\n",
     "through_another_script": "import sweep_compute as sc\nmm = sc.mm\nmm._sm_count(0)\n",
     "chained": "import sweep_compute as sc\nsc.mm._resident(1)\n",
+    "tuple_alias": "import sweep_compute as sc\nat, mm = sc.at, sc.mm\nmm._sm_count(0)\n",
 }
 
 
