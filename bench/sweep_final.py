@@ -14,12 +14,14 @@ pytest_triton.perf.timing.measure, with the baseline interleaved):
              (variant "tma", unsplit) and the split space's untimed pick, at M=128 (the three LLM
              shapes, fp16; N=4096 K=4096 in bf16 too) and at M=64 and M=16 (N=4096, K=4096:
              classes the sweeps never measured, where the rule splits 64 x 128 tiles 8 ways);
-             M=1024 N=14336 K=4096 with the large-M autotuner that now holds 128x128x64 in 5
-             stages, against the 128x256x64 persistent launch it used to pick.
+             M=1024 (N x K: 14336 x 4096, 4096 x 4096, 4096 x 14336) with the large-M
+             autotuner that now holds 128x128x64 in 5 stages, against the 128x256x64
+             persistent launch it used to pick.
   attention  D128 (the six test_attention_speed shapes, fp16): the default, the shipped
              128 x 128 tile, Triton's warp specialization (WARP_SPECIALIZE: 128 x 128 over 2
              stages, 128 x 64 over 2 and 3, 4-warp consumer groups), and 64 x 64 over 2 stages
-             (two programs per SM); D64: the default and warp-specialized 128 x 64, 2 stages.
+             (two programs per SM); D64: the default and warp-specialized 128 x 64 and
+             128 x 128, 2 stages.
   conv       ResNet-50's four 3x3 layers at batch 32 (fp16) against cuDNN: the "tma" plan (the
              default), the "tma_nhwc" plan (its candidates timed once per layer), and each
              "tma_nhwc" candidate.
@@ -74,7 +76,8 @@ TENSOR_BYTES = 64 * 1024 if SMOKE else 256 * 2**20
 MATMUL_SHAPES = [(128, 4096, 4096, torch.float16), (128, 14336, 4096, torch.float16),
                  (128, 4096, 14336, torch.float16), (128, 4096, 4096, torch.bfloat16),
                  (64, 4096, 4096, torch.float16), (16, 4096, 4096, torch.float16)]
-MATMUL_LARGE = [(1024, 14336, 4096, torch.float16)]
+MATMUL_LARGE = [(1024, 14336, 4096, torch.float16), (1024, 4096, 4096, torch.float16),
+                (1024, 4096, 14336, torch.float16)]
 ATTENTION_SHAPES = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 CONV_LAYERS = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)]  # (C, K, H=W)
 CONV_BATCH = 32
@@ -146,7 +149,7 @@ def phase_matmul(sw):
 ATTENTION_CANDIDATES = {
     128: [_attn(128, 128, 3, 8), _attn(128, 128, 2, 4, ws=True), _attn(128, 64, 2, 4, ws=True),
           _attn(128, 64, 3, 4, ws=True), _attn(64, 64, 2, 4)],
-    64: [_attn(128, 64, 2, 4, ws=True)],
+    64: [_attn(128, 64, 2, 4, ws=True), _attn(128, 128, 2, 4, ws=True)],
 }
 if SMOKE:
     ATTENTION_CANDIDATES = {128: [_attn(32, 16, 1, 4), _attn(32, 16, 1, 4, ws=True)],
