@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md. On the GPU machine, from the repo root:
 #   bash bench/final_run.sh [perf|suite|checks|sweeps]...    (default: perf suite checks)
-# Writes under $OUT: env.txt, perf.json + perf_cmd.txt + perf.log, suite.log, gpu_checks.json.
+# Writes under $OUT: env.txt, perf.json + perf_cmd.txt + perf.log, suite.log, gpu_checks.json;
+# sweeps: sweeps.log and sweeps.json (with env.txt, 3 files; under 4 minutes on one GPU).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -33,10 +34,16 @@ for step in $steps; do
     checks)
       python3 bench/gpu_checks.py 2>&1 | tail -9 ;;
     sweeps)
-      # issue 12's candidates, not yet measured: split-K small-M matmul, attention PIPELINE
-      python3 bench/sweep_matmul_smallm.py --budget 270 > "$OUT/sweep_matmul_smallm.log" 2>&1
-      tail -25 "$OUT/sweep_matmul_smallm.log"
-      python3 bench/sweep_attention.py --budget 240 > "$OUT/sweep_attention.log" 2>&1
-      tail -25 "$OUT/sweep_attention.log" ;;
+      # Issue 23, one run (bench/sweep_final.py): the matmul's split-K default and 5-stage
+      # large-M tile against cuBLAS, attention's warp specialization and tiles against SDPA,
+      # conv2d's tma_nhwc against cuDNN and the tma plan, softmax_persistent 64K and the
+      # layernorm backward candidates against same-byte baselines. 195 s of measurements
+      # (compiles included; a cold Triton cache), then its tables; SIGINT at 230 s still writes
+      # them, and sweeps.json is written after every phase.
+      start=$(date +%s)
+      timeout -s INT 230 python3 bench/sweep_final.py --budget 195 --max-time 0.15 \
+        > "$OUT/sweeps.log" 2>&1
+      echo "sweeps rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/sweeps.log"
+      grep -A 200 "^Per candidate" "$OUT/sweeps.log" | head -80 ;;
   esac
 done

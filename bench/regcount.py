@@ -98,13 +98,14 @@ def main() -> None:
     cases = []
     for dt, cols in (("fp32", 16384), ("fp16", 16384), ("fp32", 4096), ("fp16", 4096)):
         for warps in (8, 16, 32):
-            cases.append((f"softmax single {dt} {cols} w{warps}", softmax._softmax_kernel,
+            cases.append((f"softmax single {dt} {cols} w{warps}", softmax.KERNELS["single"],
                           _row_args(dt, BLOCK_N=cols, ROWS=1, EVICT=False), warps, None))
-            cases.append((f"layernorm single {dt} {cols} w{warps}", layernorm._layernorm_fwd_kernel,
+            cases.append((f"layernorm single {dt} {cols} w{warps}",
+                          layernorm.KERNELS["forward"],
                           _row_args(dt, BLOCK_N=cols, ROWS=1, EVICT=False, LATE_WB=True), warps,
                           None))
     for dt, bn, w in (("fp16", 4096, 4), ("fp16", 8192, 4), ("fp32", 4096, 4)):
-        cases.append((f"softmax split {dt} {bn} w{w}", softmax._softmax_split_kernel,
+        cases.append((f"softmax split {dt} {bn} w{w}", softmax.KERNELS["split"],
                       _row_args(dt, BLOCK_N=bn, MAX_CHUNKS=16, RELOAD=False), w, None))
     only = sys.argv[1:]
     for label, fn, args, warps, cap in cases:

@@ -1,4 +1,4 @@
-"""Sweep attention's inner-loop options and tiles against torch's SDPA, on the GPU.
+"""Sweep attention's warp specialization and tiles against torch's SDPA, on the GPU.
 
     python3 bench/sweep_attention.py                   # D 128, then D 64, fp16, within --budget s
     python3 bench/sweep_attention.py --dtypes fp16 bf16 --head-dims 128
@@ -7,16 +7,17 @@
 At every shape of test_attention_speed (reference_kernels/tests/test_compute_perf.py: B, H, S in
 (32, 16, 1024), (8, 16, 4096), (2, 16, 16384), causal and not), per head dim: the default (the
 autotuned launch `attention` makes, TMA on Hopper) and each candidate config of the TMA kernel
-(reference_kernels/attention.py: tiles, stages, warps, and its PIPELINE and LAZY_RESCALE options).
+(reference_kernels/attention.py: tiles, stages, warps, and its WARP_SPECIALIZE option).
 Each is run once on an output poisoned with NaN, checked against SDPA's output (max |out - sdpa|
 / max |sdpa|, WRONG above sweep_compute.MAX_ERR), then timed with the perf tests' own timer
 (pytest_triton.perf.timing.measure: cold L2, SDPA interleaved), so that "x torch" is the ratio
 test_attention_speed judges. The machinery (Sweep, Case, the timer, the row format and table) is
 bench/sweep_compute.py's, imported.
 
-Budget: 10 configs per head dim, compiled once per (head dim, causal) as S is no constexpr:
-about 40 compiles and 120 measurements, 4-5 minutes on an H100. Once --budget seconds (330 by
-default) have passed every remaining measurement is skipped and counted; D 128 runs first.
+Budget: 5 candidates at D 128 and 3 at D 64 (and the default's two tiles), compiled once per
+(head dim, causal) as S is no constexpr: about 24 compiles and 60 measurements, about 80 s on
+an H100 with --max-time 0.2. Once --budget seconds (330 by default) have passed every remaining
+measurement is skipped and counted; D 128 runs first.
 
 Prints one line per measurement as it goes, then the table (best row per shape starred), per
 candidate its geomean and worst speedup over the shapes of its head dim (what switching the
@@ -59,41 +60,32 @@ if SMOKE:
     SHAPES = [(1, 2, 40)]
 
 
-def _cfg(bm, bn, stages, warps, pipe=False, lazy=False, maxnreg=None):
+def _cfg(bm, bn, stages, warps, ws=False):
     kw = {"BLOCK_M": bm, "BLOCK_N": bn}
-    if pipe:
-        kw["PIPELINE"] = True
-    if lazy:
-        kw["LAZY_RESCALE"] = True
-    return triton.Config(kw, num_stages=stages, num_warps=warps, maxnreg=maxnreg)
+    if ws:
+        kw["WARP_SPECIALIZE"] = True
+    return triton.Config(kw, num_stages=stages, num_warps=warps)
 
 
 # Per head dim, after the default: the shipped first candidate as a config (the baseline each
-# option is judged against at the same tiles), LAZY_RESCALE on it, PIPELINE at the shipped tile
-# and stages and at one stage less or more, and at BLOCK_N 64 (half the score tile: more, shorter
-# steps), PIPELINE with the 64 x 64 tile the default autotunes to at S = 1024, and one PIPELINE +
-# LAZY_RESCALE (correct, but the compiler then waits for P V at once: expected no faster than
-# PIPELINE alone). Registers (Triton 3.9's sm_90 ptxas; 3.6 may differ): PIPELINE at D 128,
-# 128 x 128 over 8 warps, 229-251, no spills. D 64 adds 256 x 64 over 16 warps (107-123
-# registers, no spills; at D 128, 256 x 128 over 16 warps spills 1.2 KB under the 128-register
-# cap of 16 warps, so it is not a candidate).
-# No maxnreg: at 8 warps and one CTA per SM (the K/V stages fill shared memory) ptxas may use
-# 255 registers already, and a lower cap only adds spills (cfg_str prints r<N> if one is added).
+# candidate is judged against), then (issue 23, what gets Triton's FlashAttention kernels to
+# SDPA's speed on Hopper):
+# - WARP_SPECIALIZE (Triton's automatic warp specialization, Triton's tutorial's Hopper path for
+#   non-causal attention): a producer warp and two consumer warpgroups of 4 warps, 128 query rows
+#   split between them, 2-3 stages of K and V (the tutorial's test config is 128 x 64, 2 stages,
+#   4 warps). Compiled for sm_90 with Triton 3.6 (no GPU): 12 warps, 168 registers, no spills;
+#   D 128: 128 x 128 over 2 stages 180 KB of shared memory, 128 x 64 over 2 115 KB, over 3
+#   148 KB (128 x 128 over 3: 246 KB, left out). Causal rows too: one masked loop then.
+# - D 128 at 64 x 64 over 2 stages and 4 warps: 80 KB and 138 registers, so two programs share
+#   an SM and one's softmax runs while the other's products do (the 3-stage tile the default
+#   tunes to at S = 1024 needs 113 KB: one per SM).
 CANDIDATES = {
-    128: [_cfg(128, 128, 3, 8), _cfg(128, 128, 3, 8, lazy=True),
-          _cfg(128, 128, 3, 8, pipe=True), _cfg(128, 128, 2, 8, pipe=True),
-          _cfg(128, 64, 3, 8, pipe=True), _cfg(128, 64, 4, 8, pipe=True),
-          _cfg(128, 64, 3, 8), _cfg(64, 64, 3, 4, pipe=True),
-          _cfg(128, 128, 2, 8, pipe=True, lazy=True)],
-    64: [_cfg(128, 64, 4, 8), _cfg(128, 64, 4, 8, lazy=True),
-         _cfg(128, 64, 4, 8, pipe=True), _cfg(128, 64, 3, 8, pipe=True),
-         _cfg(128, 128, 3, 8, pipe=True), _cfg(64, 64, 3, 4, pipe=True),
-         _cfg(256, 64, 3, 16), _cfg(128, 64, 3, 8, pipe=True, lazy=True)],
+    128: [_cfg(128, 128, 3, 8), _cfg(128, 128, 2, 4, ws=True), _cfg(128, 64, 2, 4, ws=True),
+          _cfg(128, 64, 3, 4, ws=True), _cfg(64, 64, 2, 4)],
+    64: [_cfg(128, 64, 4, 8), _cfg(128, 64, 2, 4, ws=True), _cfg(128, 128, 2, 4, ws=True)],
 }
 if SMOKE:  # the interpreter's blocks, each option once
-    CANDIDATES = {d: [_cfg(32, 16, 1, 4), _cfg(32, 16, 1, 4, pipe=True),
-                      _cfg(32, 16, 1, 4, lazy=True), _cfg(32, 16, 1, 4, pipe=True, lazy=True)]
-                  for d in (64, 128)}
+    CANDIDATES = {d: [_cfg(32, 16, 1, 4), _cfg(32, 16, 1, 4, ws=True)] for d in (64, 128)}
 
 
 @sc._guarded

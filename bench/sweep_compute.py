@@ -113,14 +113,14 @@ def _attn_cfg(bm, bn, stages, warps):
     return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages, num_warps=warps)
 
 
-def conv_candidates(c_in, k_out, hw, rs):
+def conv_candidates(x, w, pad):
     """(variant, config) pairs for one layer: the plan conv2d picks by timing (None), each of the
-    candidates it times (conv2d._tma_candidates), for 3x3 layers those with A TMA-loaded, and for
-    1x1 layers the matmul module."""
+    candidates it times (conv2d.conv2d_tma_candidates), for 3x3 layers those with A TMA-loaded,
+    and for 1x1 layers the matmul module."""
     if SMOKE:
         return [("tma", None), ("tma", _conv_cfg(16, 16, 16, 2, 4, 1))]
-    sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-    cands = cv._tma_candidates(CONV_BATCH * hw * hw, k_out, c_in, rs * rs, rs > 1, sms)
+    rs = w.shape[2]
+    cands = cv.conv2d_tma_candidates(x, w, padding=pad, variant="tma")
     out = [("tma", None)] + [("tma", c) for c in cands]
     if rs > 1:  # the other way to load A, masked in registers
         out += [("tma", triton.Config({**c.kwargs, "A_TMA": True}, num_stages=c.num_stages,
@@ -146,9 +146,10 @@ if SMOKE:
 
 
 def cfg_str(cfg) -> str:
-    """'128x256x64/2 s3 w8 aT' for a triton.Config (/2: SPLIT_K, /2+fx: summed by matmul's
-    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's pipe/lazy:
-    PIPELINE, LAZY_RESCALE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
+    """'128x256x64/2 s3 w8 aT' for a triton.Config (8x16px:128x64: conv2d's tma_nhwc tile of
+    8 x 16 pixels by 128 channels, 64 per step; /2: SPLIT_K, /2+fx: summed by matmul's
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's ws:
+    WARP_SPECIALIZE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
     ('BLOCK_M: 64, ...'); '-' for none."""
     if cfg is None:
         return "-"
@@ -165,11 +166,12 @@ def cfg_str(cfg) -> str:
                             num_warps=cfg.get("num_warps", 4))
     kw = cfg.kwargs
     dims = "x".join(str(kw[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in kw)
+    if "TILE_H" in kw:  # conv2d's tma_nhwc: TILE_H x TILE_W pixels
+        dims = f"{kw['TILE_H']}x{kw['TILE_W']}px:{dims}"
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
     fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup
-    flags = "".join(f" {name}" for key, name in (("PIPELINE", "pipe"), ("LAZY_RESCALE", "lazy"))
-                    if kw.get(key))
+    flags = " ws" if kw.get("WARP_SPECIALIZE") else ""
     regs = f" r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""
     return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}{flags}{regs}"
 
@@ -313,13 +315,14 @@ def _guarded(run):
 
 
 @_guarded
-def run_conv(sw, c_in, k_out, hw, rs, candidates, group):
+def run_conv(sw, c_in, k_out, hw, rs, group):
     if sw.over_budget():
-        sw.skipped += len(candidates)
+        sw.skipped += 1
         return
     pad = rs // 2
     x, w, _ = cv.conv2d_inputs(sw.make, CONV_BATCH, c_in, hw, hw, k_out, rs, rs,
                                dtype=torch.float16)
+    candidates = conv_candidates(x, w, pad)
     p, q = cv.conv2d_output_size(x.shape, w.shape, padding=pad)
     y = torch.empty((CONV_BATCH, k_out, p, q), dtype=x.dtype, device=DEVICE,
                     memory_format=torch.channels_last)
@@ -363,7 +366,7 @@ def run_matmul(sw, m, n, k, dtype, candidates, group):
     case = Case("matmul", f"M{m}_N{n}_K{k}", dtype, lambda: torch.matmul(a, b, out=c_torch),
                 mm.matmul_flops(a, b), mm.matmul_bytes(a, b), group)
     for variant, config in candidates:
-        label = variant or f"default({mm._choose_variant(a, b, c, None)})"
+        label = variant or f"default({mm.matmul_variant(a, b, out=c)})"
         kernel = None if config else mm.matmul_kernel_for(a, b, variant=variant, out=c)
         sw.try_variant(case, label, config,
                        lambda: mm.matmul(a, b, out=c, variant=variant, config=config), c, kernel)
@@ -371,7 +374,7 @@ def run_matmul(sw, m, n, k, dtype, candidates, group):
 
 def phase_conv(sw):
     for c_in, k_out, hw, rs in RESNET50:
-        run_conv(sw, c_in, k_out, hw, rs, conv_candidates(c_in, k_out, hw, rs), "conv_resnet50")
+        run_conv(sw, c_in, k_out, hw, rs, "conv_resnet50")
 
 
 def phase_attention(sw):

@@ -6,15 +6,15 @@
 At the LLM shapes of test_matmul_llm_shapes_speed with M in (128, 1024), N x K in (4096 x 4096,
 14336 x 4096, 4096 x 14336), times in fp16:
 
-  M=128   the default (matmul(a, b): variant tma, the autotuned unsplit 64-row tiles), the
-          split-K variant as matmul(variant="tma_splitk") runs it (its launch chosen by timing
-          _splitk_space), every
-          launch of _splitk_space(every_split=True) (each of SPLITK_TILES at split 1 and every
+  M=128   the default (matmul(a, b): split-K where the wave model says so, else the autotuned
+          unsplit 64-row tiles), the split-K variant as matmul(variant="tma_splitk") runs it
+          (its launch chosen by timing matmul_splitk_space), every launch of
+          matmul_splitk_space(every_split=True) (each of SPLITK_TILES unsplit and at every
           split in 1-2 waves; the split ones both with the reduce kernel and with the in-kernel
           fixup, "+fx"), and EXTRA_TILES (128-row tiles with BLOCK_N 32 or 64, deeper or
-          shallower pipelines) unsplit and at their wave-model split (reduce kernel);
-  M=1024  the default (persistent, autotuned), and each big tile of _matmul_configs one tile per
-          program and persistent, plus a 5-stage 128 x 128;
+          shallower pipelines) at their wave-model split and unsplit (reduce kernel);
+  M=1024  the default (persistent, autotuned), and each big tile of the large-M group (now
+          with the 5-stage 128 x 128) one tile per program and persistent;
 
 then in bf16 (not with --smoke: bf16 dots are an interpreter gap) the default and the
 BF16_BEST fastest fp16 candidates of each shape. Each row is
@@ -86,7 +86,7 @@ def _cfg(bm, bn, bk, stages, warps, split=None) -> triton.Config:
 
 
 def _as_config(launch: dict) -> triton.Config:
-    """A split-K launch dict of matmul._splitk_space as the triton.Config matmul(config=) takes."""
+    """A split-K launch dict of matmul.matmul_splitk_space as the triton.Config matmul(config=) takes."""
     kw = {k: v for k, v in launch.items() if k not in ("num_stages", "num_warps", "num_ctas")}
     return triton.Config(kw, num_stages=launch["num_stages"], num_warps=launch["num_warps"])
 
@@ -96,16 +96,13 @@ def candidates_m128(m, n, k) -> list:
     choice, every split-K launch of the space, and EXTRA_TILES unsplit and at their wave-model
     split."""
     out = [(None, None), ("tma_splitk", None)]
-    sms, smem = mm._sm_count(sc.DEVICE), mm._smem_per_block(sc.DEVICE)
-    space = mm._splitk_space(m, n, k, sms, smem_per_block=smem, every_split=True)
+    space = mm.matmul_splitk_space(m, n, k, sc.DEVICE, every_split=True)
     out += [("tma_splitk", _as_config({**c, "FIXUP": False})) for c in space]
     # The split launches again with the in-kernel fixup instead of the reduce kernel.
     out += [("tma_splitk", _as_config({**c, "FIXUP": True})) for c in space if c["SPLIT_K"] > 1]
-    for bm, bn, bk, stages, warps in EXTRA_TILES:
-        tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-        slots = sms * mm._resident(bm, bn, bk, stages, smem)
-        for split in sorted({1, mm._wave_split(tiles, triton.cdiv(k, bk), slots)}):
-            out.append(("tma_splitk", _cfg(bm, bn, bk, stages, warps, split)))
+    # EXTRA_TILES at their wave-model split and unsplit.
+    out += [("tma_splitk", _as_config(c))
+            for c in mm.matmul_splitk_space(m, n, k, sc.DEVICE, tiles=EXTRA_TILES)]
     return out
 
 

@@ -35,9 +35,9 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
                 chunks (width x warps x register cap) for softmax and the layernorm forward at
                 every width, fp32 and fp16, and softmax_persistent's 1K tiles: what a new GPU
                 prefers, without the H100's sweeps as a starting point
-  wide          16K and 64K rows (fp32, fp16): split rows whose chunks are streamed twice
-                (CHUNK columns per program, BLOCK_N per step, pipelined: the split-looped
-                kernels) against held chunks (register caps, RELOAD) and single passes
+  wide          16K and 64K rows (fp32, fp16): split rows with held chunks (register caps,
+                RELOAD) against single passes (the split-looped kernels it also timed were
+                dropped in 293dd7c: 0.60-0.73 of copy on the H200)
 A variant whose first result is wrong, or whose second call takes over a second (a split row
 waiting on programs that never come), is reported and not timed.
 About 3-4 minutes on an H100 with a cold Triton cache. Prints one line per measurement, then one
@@ -295,30 +295,30 @@ def phase_defaults(sw):
         case, x, y, out = _vector_add_case(sw, dtype)
         sw.run(case, "default", "autotuned", lambda: vector_add.vector_add(x, y, out=out), [out])
         if case is not None and not SMOKE:
-            case_cfg = vector_add._vector_add_kernel.best_config
+            case_cfg = vector_add.vector_add_kernel_for().best_config
             sw.rows[-1]["config"] = f"autotuned: {_cfg_str(case_cfg)}"
         sw.run(case, "default persistent",
-               _shipped(vector_add._persistent_config, x.numel(), dtype),
+               _shipped(vector_add.vector_add_persistent_config, x.numel(), dtype),
                lambda: vector_add.vector_add_persistent(x, y, out=out), [out])
         del x, y, out
     for dtype in DTYPES:
         for cols in COLS:
             case, x, out = _softmax_case(sw, dtype, cols)
-            sw.run(case, "default", _shipped(softmax._softmax_config, *x.shape, dtype, False),
+            sw.run(case, "default", _shipped(softmax.softmax_config, *x.shape, dtype, False),
                    lambda: softmax.softmax(x, out=out), [out])
             sw.run(case, "default persistent",
-                   _shipped(softmax._softmax_config, *x.shape, dtype, True),
+                   _shipped(softmax.softmax_config, *x.shape, dtype, True),
                    lambda: softmax.softmax_persistent(x, out=out), [out])
             del x, out
     for dtype in DTYPES:
         for cols in COLS:
             case, x, w, b, y = _layernorm_case(sw, dtype, cols)
-            sw.run(case, "default", _shipped(layernorm._layernorm_config, *x.shape, dtype),
+            sw.run(case, "default", _shipped(layernorm.layernorm_config, *x.shape, dtype),
                    lambda: layernorm.layernorm(x, w, b, out=y), [y])
             del x, w, b, y
             case, args, outs = _layernorm_bwd_case(sw, dtype, cols)
             dx, dw, db = outs
-            sw.run(case, "default", _shipped(layernorm._layernorm_bwd_config, *args[1].shape,
+            sw.run(case, "default", _shipped(layernorm.layernorm_backward_config, *args[1].shape,
                                              dtype),
                    lambda: layernorm.layernorm_backward(*args, dx=dx, dw=dw, db=db), outs)
             del args, outs, dx, dw, db
@@ -333,10 +333,9 @@ def phase_defaults(sw):
 def phase_vector_add(sw):
     for dtype in SWEPT_DTYPES:
         case, x, y, out = _vector_add_case(sw, dtype)
-        n = x.numel()
         sw.run(case, "default", "autotuned", lambda: vector_add.vector_add(x, y, out=out), [out])
         sw.run(case, "default persistent",
-               _shipped(vector_add._persistent_config, x.numel(), dtype),
+               _shipped(vector_add.vector_add_persistent_config, x.numel(), dtype),
                lambda: vector_add.vector_add_persistent(x, y, out=out), [out])
         # Run 8: 4096/8/2 best for fp32 (2972 GB/s), 2048/4/8 for fp16 (2981); PREFETCH (a
         # second tile in flight per program) not measured yet. fp32 4096/8 with PREFETCH takes
@@ -353,12 +352,9 @@ def phase_vector_add(sw):
             sw.run(case, "persistent", cfg,
                    lambda c=cfg: vector_add.vector_add_persistent(x, y, out=out, config=c), [out])
         if dtype == torch.float32 and ARGS.full:
-            kernel = vector_add._vector_add_kernel.fn  # the autotuner's JITFunction, one config
-            for cfg in vector_add.elementwise_configs()[1:]:
-                block = cfg.kwargs["BLOCK_SIZE"]
+            for cfg in vector_add.vector_add_configs()[1:]:
                 sw.run(case, "tiled", cfg,
-                       lambda b=block, w=cfg.num_warps: kernel[(triton.cdiv(n, b),)](
-                           x, y, out, n, 1, 1, 1, BLOCK_SIZE=b, num_warps=w), [out])
+                       lambda c=cfg: vector_add.vector_add(x, y, out=out, config=c), [out])
             # the perf suite's negative control must miss 88% by 2x
             sw.run(case, "slow control", "BLOCK_SIZE=32 w1",
                    lambda: controls.add_slow(x, y, out=out), [out])
@@ -423,11 +419,11 @@ def phase_softmax(sw):
         case, x, out = _softmax_case(sw, dtype, cols)
         for variant, over in _softmax_variants(cols, dtype):
             launcher = softmax.softmax_persistent if "persistent" in variant else softmax.softmax
-            shipped = softmax._softmax_config(*x.shape, dtype, "persistent" in variant)
+            shipped = softmax.softmax_config(*x.shape, dtype, "persistent" in variant)
             if over is not None and {**shipped, **over} == shipped:
                 continue  # the default row measures it
             if over is None:
-                shown = _shipped(softmax._softmax_config, *x.shape, dtype,
+                shown = _shipped(softmax.softmax_config, *x.shape, dtype,
                                  "persistent" in variant)
             else:
                 shown = over
@@ -441,10 +437,10 @@ def phase_softmax(sw):
 
 def phase_softmax_1k(sw):
     case, x, out = _softmax_case(sw, torch.float32, NARROW)
-    sw.run(case, "default", _shipped(softmax._softmax_config, *x.shape, torch.float32, False),
+    sw.run(case, "default", _shipped(softmax.softmax_config, *x.shape, torch.float32, False),
            lambda: softmax.softmax(x, out=out), [out])
     sw.run(case, "default persistent",
-           _shipped(softmax._softmax_config, *x.shape, torch.float32, True),
+           _shipped(softmax.softmax_config, *x.shape, torch.float32, True),
            lambda: softmax.softmax_persistent(x, out=out), [out])
     # Run 14: then shipped (2 rows, 4 warps, 4 per SM) 2884 GB/s vs torch 2896; 2 rows on 2
     # warps, 8 per SM 2918; 1-2 warp programs with one row 2754-2802; 8 warps 2390-2787. Run 15:
@@ -481,11 +477,11 @@ def phase_layernorm(sw):
     for dtype, cols in ((torch.float16, WIDE), (torch.float32, WIDE), (torch.float16, MID),
                         (torch.float32, MID), (torch.float16, NARROW * 4)):
         case, x, w, b, y = _layernorm_case(sw, dtype, cols)
-        shipped = layernorm._layernorm_config(*x.shape, dtype)
+        shipped = layernorm.layernorm_config(*x.shape, dtype)
         for over in _layernorm_variants(cols, dtype):
             if over is not None and {**shipped, **over} == shipped:
                 continue  # the default row measures it
-            shown = _shipped(layernorm._layernorm_config, *x.shape, dtype) if over is None \
+            shown = _shipped(layernorm.layernorm_config, *x.shape, dtype) if over is None \
                 else over
             if SMOKE and over and "BLOCK_N" in over:
                 over = {**over, "BLOCK_N": 64, "SPLIT": False}
@@ -498,7 +494,7 @@ def _layernorm_wide_variants(dtype):
     """64K-column forward variants of the split kernel (each chunk normalised in two halves):
     chunk width, warps and register caps around the shipped config (registers per thread, Triton
     3.6 on sm_90: 4096-column float32 chunks 64; 8192-column 16-bit chunks 75, 72 with no spill).
-    Runs 11-12 also timed the chunks on a persistent grid (dropped: see _layernorm_config)."""
+    Runs 11-12 also timed the chunks on a persistent grid (dropped: see layernorm_config)."""
     split = {"SPLIT": True, "LATE_WB": True, "num_warps": 4}
     if dtype == torch.float32:
         return [None] + [{**split, "BLOCK_N": bn, "num_warps": w, "maxnreg": m}
@@ -528,7 +524,7 @@ def phase_layernorm_wide(sw):
     for dtype in DTYPES:
         case, x, w, b, y = _layernorm_case(sw, dtype, WIDE)
         for over in _layernorm_wide_variants(dtype):
-            shown = _shipped(layernorm._layernorm_config, *x.shape, dtype) if over is None \
+            shown = _shipped(layernorm.layernorm_config, *x.shape, dtype) if over is None \
                 else over
             if SMOKE and over:
                 over = {**over, "BLOCK_N": 8192}  # one chunk per row under the interpreter
@@ -536,7 +532,7 @@ def phase_layernorm_wide(sw):
                    lambda c=over: layernorm.layernorm(x, w, b, out=y, config=c), [y])
         del x, w, b, y
     if not SMOKE:
-        _register_report(layernorm._layernorm_fwd_split_kernel)
+        _register_report(layernorm.KERNELS["forward_split"])
 
 
 def phase_layernorm_bwd(sw):
@@ -565,25 +561,15 @@ def phase_layernorm_bwd(sw):
 
 def phase_fused(sw):
     for dtype in SWEPT_DTYPES:
-        case, (a, b, c), out = _add_mul_case(sw, dtype)
-        n = a.numel()
-        kernel = fused._add_mul_kernel.fn
-        for cfg in vector_add.elementwise_configs():
-            block = cfg.kwargs["BLOCK_SIZE"]
-            sw.run(case, "tiled", cfg,
-                   lambda bs=block, w=cfg.num_warps: kernel[(triton.cdiv(n, bs),)](
-                       a, b, c, out, n, 1, 1, 1, 1, BLOCK_SIZE=bs, num_warps=w), [out])
-        del a, b, c, out
-        case, (x, bias, res), out = _bias_gelu_case(sw, dtype)
-        m, n = x.shape
-        kernel = fused._bias_gelu_residual_kernel.fn
-        for cfg in fused._bias_gelu_residual_configs():
-            bm, bn = cfg.kwargs["BLOCK_M"], cfg.kwargs["BLOCK_N"]
-            sw.run(case, "tiled", cfg,
-                   lambda bm=bm, bn=bn, w=cfg.num_warps: kernel[(triton.cdiv(m, bm),
-                                                                 triton.cdiv(n, bn))](
-                       x, bias, res, out, m, n, n, n, n, BLOCK_M=bm, BLOCK_N=bn, num_warps=w),
+        case, (a, b, c_), out = _add_mul_case(sw, dtype)
+        for cfg in fused.add_mul_configs():
+            sw.run(case, "tiled", cfg, lambda c=cfg: fused.add_mul(a, b, c_, out=out, config=c),
                    [out])
+        del a, b, c_, out
+        case, (x, bias, res), out = _bias_gelu_case(sw, dtype)
+        for cfg in fused.bias_gelu_residual_configs():
+            sw.run(case, "tiled", cfg,
+                   lambda c=cfg: fused.bias_gelu_residual(x, bias, res, out=out, config=c), [out])
         del x, bias, res, out
 
 
@@ -624,7 +610,7 @@ def phase_grid(sw):
         for cols in COLS:
             wide = cols > SINGLE_MAX
             case, x, out = _softmax_case(sw, dtype, cols)
-            sw.run(case, "default", _shipped(softmax._softmax_config, *x.shape, dtype, False),
+            sw.run(case, "default", _shipped(softmax.softmax_config, *x.shape, dtype, False),
                    lambda: softmax.softmax(x, out=out), [out])
             if wide:
                 over_list = [{"BLOCK_N": b, "num_warps": w, "maxnreg": m, "SPLIT": True}
@@ -640,7 +626,7 @@ def phase_grid(sw):
                        [out])
             if cols == NARROW and dtype == torch.float32:
                 sw.run(case, "default persistent",
-                       _shipped(softmax._softmax_config, *x.shape, dtype, True),
+                       _shipped(softmax.softmax_config, *x.shape, dtype, True),
                        lambda: softmax.softmax_persistent(x, out=out), [out])
                 for r, w, p in ((4, 2, 4), (4, 2, 8), (8, 4, 4), (8, 4, 8), (2, 2, 8), (4, 4, 8),
                                 (8, 8, 4), (16, 8, 2)):
@@ -649,7 +635,7 @@ def phase_grid(sw):
                            lambda c=over: softmax.softmax_persistent(x, out=out, config=c), [out])
             del x, out
             case, x, w_, b_, y = _layernorm_case(sw, dtype, cols)
-            sw.run(case, "default", _shipped(layernorm._layernorm_config, *x.shape, dtype),
+            sw.run(case, "default", _shipped(layernorm.layernorm_config, *x.shape, dtype),
                    lambda: layernorm.layernorm(x, w_, b_, out=y), [y])
             if wide:
                 over_list = [{"BLOCK_N": b, "num_warps": w, "maxnreg": m, "SPLIT": True,
@@ -665,24 +651,14 @@ def phase_grid(sw):
                        lambda c=over: layernorm.layernorm(x, w_, b_, out=y, config=c), [y])
             del x, w_, b_, y
     if not SMOKE:
-        _register_report(softmax._softmax_kernel, softmax._softmax_split_kernel,
-                         softmax._softmax_persistent_kernel, layernorm._layernorm_fwd_kernel,
-                         layernorm._layernorm_fwd_split_kernel)
+        _register_report(softmax.KERNELS["single"], softmax.KERNELS["split"],
+                         softmax.KERNELS["persistent"], layernorm.KERNELS["forward"],
+                         layernorm.KERNELS["forward_split"])
 
 
 def _wide_variants(cols, dtype, layer):
     """(launcher, config) for the wide phase at 16K or 64K columns."""
     out = [("default", None)]
-    looped = [(c, b, w, st) for c, b, w, st in (
-        (8192, 1024, 4, 2), (8192, 2048, 4, 2), (8192, 2048, 8, 3), (16384, 2048, 4, 2),
-        (16384, 2048, 4, 3), (16384, 4096, 8, 2), (16384, 1024, 4, 3), (32768, 2048, 4, 2),
-        (32768, 4096, 8, 2), (4096, 1024, 4, 2), (4096, 2048, 4, 2))
-        if c < cols or (c == cols and cols <= MID)]
-    for c, b, w, st in looped:
-        if SMOKE:
-            c, b = triton.next_power_of_2(cols), min(b, triton.next_power_of_2(cols))
-        out.append(("split looped", {"SPLIT": True, "CHUNK": c, "BLOCK_N": b, "num_warps": w,
-                                     "NUM_STAGES": st}))
     held = [(4096, 4, None, False), (4096, 4, 40, False), (4096, 2, None, False),
             (8192, 4, 64, True), (8192, 8, None, False), (2048, 2, None, False)]
     if dtype == torch.float32:
@@ -713,20 +689,18 @@ def phase_wide(sw):
             for variant, over in _wide_variants(cols, dtype, False):
                 launcher = softmax.softmax_persistent if variant == "persistent" \
                     else softmax.softmax
-                shown = over or _shipped(softmax._softmax_config, *x.shape, dtype, False)
+                shown = over or _shipped(softmax.softmax_config, *x.shape, dtype, False)
                 sw.run(case, variant, shown,
                        lambda f=launcher, c=over: f(x, out=out, config=c), [out])
             del x, out
             case, x, w_, b_, y = _layernorm_case(sw, dtype, cols)
             for variant, over in _wide_variants(cols, dtype, True):
-                shown = over or _shipped(layernorm._layernorm_config, *x.shape, dtype)
+                shown = over or _shipped(layernorm.layernorm_config, *x.shape, dtype)
                 sw.run(case, variant, shown,
                        lambda c=over: layernorm.layernorm(x, w_, b_, out=y, config=c), [y])
             del x, w_, b_, y
     if not SMOKE:
-        _register_report(softmax._softmax_split_looped_kernel, softmax._softmax_split_kernel,
-                         layernorm._layernorm_fwd_split_looped_kernel,
-                         layernorm._layernorm_fwd_split_kernel)
+        _register_report(softmax.KERNELS["split"], layernorm.KERNELS["forward_split"])
 
 
 # --- report ----------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import triton
 
 from pytest_triton.correctness.tensors import distinct_elements
 
@@ -91,3 +92,37 @@ def config_values(where: str, cfg: dict, *, powers_of_two=(), at_least=None, pos
         if value is not None and not isinstance(value, bool):
             raise ValueError(f"{where}: config {key}={value!r} must be True or False")
     return cfg
+
+
+def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
+                   powers_of_two: tuple[str, ...] = ()) -> dict:
+    """A launcher's heuristic launch parameters, with a caller's overrides (tuning sweeps)."""
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"{where}: config must be a dict of launch parameters, got "
+                        f"{type(overrides).__name__}")
+    if not overrides:
+        return defaults
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(f"{where}: unknown config key(s) {unknown}; expected some of "
+                         f"{sorted(defaults)}")
+    cfg = {**defaults, **overrides}
+    # the value's kind follows the default's: flags stay bools, counts are integers >= 1 (a
+    # default of None is an optional count: programs_per_sm, maxnreg)
+    flags = [k for k in overrides if isinstance(defaults[k], bool)]
+    counts = [k for k in overrides if k not in powers_of_two and k not in flags
+              and (defaults[k] is None or isinstance(defaults[k], int))]
+    return config_values(where, cfg, powers_of_two=powers_of_two, positive=counts, flags=flags)
+
+
+def launch_config(where: str, config, keys: tuple[str, ...]) -> dict:
+    """A triton.Config a caller gives an autotuned launcher instead of its autotuning, as the
+    launch's keyword arguments (meta-parameters, num_warps, num_stages): it must hold every
+    meta-parameter of `keys`, each a power of two, as are its warps."""
+    if not isinstance(config, triton.Config):
+        raise TypeError(f"{where}: config must be a triton.Config, got {type(config).__name__}")
+    missing = set(keys) - set(config.kwargs)
+    if missing:
+        raise ValueError(f"{where}: config lacks {sorted(missing)}")
+    return config_values(where, dict(config.all_kwargs()), powers_of_two=(*keys, "num_warps"),
+                         positive=("num_stages",))

@@ -17,12 +17,14 @@ PYTEST_TRITON_TUNE=0 (every launch on its heuristic).
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 
 import torch
+import triton
 
-from pytest_triton import interpreting
+from pytest_triton import do_bench, interpreting
 
 # Traffic below which the heuristic is taken untimed: at 32 MB a launch takes ~10 us on an
 # H100 and tuning (a compile and ~50 ms of timing per candidate) could not pay for itself.
@@ -114,3 +116,14 @@ def space(defaults: dict, *alternatives: dict) -> list[dict]:
         if cfg not in out:
             out.append(cfg)
     return out
+
+
+def autotune_kwargs() -> dict:
+    """triton.autotune's keyword arguments for the tensor-core kernels' autotuners: the plugin's
+    timing (pytest_triton.do_bench: CUDA graphs, cold L2, as the perf tests time) where this
+    Triton's autotune takes a do_bench (Triton >= 3.3). Triton's default includes host launch
+    overhead, which on 20-50 us kernels (M=128 GEMMs, ResNet layers) drowns the differences
+    between configs."""
+    if "do_bench" in inspect.signature(triton.autotune).parameters:
+        return {"do_bench": do_bench}
+    return {}  # pragma: no cover - older Triton: its default timing

@@ -10,39 +10,40 @@ is folded into the subtraction of the maximum (one FMA per score).
 Causal: a query block needs only the key blocks at or before its diagonal. The blocks wholly
 below the diagonal need no mask and run in a first loop; only the few blocks on the diagonal
 (and a sequence tail shorter than BLOCK_N) run in a second, masked loop; blocks above the
-diagonal are skipped.
+diagonal are skipped, and the query blocks with the most keys are launched first.
 
-Two source-level options of the inner loop, constexpr flags a config may set (off in the tuned
-configs until bench/sweep_attention.py shows where they pay; each is exact up to rounding):
-- PIPELINE: FlashAttention-3's intra-warpgroup overlap, by hand (Triton 3.6 has no warp
-  specialization on Hopper). A step takes block j's Q K^T, then issues block j-1's P V, then
-  runs block j's softmax: the exponentials run while that P V's wgmma is in flight. Triton
-  decides what stays in flight (WGMMAPipeline.cpp): a wgmma whose result anything but the next
-  product's accumulator reads in the loop gets wait(0) right after it, and wait(0) drains every
-  wgmma. So the scores, which the softmax reads, are waited for at once; the P V product may stay
-  in flight only because its accumulator is read by nothing else: the rescale of block j-1 is
-  folded into it (acc * alpha, read after the scores' wait), never applied after the softmax
-  (tried: wait(0) after P V, no overlap). P must reach the wgmma from registers: Triton moves
-  a product's A operand from shared memory to registers only for a value computed in the loop
-  in the product's accumulator layout, so P, carried in the input dtype, goes through `p + 0.0`
-  there (exact, one packed add per two elements). Carried bare it went through shared memory,
-  whose single buffer forced the wait again; carried in fp32 and rounded at the product it
-  cost 32 registers more (Triton 3.9's sm_90 ptxas, D 128, 128 x 128 over 8 warps: 255
-  registers, causal spills of 72-88 bytes; with `p + 0.0`: 229-251, no spills; 128 x 64
-  tiles 175-207). Block 0's softmax is a prologue and the last block's P V an epilogue; the
-  causal split into an unmasked and a masked loop stays (pipelining only the unmasked loop,
-  the diagonal left to the plain masked loop, spilled more). Not yet timed on a GPU
-  (bench/sweep_attention.py). Triton 3.6, the GPU machines' release, compiles it differently
-  (bench/regcount.py for sm_90, no GPU): P's 32 KB tile (128 x 128 fp16) goes through shared
-  memory there, so a 128 x 128 tile over 3 stages asks for 257 KB, over the 227 KB an H100 or
-  H200 block may use (it cannot launch), 193 KB over 2 stages; registers 204-241, no spills.
-  The P-through-shared-memory path is the one that forced the wait on 3.9, so on 3.6 the overlap
-  is unlikely: the sweep says.
-- LAZY_RESCALE: FlashAttention-4's conditional rescale. The accumulator is multiplied only when
-  some row's maximum grows by more than 2**RESCALE_THRESHOLD; otherwise the stale maximum stays,
-  p stays <= 2**8 and the final acc / l cancels it. With PIPELINE the branch lands before the
-  scores' wait and P V is waited for at once again (no overlap): the two combine correctly, not
-  profitably.
+Removed, measured (2026-11-25, bench/sweep_attention.py, Triton 3.6, torch 2.11, fp16, speedup
+over SDPA at test_attention_speed's six shapes per head dim, geomean and worst): two hand-written
+inner-loop options, PIPELINE (FlashAttention-3's intra-warpgroup overlap: block j's Q K^T, then
+block j-1's P V left in flight, then block j's softmax) and LAZY_RESCALE (FlashAttention-4's
+conditional rescale of the accumulator). Each lost at every shape on both GPUs:
+                               H100 80GB HBM3          H200
+  D128  default                0.840 (worst 0.776)     0.844 (0.771)
+        128x128 s3 w8 lazy     0.696 (0.667)           0.692 (0.653)
+        128x64  s4 w8 pipe     0.685 (0.646)           0.681 (0.626)
+        128x128 s2 w8 pipe     0.649 (0.596)           0.648 (0.585)
+        64x64   s3 w4 pipe     0.566 (0.510)           0.559 (0.506)
+        128x128 s3 w8 pipe     cannot launch: 257 KB of shared memory (P staged through it)
+  D64   default                0.944 (0.927)           0.950 (0.926)
+        64x64   s3 w4 pipe     0.903 (0.858)           0.904 (0.867)
+        128x64  s4 w8 pipe     0.854 (0.796)           0.853 (0.794)
+        128x64  s4 w8 lazy     0.813 (0.772)           0.812 (0.767)
+Triton 3.6 stages P through shared memory, whose single buffer makes the compiler wait for each
+P V product at once (no overlap is left; the extra wait and copy cost 4-33% of the default's
+speed); the lazy rescale's cross-warp branch per block cost more than the multiplies it skips
+(128 x 128: 0.696 against 0.827 without it on the H100). They were removed
+rather than kept off by default: no shape wanted them, and they were most of the loop's code.
+
+One option a config may set instead (off in the tuned configs until bench/sweep_attention.py
+shows where it pays; exact up to rounding): WARP_SPECIALIZE, Triton's automatic warp
+specialization of the key loop (tl.range(warp_specialize=True), Triton >= 3.5 on Hopper, enabled
+there by Triton's tutorial for non-causal attention): a producer warp issues the TMA loads and
+the compiler splits the rows over two consumer warpgroups of num_warps each, FlashAttention-3's
+structure without hand-written barriers. Compiled for sm_90 with Triton 3.6 (no GPU): 12 warps,
+168 registers, no spills at D 128 for 128 x 128 and 128 x 64 tiles over 2-3 stages (128 x 128 over
+3 stages asks for 246 KB: it cannot launch). The pass asserts on a specialized loop followed by
+another loop and gives up on one followed by a single step, so with WARP_SPECIALIZE one loop
+visits every visible key, masked unless no key block crosses S (non-causal, EVEN_N).
 Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
 into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
 fp16/bf16.
@@ -66,15 +67,13 @@ import triton.language as tl
 from pytest_triton import autotune_configs
 
 from ._checks import config_values, output, require_dtype, require_tensor
-from .matmul import TensorDescriptor, _autotune_kwargs, tma_available
+from ._gemm import TensorDescriptor, tma_available
+from ._tuning import autotune_kwargs
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = 1.4426950408889634
 VARIANTS = ("pointer", "tma")
-# LAZY_RESCALE's threshold, in log2 units of the scores: a stale row maximum at most 8 below the
-# true one keeps p <= 256, within fp16's range and at its full relative precision (FA4's value).
-RESCALE_THRESHOLD = tl.constexpr(8.0)
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
 # they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
@@ -108,7 +107,7 @@ def _attention_configs() -> dict[int, list[triton.Config]]:
     candidate. Two candidates per head dim cost two compiles per head dim and causal flag in the
     3-minute perf run.
     """
-    def cfg(bm, bn, stages, warps, **options):  # options: PIPELINE=True, LAZY_RESCALE=True
+    def cfg(bm, bn, stages, warps, **options):  # options: WARP_SPECIALIZE=True
         return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **options}, num_stages=stages,
                              num_warps=warps, pre_hook=_set_tma_block_shapes)
 
@@ -204,11 +203,9 @@ def _online_softmax(
     qk_scale,  # sm_scale * log2(e)
     MASKED: tl.constexpr,  # mask keys >= S and, when CAUSAL, keys after the query
     CAUSAL: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr,  # keep a stale maximum unless one grows past RESCALE_THRESHOLD
 ):
-    """(p, alpha, m, l, rescale): the block's probabilities against the new maximum m, the factor
-    alpha = exp2(m_old - m) the accumulator needs, the new row sum, and whether the accumulator
-    must be multiplied by alpha at all (always, unless LAZY_RESCALE)."""
+    """(p, alpha, m, l): the block's probabilities against the new maximum m, the factor
+    alpha = exp2(m_old - m) the accumulator needs, and the new row sum."""
     if MASKED:
         visible = (keys < S)[None, :]
         if CAUSAL:
@@ -220,30 +217,46 @@ def _online_softmax(
     # (key 0 is visible to all queries), so m_new is finite from then on and a fully masked
     # block gives p = 0, alpha = 1.
     m_new = tl.maximum(m_i, tl.max(s, 1) * qk_scale)
-    if LAZY_RESCALE:
-        # Keep the stale maxima unless some row's grew by more than RESCALE_THRESHOLD: then
-        # p <= 2**RESCALE_THRESHOLD, l and acc are sums against that same stale m, and the final
-        # acc / l cancels it, so the result is exact up to rounding (fp16 and bf16 carry the
-        # same relative precision at 256 as at 1). One decision for the whole tile (Triton has
-        # no warp-uniform branch): a cross-warp max and a barrier per block, against the
-        # skipped BLOCK_M x HEAD_DIM multiply of acc in most blocks (past a row's first few
-        # blocks its maximum rarely grows by 2**8). The first block always rescales (m_i = -inf).
-        rescale = tl.max(m_new - m_i, 0) > RESCALE_THRESHOLD
-        m_new = tl.where(rescale, m_new, m_i)
-    else:
-        rescale = True
     p = tl.math.exp2(s * qk_scale - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    return p, alpha, m_new, l_i, rescale
+    return p, alpha, m_new, l_i
+
+
+@triton.jit
+def _attention_step(
+    acc, m_i, l_i,  # running accumulator (BLOCK_M x HEAD_DIM), row maximum and row sum (BLOCK_M)
+    q,  # BLOCK_M x HEAD_DIM query tile
+    k_src, v_src,  # TMA: descriptors of K and V as (B*H*S) x HEAD_DIM; else BLOCK_N x HEAD_DIM
+                   # pointer tiles at key 0 of this (batch, head)
+    kv_row,  # TMA: the row of key 0 of this (batch, head) in the descriptors
+    stride_kn, stride_vn,  # pointers: the key strides of K and V
+    offs_m,  # BLOCK_M query positions
+    offs_n,  # BLOCK_N key offsets within a block
+    start_n,  # the block's first key
+    S,  # the sequence length
+    qk_scale,  # sm_scale * log2(e)
+    MASKED: tl.constexpr,  # mask keys >= S and, when CAUSAL, keys after the query
+    CAUSAL: tl.constexpr,
+    TMA: tl.constexpr,
+):
+    keys = start_n + offs_n
+    k_ok = keys < S
+    k = _load_block(k_src, kv_row, stride_kn, start_n, k_ok, MASKED, TMA)
+    v = _load_block(v_src, kv_row, stride_vn, start_n, k_ok, MASKED, TMA)
+    s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded in below
+    p, alpha, m_i, l_i = _online_softmax(s, m_i, l_i, keys, offs_m, S, qk_scale, MASKED, CAUSAL)
+    # The accumulator rescaled to p's maximum, then the block's P V added in the tensor-core
+    # product itself (no separate add of a BLOCK_M x HEAD_DIM product tile).
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
+    return acc, m_i, l_i
 
 
 @triton.jit
 def _attention_block(
     acc, m_i, l_i,  # running accumulator (BLOCK_M x HEAD_DIM), row maximum and row sum (BLOCK_M)
     q,  # BLOCK_M x HEAD_DIM query tile
-    k_src, v_src,  # TMA: descriptors of K and V as (B*H*S) x HEAD_DIM; else BLOCK_N x HEAD_DIM
-                   # pointer tiles at key 0 of this (batch, head)
+    k_src, v_src,  # as _attention_step's
     kv_row,  # TMA: the row of key 0 of this (batch, head) in the descriptors
     stride_kn, stride_vn,  # pointers: the key strides of K and V
     offs_m,  # BLOCK_M query positions
@@ -255,67 +268,24 @@ def _attention_block(
     CAUSAL: tl.constexpr,
     TMA: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,  # Triton's automatic warp specialization of the loop
 ):
-    for start_n in range(start, end, BLOCK_N):
-        keys = start_n + offs_n
-        k_ok = keys < S
-        k = _load_block(k_src, kv_row, stride_kn, start_n, k_ok, MASKED, TMA)
-        v = _load_block(v_src, kv_row, stride_vn, start_n, k_ok, MASKED, TMA)
-        s = tl.dot(q, tl.trans(k))  # raw scores: the scale is folded in below
-        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, keys, offs_m, S, qk_scale,
-                                                      MASKED, CAUSAL, LAZY_RESCALE)
-        acc = _add_pv(acc, p.to(v.dtype), v, alpha, rescale, LAZY_RESCALE)
-    return acc, m_i, l_i
-
-
-@triton.jit
-def _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE: tl.constexpr):
-    """acc * alpha + p v: the accumulator rescaled to p's maximum, then the block's P V added in
-    the tensor-core product itself (no separate add of a BLOCK_M x HEAD_DIM product tile)."""
-    if LAZY_RESCALE:
-        if rescale:
-            acc = acc * alpha[:, None]
-        acc = tl.dot(p, v, acc)
+    if WARP_SPECIALIZE:
+        # Triton >= 3.5 on Hopper: a producer warp issues the TMA loads and the loop's work is
+        # split by rows over consumer warpgroups of num_warps each (FlashAttention-3's
+        # structure, chosen by the compiler); one accumulator buffer, as Triton's tutorial
+        # runs it.
+        for start_n in tl.range(start, end, BLOCK_N, warp_specialize=True,
+                                disallow_acc_multi_buffer=True):
+            acc, m_i, l_i = _attention_step(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                            stride_vn, offs_m, offs_n, start_n, S, qk_scale,
+                                            MASKED, CAUSAL, TMA)
     else:
-        acc = tl.dot(p, v, acc * alpha[:, None])
-    return acc
-
-
-@triton.jit
-def _pipelined_blocks(
-    acc, m_i, l_i,
-    p, alpha, rescale,  # the block before `start`: its probabilities (input dtype), whose P V
-                        # is still to add, and the rescale of acc to its maximum
-    q, k_src, v_src, kv_row, stride_kn, stride_vn, offs_m, offs_n,
-    start, end,  # the blocks [start, end) whose scores to take; start >= BLOCK_N
-    S, qk_scale,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    TMA: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr,
-):
-    # One step: this block's Q K^T, waited for (its scores feed the softmax); then the previous
-    # block's P V, issued asynchronously; then this block's softmax, whose exponentials run while
-    # that P V is in flight (it is waited for at the next step's Q K^T). Triton's rule for
-    # leaving a wgmma in flight (WGMMAPipeline.cpp): inside the loop its result may feed only the
-    # next product's accumulator, after the loop's first wait(0); the rescale of acc is folded
-    # into that accumulator (acc * alpha of the previous block), never applied after the softmax.
-    for start_n in range(start, end, BLOCK_N):
-        keys = start_n + offs_n
-        k = _load_block(k_src, kv_row, stride_kn, start_n, keys < S, MASKED, TMA)
-        # The previous block is full: only the last block may cross S, and it is never previous.
-        v = _load_block(v_src, kv_row, stride_vn, start_n - BLOCK_N, keys < S, False, TMA)
-        s = tl.dot(q, tl.trans(k))
-        # + 0.0: computed here, P reaches the wgmma from registers (see the module docstring).
-        acc = _add_pv(acc, p + 0.0, v, alpha, rescale, LAZY_RESCALE)
-        p, alpha, m_i, l_i, rescale_next = _online_softmax(s, m_i, l_i, keys, offs_m, S,
-                                                           qk_scale, MASKED, CAUSAL, LAZY_RESCALE)
-        p = p.to(v.dtype)
-        if LAZY_RESCALE:  # else rescale is the constant True: not carried through the loop
-            rescale = rescale_next
-    return acc, m_i, l_i, p, alpha, rescale
+        for start_n in range(start, end, BLOCK_N):
+            acc, m_i, l_i = _attention_step(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                            stride_vn, offs_m, offs_n, start_n, S, qk_scale,
+                                            MASKED, CAUSAL, TMA)
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -328,42 +298,29 @@ def _attend(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    PIPELINE: tl.constexpr,
-    LAZY_RESCALE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    EVEN_N: tl.constexpr,  # S is a multiple of BLOCK_N: no key block crosses S
 ):
     """(acc, l): the unnormalised output rows and their softmax sums, over every visible key."""
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
-    if PIPELINE:
-        # Prologue: block 0's scores and probabilities (masked: block 0 may be the diagonal or
-        # cross S; accumulator zero, nothing to rescale). Then the unmasked and the masked loop
-        # from block 1, each step adding the previous block's P V; epilogue: the last block's
-        # P V, its values masked as the only block that may cross S.
-        k = _load_block(k_src, kv_row, stride_kn, 0, offs_n < S, True, TMA)
-        s = tl.dot(q, tl.trans(k))
-        p, alpha, m_i, l_i, rescale = _online_softmax(s, m_i, l_i, offs_n, offs_m, S, qk_scale,
-                                                      True, CAUSAL, LAZY_RESCALE)
-        p = p.to(k.dtype)
-        acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
-            acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
-            offs_m, offs_n, BLOCK_N, unmasked_end, S, qk_scale, False, CAUSAL, TMA, BLOCK_N,
-            LAZY_RESCALE)
-        acc, m_i, l_i, p, alpha, rescale = _pipelined_blocks(
-            acc, m_i, l_i, p, alpha, rescale, q, k_src, v_src, kv_row, stride_kn, stride_vn,
-            offs_m, offs_n, tl.maximum(unmasked_end, BLOCK_N), masked_end, S, qk_scale, True,
-            CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
-        last = ((masked_end - 1) // BLOCK_N) * BLOCK_N  # masked_end >= 1
-        v = _load_block(v_src, kv_row, stride_vn, last, (last + offs_n) < S, True, TMA)
-        acc = _add_pv(acc, p, v, alpha, rescale, LAZY_RESCALE)
+    if WARP_SPECIALIZE:
+        # One loop over every visible key: Triton 3.6's warp specialization fails on a loop
+        # followed by another loop (the pass asserts) and gives up on one followed by a step
+        # (compiled for sm_90, no GPU), so the tail or the causal diagonal cannot have its own.
+        # Masked unless no key block crosses S (non-causal, EVEN_N), as the tutorial's loop.
+        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                         stride_vn, offs_m, offs_n, 0, masked_end, S, qk_scale,
+                                         CAUSAL or not EVEN_N, CAUSAL, TMA, BLOCK_N, True)
     else:
         acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
                                          stride_vn, offs_m, offs_n, 0, unmasked_end, S,
-                                         qk_scale, False, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+                                         qk_scale, False, CAUSAL, TMA, BLOCK_N, False)
         acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
                                          stride_vn, offs_m, offs_n, unmasked_end, masked_end, S,
-                                         qk_scale, True, CAUSAL, TMA, BLOCK_N, LAZY_RESCALE)
+                                         qk_scale, True, CAUSAL, TMA, BLOCK_N, False)
     return acc, l_i
 
 
@@ -384,8 +341,8 @@ def _attention_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
-    PIPELINE: tl.constexpr = False,  # issue the next block's Q K^T before this one's softmax
-    LAZY_RESCALE: tl.constexpr = False,  # rescale acc only when a row maximum grows a lot
+    WARP_SPECIALIZE: tl.constexpr = False,  # one warp-specialized loop over the keys (Hopper)
+    EVEN_N: tl.constexpr = False,  # S is a multiple of BLOCK_N (set by the launcher)
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -406,8 +363,8 @@ def _attention_kernel(
     v_ptrs = v_ptr + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
 
     acc, l_i = _attend(q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs, offs_m, offs_n, S, qk_scale,
-                       block_m, CAUSAL, False, HEAD_DIM, BLOCK_M, BLOCK_N, PIPELINE,
-                       LAZY_RESCALE)
+                       block_m, CAUSAL, False, HEAD_DIM, BLOCK_M, BLOCK_N, WARP_SPECIALIZE,
+                       EVEN_N)
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
@@ -427,8 +384,8 @@ def _attention_tma_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
-    PIPELINE: tl.constexpr = False,  # issue the next block's Q K^T before this one's softmax
-    LAZY_RESCALE: tl.constexpr = False,  # rescale acc only when a row maximum grows a lot
+    WARP_SPECIALIZE: tl.constexpr = False,  # one warp-specialized loop over the keys (Hopper)
+    EVEN_N: tl.constexpr = False,  # S is a multiple of BLOCK_N (set by the launcher)
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -442,7 +399,7 @@ def _attention_tma_kernel(
     q = q_desc.load([row0 + block_m * BLOCK_M, 0])
 
     acc, l_i = _attend(q, k_desc, v_desc, row0, 0, 0, offs_m, offs_n, S, qk_scale, block_m,
-                       CAUSAL, True, HEAD_DIM, BLOCK_M, BLOCK_N, PIPELINE, LAZY_RESCALE)
+                       CAUSAL, True, HEAD_DIM, BLOCK_M, BLOCK_N, WARP_SPECIALIZE, EVEN_N)
     acc = acc / l_i[:, None]
     # A pointer store, masked at S: a TMA store of the 2-D view would spill into the next head.
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
@@ -454,7 +411,7 @@ def _autotuned(kernel):
                                                     interpreter=INTERPRETER_CONFIG),
                            key=["S", "HEAD_DIM", "CAUSAL"],
                            prune_configs_by={"early_config_prune": _prune_configs},
-                           **_autotune_kwargs())(kernel)
+                           **autotune_kwargs())(kernel)
 
 
 # One autotuner per variant, each with its own cache of chosen configs.
@@ -559,10 +516,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"attention: config lacks {sorted(missing)}")
     config_values("attention", kw, powers_of_two=("BLOCK_M", "BLOCK_N", "num_warps"),
                   at_least={"BLOCK_M": 16, "BLOCK_N": 16}, positive=("num_stages",),
-                  flags=("PIPELINE", "LAZY_RESCALE"))
+                  flags=("WARP_SPECIALIZE",))
     if kw["BLOCK_M"] % kw["BLOCK_N"]:
         raise ValueError(f"attention: BLOCK_M {kw['BLOCK_M']} must be a multiple of BLOCK_N "
                          f"{kw['BLOCK_N']}")
+    if "EVEN_N" in kw:
+        raise ValueError("attention: EVEN_N is set by the launcher (S % BLOCK_N == 0), not by a "
+                         "config")
+    kw["EVEN_N"] = S % kw["BLOCK_N"] == 0
     if chosen == "tma":
         _set_tma_block_shapes({"q_desc": args[0], "k_desc": args[1], "v_desc": args[2],
                                **meta, **kw})

@@ -12,7 +12,7 @@ fast path use, every A row is BLOCK_K contiguous channels of one input pixel. On
 all R*S*(C/BLOCK_K) reduction steps, rather than three nested ones, so that the compiler pipelines
 it even when C fits in one BLOCK_K.
 
-Two kernels:
+Three kernels:
 
 - `_conv2d_tma_kernel` (Hopper, Triton >= 3.4; the default where it applies): stride 1 and a
   same-size output (P = H, Q = W: ResNet's 3x3 pad 1 and 1x1 pad 0 layers), channels_last x, weight
@@ -25,9 +25,15 @@ Two kernels:
   unpadded conv needs no mask and is a plain TMA GEMM. For late layers, whose few output tiles
   would leave SMs idle, the reduction can be split over several programs (split-K, summed by
   `_splitk_reduce_kernel`). Tiles and split are chosen per shape by timing a few candidates
-  once, the way the perf tests time (`_tma_config`): these layers run for 10-40 us, where
+  once, the way the perf tests time (`_plan`): these layers run for 10-40 us, where
   Triton's autotuner timing is dominated by host launch overhead, and a cost model ranked the
   candidates wrongly.
+- `_conv2d_nhwc_kernel` (variant "tma_nhwc", Hopper; not the default until measured): stride 1,
+  any padding, dilation and output size, channels_last operands. Output tiles are TILE_H x
+  TILE_W pixels of one image, and x is read through a 4-D (N, H, W, C) descriptor: the input
+  pixels of a tile under one tap are one box, shifted by the tap, whose part outside the image
+  the TMA engine fills with zeros. No masks and no per-element addresses, so large tiles (which
+  cut the traffic from L2 that bounds the 3x3 layers) are cheap to feed; see _NHWC_TILES.
 - `_conv2d_kernel`: pointer loads with masks, any stride, padding, dilation and layout (masked-out
   taps are the padding); autotuned.
 
@@ -46,18 +52,13 @@ from triton.runtime.errors import OutOfResources
 from pytest_triton import autotune_configs, do_bench, interpreting
 
 from ._checks import config_values, output, require_dtype, require_tensor
-from .matmul import (
-    TensorDescriptor,
-    _autotune_kwargs,
-    _grouped_tile,
-    _sm_count,
-    matmul,
-    matmul_kernel_for,
-    tma_available,
-)
+from ._device import sm_count
+from ._gemm import TensorDescriptor, grouped_tile, tma_available
+from ._tuning import autotune_kwargs
+from .matmul import matmul, matmul_kernel_for
 
 DTYPES = (torch.float16, torch.bfloat16)
-VARIANTS = ("tma", "implicit_gemm", "matmul")
+VARIANTS = ("tma", "tma_nhwc", "implicit_gemm", "matmul")
 
 # Convs of fewer flops than this are not tuned: they take the default TMA plan, or the pointer
 # kernel's first config, untimed. Timing candidates costs their compiles (0.5-2 s each) and about
@@ -106,7 +107,7 @@ INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16,
 
 @triton.autotune(configs=autotune_configs(_conv2d_configs(), interpreter=INTERPRETER_CONFIG),
                  key=["N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w"],
-                 prune_configs_by={"early_config_prune": _prune_configs}, **_autotune_kwargs())
+                 prune_configs_by={"early_config_prune": _prune_configs}, **autotune_kwargs())
 @triton.jit
 def _conv2d_kernel(
     x_ptr,  # *in* N x C x H x W, strides (sxn, sxc, sxh, sxw); channels_last: sxc == 1
@@ -131,7 +132,7 @@ def _conv2d_kernel(
     M = N * P * Q
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(K, BLOCK_N)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
@@ -198,7 +199,7 @@ def _conv2d_tma_kernel(
 ):
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(K, BLOCK_N)
-    pid_m, pid_n = _grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     offs_m = off_m + tl.arange(0, BLOCK_M)
@@ -260,6 +261,65 @@ def _conv2d_tma_kernel(
 
 
 @triton.jit
+def _conv2d_nhwc_kernel(
+    x_desc,  # 4-D descriptor of x as N x H x W x C (channels_last memory), block
+             # [1, TILE_H, TILE_W, BLOCK_K]
+    w_desc,  # descriptor of the weight as a K x (R*S*C) row-major matrix (tap-major, channel
+             # fastest: channels_last memory), block [BLOCK_N, BLOCK_K]
+    y_desc,  # 4-D descriptor of y as N x P x Q x K (channels_last memory), block
+             # [1, TILE_H, TILE_W, BLOCK_N]
+    bias_ptr,  # *in* K, read when HAS_BIAS
+    N, C,  # batch, input channels (a multiple of BLOCK_K)
+    P, Q,  # output height, width (stride 1)
+    K,  # output channels
+    R, S,  # filter height, width
+    pad_h, pad_w,
+    dil_h, dil_w,
+    HAS_BIAS: tl.constexpr,
+    TILE_H: tl.constexpr,  # output rows per tile
+    TILE_W: tl.constexpr,  # output columns per tile: TILE_H x TILE_W pixels of one image
+    BLOCK_N: tl.constexpr,  # output channels per tile
+    BLOCK_K: tl.constexpr,  # input channels per reduction step
+    GROUP_M: tl.constexpr,
+):
+    # Output tiles are TILE_H x TILE_W pixels of one image, so the input pixels tap (r, s)
+    # needs are one box of x, TILE_H x TILE_W pixels shifted by (r*dil_h - pad_h, s*dil_w -
+    # pad_w): one TMA copy per tap and channel step. The copy engine fills what lies outside
+    # the image (the padding, negative coordinates too) with zeros, so no tap is masked and the
+    # tile reaches the tensor cores from shared memory; the box of a tap overlaps its
+    # neighbours', which L2 serves.
+    BLOCK_M: tl.constexpr = TILE_H * TILE_W
+    tiles_h = tl.cdiv(P, TILE_H)
+    tiles_w = tl.cdiv(Q, TILE_W)
+    num_pid_m = N * tiles_h * tiles_w
+    num_pid_n = tl.cdiv(K, BLOCK_N)
+    pid_m, pid_n = grouped_tile(tl.program_id(0), num_pid_m, num_pid_n, GROUP_M)
+    img = pid_m // (tiles_h * tiles_w)
+    in_img = pid_m % (tiles_h * tiles_w)
+    p0 = (in_img // tiles_w) * TILE_H
+    q0 = (in_img % tiles_w) * TILE_W
+    off_n = pid_n * BLOCK_N
+
+    c_steps = C // BLOCK_K
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for step in range(0, R * S * c_steps):
+        tap = step // c_steps
+        c0 = (step - tap * c_steps) * BLOCK_K
+        r = tap // S
+        s = tap - r * S
+        a = x_desc.load([img, p0 + r * dil_h - pad_h, q0 + s * dil_w - pad_w, c0])
+        b = w_desc.load([off_n, tap * C + c0])
+        acc = tl.dot(a.reshape(BLOCK_M, BLOCK_K), tl.trans(b), acc)
+
+    if HAS_BIAS:
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        acc += tl.load(bias_ptr + offs_n, mask=offs_n < K, other=0.0).to(tl.float32)[None, :]
+    # The TMA store clips the pixels past P and Q and the channels past K.
+    y_desc.store([img, p0, q0, off_n],
+                 acc.to(y_desc.dtype).reshape(1, TILE_H, TILE_W, BLOCK_N))
+
+
+@triton.jit
 def _splitk_reduce_kernel(
     ws_ptr,  # *in* split_k x M x K float32 partial sums, contiguous
     bias_ptr,  # *in* K, or any pointer when HAS_BIAS is False
@@ -296,6 +356,30 @@ INTERPRETER_TMA_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K":
                                         "GROUP_M": 2}, num_stages=1, num_warps=4)
 
 
+# Tiles of the NHWC kernel (variant "tma_nhwc"): (TILE_H, TILE_W, BLOCK_N, num_warps, num_stages),
+# TILE_H x TILE_W output pixels of one image by BLOCK_N output channels. What it is for: the TMA
+# kernel's 3x3 layers ran 0.63-0.68x cuDNN (ResNet-50, batch 32, H100, BENCHMARKS.md) on 64 x 128
+# tiles, the timed best, at 190-280 TFLOP/s. Their traffic from L2 is what bounds them: every tap
+# reads its A tile again and every 64-row tile the layer's whole weight (3x3 over 128 channels
+# at 28 x 28: about 60 MB of A and 115 MB of weight per call, ~30 us at L2's ~5.5 TB/s, measured
+# 27-29 us); a tile does 2 x BM x BN flops per BM + BN elements it loads, so only larger tiles cut
+# that traffic, and with masked gathers (per-element addresses and predicates) larger tiles lost.
+# Here A is one TMA box per tap, no address arithmetic, padding zero-filled by the copy engine,
+# so 128- and 256-pixel tiles are cheap to feed. TILE_H = 1 keeps A in shared memory for the
+# tensor cores (a box of one row reshapes in place); taller tiles reach them from registers
+# (Triton 3.6, sm_90: one ldmatrix pass per step, no spills). Shared memory (Triton 3.6, sm_90,
+# BLOCK_K 64): 8 x 16 x 128 in 4 stages 115 KB, 16 x 16 x 128 in 3 115 KB, 8 x 16 x 256 in 3
+# 131 KB, 8 x 8 x 128 in 4 90 KB; registers 107-186. Not yet measured on a GPU: the sweep
+# (bench/final_run.sh sweeps) times each against cuDNN and the "tma" plan at ResNet-50's layers.
+_NHWC_TILES = ((8, 16, 128, 8, 4), (16, 8, 128, 8, 4), (16, 16, 128, 8, 3), (8, 16, 256, 8, 3),
+               (8, 16, 64, 4, 4), (16, 16, 64, 8, 4), (8, 8, 128, 4, 4), (1, 64, 64, 4, 4))
+
+# Under the interpreter: 4 x 4 pixels by 16 channels, so that the tests' small images span
+# several tiles in each direction.
+INTERPRETER_NHWC_CONFIG = triton.Config({"TILE_H": 4, "TILE_W": 4, "BLOCK_N": 16, "BLOCK_K": 16,
+                                         "GROUP_M": 2}, num_stages=1, num_warps=4)
+
+
 def _block_k(C: int) -> int:
     return next(b for b in (64, 32, 16) if C % b == 0)
 
@@ -325,6 +409,22 @@ def _tma_candidates(M: int, K: int, C: int, taps: int, masked: bool,
     return out
 
 
+def conv2d_tma_candidates(x: torch.Tensor, weight: torch.Tensor, *, padding=0, dilation=1,
+                          variant: str = "tma") -> list[triton.Config]:
+    """The plans a TMA variant ("tma": stride 1, same-size output; "tma_nhwc": stride 1) times
+    for this conv on x's device: each a config for conv2d(variant=variant, config=...)."""
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    if variant == "tma_nhwc":
+        P, Q = conv2d_output_size(x.shape, weight.shape, 1, padding, dilation)
+        return _nhwc_candidates(P, Q, K, C)
+    if variant != "tma":
+        raise ValueError(f"conv2d_tma_candidates: variant={variant!r}; expected 'tma' or "
+                         "'tma_nhwc'")
+    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
+    return _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device))
+
+
 def _default_tma_config(C: int, K: int, masked: bool) -> triton.Config:
     """The plan of convs too small to time: 64 x 128 (128 x 64 for 64 output channels or
     fewer), the tiles that were best or near it on most ResNet-50 layers, unsplit; A through
@@ -333,34 +433,58 @@ def _default_tma_config(C: int, K: int, masked: bool) -> triton.Config:
     return _tma_cfg(bm, bn, _block_k(C), 1, not masked, 4, 4)
 
 
-_PLANS: dict = {}  # (device, shapes, padding, dilation, dtype) -> the fastest candidate
+def _nhwc_cfg(th, tw, bn, bk, warps, stages) -> triton.Config:
+    return triton.Config({"TILE_H": th, "TILE_W": tw, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                         num_stages=stages, num_warps=warps)
 
 
-def _plan_key(x, weight, padding, dilation):
-    return (str(x.device), tuple(x.shape), tuple(weight.shape), _pair(padding, "padding"),
-            _pair(dilation, "dilation"), x.dtype)
+def _nhwc_candidates(P: int, Q: int, K: int, C: int) -> list[triton.Config]:
+    """The NHWC kernel's plans for a P x Q output of K channels: the tiles of _NHWC_TILES no
+    wider than the layer's output channels and no taller or wider than the image (rounded up to
+    a power of two: 7 x 7 takes 8 x 8 tiles, 56-wide rows 64-pixel ones), in that order; the
+    64-row tile of 8 x 8 as the one left where none fits."""
+    bk = _block_k(C)
+    out = [_nhwc_cfg(th, tw, bn, bk, warps, stages) for th, tw, bn, warps, stages in _NHWC_TILES
+           if bn <= max(64, K) and th <= triton.next_power_of_2(P)
+           and tw <= triton.next_power_of_2(Q)]
+    return out or [_nhwc_cfg(8, 8, 64, bk, 4, 4)]
 
 
-def _tma_config(x, weight, bias, out, padding, dilation) -> triton.Config:
-    """The TMA kernel's config for this conv: the interpreter's small tiles; the fastest of
-    `_tma_candidates`, timed once per shape as the perf tests time (pytest_triton.do_bench:
-    CUDA-graph replays, cold L2), for convs of TUNE_MIN_FLOPS or more; else the default plan."""
+_PLANS: dict = {}  # (variant, device, shapes, padding, dilation, dtype) -> the fastest
+
+
+def _plan_key(variant, x, weight, padding, dilation):
+    return (variant, str(x.device), tuple(x.shape), tuple(weight.shape),
+            _pair(padding, "padding"), _pair(dilation, "dilation"), x.dtype)
+
+
+def _plan(variant, x, weight, bias, out, padding, dilation) -> triton.Config:
+    """The config of a TMA variant ("tma" or "tma_nhwc") for this conv: the interpreter's small
+    tiles; the fastest of the variant's candidates, timed once per shape as the perf tests time
+    (pytest_triton.do_bench: CUDA-graph replays, cold L2), for convs of TUNE_MIN_FLOPS or more;
+    else the first candidate (for "tma" its default plan)."""
     if interpreting():
-        return INTERPRETER_TMA_CONFIG
+        return INTERPRETER_TMA_CONFIG if variant == "tma" else INTERPRETER_NHWC_CONFIG
     N, C, H, W = x.shape
     K, _, R, S = weight.shape
-    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
-    key = _plan_key(x, weight, padding, dilation)
+    key = _plan_key(variant, x, weight, padding, dilation)
     if key in _PLANS:
         return _PLANS[key]
-    default = _default_tma_config(C, K, masked)
+    if variant == "tma":
+        masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
+        default = _default_tma_config(C, K, masked)
+        candidates = _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device))
+        launch = _conv2d_tma
+    else:
+        candidates = _nhwc_candidates(out.shape[2], out.shape[3], K, C)
+        default = candidates[0]
+        launch = _conv2d_nhwc
     if 2 * N * H * W * K * C * R * S < TUNE_MIN_FLOPS or torch.cuda.is_current_stream_capturing():
         return default  # (inside a graph capture nothing may be timed)
     timings = []
-    for cfg in _tma_candidates(N * H * W, K, C, R * S, masked, _sm_count(x.device)):
+    for cfg in candidates:
         try:
-            ms = do_bench(
-                lambda cfg=cfg: _conv2d_tma(x, weight, bias, out, padding, dilation, cfg))
+            ms = do_bench(lambda cfg=cfg: launch(x, weight, bias, out, padding, dilation, cfg))
         except OutOfResources:  # more shared memory than this GPU has: not a plan here
             continue
         timings.append((ms, cfg))
@@ -369,11 +493,11 @@ def _tma_config(x, weight, bias, out, padding, dilation) -> triton.Config:
 
 
 class _PlanReport:
-    """What conv2d_kernel_for returns for the TMA variant: best_config is the plan in use (for
+    """What conv2d_kernel_for returns for a TMA variant: best_config is the plan in use (for
     reports; read after the first call, which times the candidates)."""
 
-    def __init__(self, x, weight, padding, dilation):
-        self._args = (x, weight, padding, dilation)
+    def __init__(self, variant, x, weight, padding, dilation):
+        self._args = (variant, x, weight, padding, dilation)
 
     @property
     def best_config(self):
@@ -470,6 +594,41 @@ def _tma_problem(x, weight, stride, padding, dilation, out) -> str | None:
     return None
 
 
+def _nhwc_problem(x, weight, stride, out) -> str | None:
+    """Why the NHWC kernel cannot take this conv, or None when it can (any padding, dilation and
+    output size: the boxes of x are shifted by each tap and zero-filled outside the image)."""
+    if not tma_available(x.device):
+        return ("this Triton has no host-side tensor descriptors" if TensorDescriptor is None
+                else "TMA needs a Hopper (sm_90) or newer GPU")
+    if _pair(stride, "stride") != (1, 1):
+        return "it needs stride 1"
+    if not all(_channels_last(t) for t in (x, weight, out)):
+        return "it needs channels_last x, weight and out with 16-byte aligned bases"
+    if x.shape[1] % 16 or weight.shape[0] % 8:
+        return "it needs C a multiple of 16 and K a multiple of 8 (16-byte rows)"
+    return None
+
+
+def _nhwc_meta(config: triton.Config, C: int) -> dict:
+    """The NHWC kernel's meta-parameters from a config, checked."""
+    if not isinstance(config, triton.Config):
+        raise TypeError(f"conv2d: config must be a triton.Config, got {type(config).__name__}")
+    missing = {"TILE_H", "TILE_W", "BLOCK_N", "BLOCK_K", "GROUP_M"} - set(config.kwargs)
+    if missing:
+        raise ValueError(f"conv2d: variant='tma_nhwc' needs a config with {sorted(missing)}")
+    meta = config_values("conv2d", dict(config.all_kwargs()),
+                         powers_of_two=("TILE_H", "TILE_W", "BLOCK_N", "BLOCK_K", "num_warps"),
+                         at_least={"BLOCK_N": 16, "BLOCK_K": 16},
+                         positive=("GROUP_M", "num_stages"))
+    if meta["TILE_H"] * meta["TILE_W"] < 16:  # tl.dot takes tiles of at least 16 rows
+        raise ValueError(f"conv2d: config TILE_H x TILE_W = {meta['TILE_H']} x "
+                         f"{meta['TILE_W']} must be at least 16 pixels")
+    if C % meta["BLOCK_K"]:
+        raise ValueError(f"conv2d: variant='tma_nhwc' needs BLOCK_K ({meta['BLOCK_K']}) to "
+                         f"divide C ({C})")
+    return meta
+
+
 def _tma_meta(config: triton.Config, C: int, masked: bool) -> tuple[dict, int]:
     """(the TMA kernel's meta-parameters, split_k) from a config, checked. SPLIT_K defaults to 1;
     A_TMA to True for unmasked convs (a plain TMA GEMM), False for masked ones."""
@@ -507,6 +666,10 @@ def _choose_variant(x, weight, stride, padding, dilation, out, variant: str | No
     problem = _tma_problem(x, weight, stride, padding, dilation, out)
     if variant == "tma" and problem is not None:
         raise ValueError(f"conv2d: variant='tma' cannot take this conv: {problem}")
+    if variant == "tma_nhwc":
+        nhwc_problem = _nhwc_problem(x, weight, stride, out)
+        if nhwc_problem is not None:
+            raise ValueError(f"conv2d: variant='tma_nhwc' cannot take this conv: {nhwc_problem}")
     if variant is None:
         return "tma" if problem is None else "implicit_gemm"
     return variant
@@ -522,8 +685,8 @@ def conv2d_kernel_for(x: torch.Tensor, weight: torch.Tensor, *, stride=1, paddin
     chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
     if chosen == "matmul":
         return matmul_kernel_for(*_gemm_operands(x, weight))
-    if chosen == "tma":
-        return _PlanReport(x, weight, padding, dilation)
+    if chosen in ("tma", "tma_nhwc"):
+        return _PlanReport(chosen, x, weight, padding, dilation)
     return _conv2d_kernel
 
 
@@ -533,7 +696,7 @@ def _conv2d_tma(x, weight, bias, out, padding, dilation, config):
     (ph, pw), (dh, dw) = _pair(padding, "padding"), _pair(dilation, "dilation")
     masked = (R, S, ph, pw) != (1, 1, 0, 0)
     if config is None:
-        config = _tma_config(x, weight, bias, out, padding, dilation)
+        config = _plan("tma", x, weight, bias, out, padding, dilation)
     meta, split = _tma_meta(config, C, masked)
     bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
     M = N * H * W
@@ -557,6 +720,26 @@ def _conv2d_tma(x, weight, bias, out, padding, dilation, config):
     return out
 
 
+def _conv2d_nhwc(x, weight, bias, out, padding, dilation, config):
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    P, Q = out.shape[2], out.shape[3]
+    (ph, pw), (dh, dw) = _pair(padding, "padding"), _pair(dilation, "dilation")
+    if config is None:
+        config = _plan("tma_nhwc", x, weight, bias, out, padding, dilation)
+    meta = _nhwc_meta(config, C)
+    th, tw, bn, bk = meta["TILE_H"], meta["TILE_W"], meta["BLOCK_N"], meta["BLOCK_K"]
+    # Views, no copies: channels_last memory is (N, H, W, C), (K, R, S, C) and (N, P, Q, K)
+    # row-major.
+    x_desc = TensorDescriptor.from_tensor(x.permute(0, 2, 3, 1), [1, th, tw, bk])
+    w_desc = TensorDescriptor.from_tensor(weight.permute(0, 2, 3, 1).view(K, R * S * C), [bn, bk])
+    y_desc = TensorDescriptor.from_tensor(out.permute(0, 2, 3, 1), [1, th, tw, bn])
+    grid = (N * triton.cdiv(P, th) * triton.cdiv(Q, tw) * triton.cdiv(K, bn),)
+    _conv2d_nhwc_kernel[grid](x_desc, w_desc, y_desc, bias if bias is not None else out, N, C,
+                              P, Q, K, R, S, ph, pw, dh, dw, HAS_BIAS=bias is not None, **meta)
+    return out
+
+
 def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
            stride=1, padding=0, dilation=1, out: torch.Tensor | None = None,
            variant: str | None = None, config: triton.Config | None = None) -> torch.Tensor:
@@ -565,10 +748,12 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     x (N, C, H, W) and weight (K, C, R, S) of one dtype (fp16 or bf16), any strides (channels_last
     is the fast layout); stride, padding, dilation an int or a pair. Returns (N, K, P, Q) in
     channels_last memory. variant: "tma" (stride 1, same-size output, channels_last operands, C
-    a multiple of 16, K of 8; Hopper), "implicit_gemm" (any conv), or "matmul" (1x1, stride 1, no
-    padding, channels_last x and out); default "tma" where it applies, else "implicit_gemm".
-    config: a triton.Config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M; for "tma" optionally SPLIT_K and
-    A_TMA) to launch instead of the planned or autotuned one.
+    a multiple of 16, K of 8; Hopper), "tma_nhwc" (the same but any output size: stride 1,
+    channels_last, C a multiple of 16, K of 8; Hopper), "implicit_gemm" (any conv), or "matmul"
+    (1x1, stride 1, no padding, channels_last x and out); default "tma" where it applies, else
+    "implicit_gemm". config: a triton.Config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M; for "tma"
+    optionally SPLIT_K and A_TMA; for "tma_nhwc" TILE_H, TILE_W, BLOCK_N, BLOCK_K, GROUP_M) to
+    launch instead of the planned or autotuned one.
     """
     out = _check_operands(x, weight, bias, stride, padding, dilation, out)
     chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
@@ -578,6 +763,8 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     K, _, R, S = weight.shape
     if chosen == "tma":
         return _conv2d_tma(x, weight, bias, out, padding, dilation, config)
+    if chosen == "tma_nhwc":
+        return _conv2d_nhwc(x, weight, bias, out, padding, dilation, config)
     if chosen == "matmul":
         a, b = _gemm_operands(x, weight)
         c = out.permute(0, 2, 3, 1).view(N * H * W, K)  # a view: the GEMM writes into out

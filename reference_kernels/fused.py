@@ -18,9 +18,12 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs
 
-from ._checks import output, require_dtype, require_tensor
-from .softmax import row_view
-from .vector_add import DTYPES, INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
+from . import _elementwise
+from ._checks import launch_config, output, require_dtype, require_tensor
+from ._elementwise import INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
+from ._rows import row_view
+
+DTYPES = _elementwise.DTYPES
 
 
 @triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),
@@ -49,7 +52,7 @@ def _add_mul_kernel(
              ((a + b) * c).to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def _bias_gelu_residual_configs() -> list[triton.Config]:
+def bias_gelu_residual_configs() -> list[triton.Config]:
     """2-D tiles of 4096-8192 elements, as elementwise_configs (same streaming reasoning),
     shaped so that a row segment is 512-2048 columns: whole 16-byte vectors and whole 128-byte
     lines per row, and the bias segment loaded once per tile and reused by every row in it."""
@@ -68,7 +71,7 @@ def _bias_gelu_residual_configs() -> list[triton.Config]:
 _BIAS_GELU_INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 64}, num_warps=4)
 
 
-@triton.autotune(configs=autotune_configs(_bias_gelu_residual_configs(),
+@triton.autotune(configs=autotune_configs(bias_gelu_residual_configs(),
                                           interpreter=_BIAS_GELU_INTERPRETER_CONFIG),
                  key=["n_rows", "n_cols"])
 @triton.jit
@@ -101,22 +104,37 @@ def _bias_gelu_residual_kernel(
              (gelu + res).to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def add_mul_configs() -> list[triton.Config]:
+    """The tiles add_mul autotunes over (the streaming elementwise space, _elementwise.py)."""
+    return elementwise_configs()
+
+
 def add_mul(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """(a + b) * c in one pass. Operands of one shape and dtype: contiguous, or 1-D strided."""
+            out: torch.Tensor | None = None, config: triton.Config | None = None) -> torch.Tensor:
+    """(a + b) * c in one pass. Operands of one shape and dtype: contiguous, or 1-D strided.
+
+    config: a triton.Config with BLOCK_SIZE (one of add_mul_configs(), say) to launch instead of
+    autotuning, for tuning sweeps."""
     (af, bf, cf), of, out = elementwise_operands("add_mul", out, a=a, b=b, c=c)
+    meta = None if config is None else launch_config("add_mul", config, ("BLOCK_SIZE",))
     n = af.numel()
     if n:
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)  # noqa: E731
-        _add_mul_kernel[grid](af, bf, cf, of, n, af.stride(0), bf.stride(0), cf.stride(0),
-                              of.stride(0))
+        args = (af, bf, cf, of, n, af.stride(0), bf.stride(0), cf.stride(0), of.stride(0))
+        if meta is None:
+            _add_mul_kernel[lambda m: (triton.cdiv(n, m["BLOCK_SIZE"]),)](*args)
+        else:
+            _add_mul_kernel.fn[(triton.cdiv(n, meta["BLOCK_SIZE"]),)](*args, **meta)
     return out
 
 
 def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, *,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
+                       out: torch.Tensor | None = None,
+                       config: triton.Config | None = None) -> torch.Tensor:
     """gelu(x + bias) + residual (exact GELU) in one pass; bias has x's last dimension, rows of
-    x, residual and out may have any row stride."""
+    x, residual and out may have any row stride.
+
+    config: a triton.Config with BLOCK_M and BLOCK_N (one of bias_gelu_residual_configs(), say)
+    to launch instead of autotuning, for tuning sweeps."""
     where = "bias_gelu_residual"
     require_tensor(where, "x", x)
     require_dtype(where, x.dtype, DTYPES)
@@ -132,15 +150,21 @@ def bias_gelu_residual(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tens
         raise ValueError(f"{where}: bias must be contiguous")
     out = output(where, "out", out, x.shape, x.dtype, x.device,
                  inputs={"x": x, "residual": residual, "bias": bias}, same_place_ok=True)
+    meta = None if config is None else launch_config(where, config, ("BLOCK_M", "BLOCK_N"))
     x2, r2, o2 = (row_view(n, t, where) for n, t in (("x", x), ("residual", residual),
                                                      ("out", out)))
     n_rows, n_cols = x2.shape
     if n_rows and n_cols:
-        grid = lambda meta: (triton.cdiv(n_rows, meta["BLOCK_M"]),  # noqa: E731
-                             triton.cdiv(n_cols, meta["BLOCK_N"]))
-        _bias_gelu_residual_kernel[grid](x2, bias, r2, o2, n_rows, n_cols, x2.stride(0),
-                                         r2.stride(0), o2.stride(0))
+        def grid(m):
+            return triton.cdiv(n_rows, m["BLOCK_M"]), triton.cdiv(n_cols, m["BLOCK_N"])
+
+        args = (x2, bias, r2, o2, n_rows, n_cols, x2.stride(0), r2.stride(0), o2.stride(0))
+        if meta is None:
+            _bias_gelu_residual_kernel[grid](*args)
+        else:
+            _bias_gelu_residual_kernel.fn[grid(meta)](*args, **meta)
     return out
+
 
 
 def add_mul_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

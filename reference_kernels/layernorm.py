@@ -7,8 +7,8 @@ per row, which the backward reuses. `layer_norm(x, w, b, eps)` ties both into au
 Forward: rows up to SINGLE_PASS_MAX_COLS wide are held whole in registers (several rows per
 program when narrow). Wider rows are split over programs that each hold one chunk in registers
 and exchange the chunks' (mean, sum of squared deviations), merged by Chan et al.'s pairwise
-formula (softmax.py's split rows, same protocol): one read of x, one write of y. A looped path
-stays for comparison and for tuning sweeps (config SPLIT=False): a first pass of per-lane
+formula (softmax's split rows, same protocol: _row_exchange.py): one read of x, one write of y.
+A looped path stays for comparison and for tuning sweeps (config SPLIT=False): a first pass of per-lane
 Welford updates (stable for any mean) and a second pass that normalises, meant to find the row
 in L2.
 
@@ -30,19 +30,11 @@ import triton.language as tl
 from pytest_triton import interpreting
 
 from . import _tuning
-from ._checks import output, require_dtype, require_tensor
-from .softmax import (
-    _tile_rows,
-    gather_chunks,
-    looped_grid,
-    publish_chunk,
-    reconvert,
-    register_cap,
-    row_view,
-    split_chunks,
-    take_row_chunk,
-)
-from .vector_add import SYNC_HEADER, device_size, sync_buffer, with_overrides
+from ._checks import output, require_dtype, require_tensor, with_overrides
+from ._device import sm_count
+from ._row_exchange import gather_chunks, publish_chunk, reconvert, take_row_chunk
+from ._rows import looped_grid, register_cap, row_view, split_chunks, tile_rows
+from ._tickets import SYNC_HEADER, sync_buffer
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -154,7 +146,7 @@ def _layernorm_fwd_split_kernel(
     y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
     mean_ptr,  # *out* n_rows, float32
     rstd_ptr,  # *out* n_rows, float32: 1 / sqrt(var + eps)
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    sync_ptr,  # *in/out* int64 launch-wide counter word (_tickets.sync_buffer)
     words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
     n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
     n_cols,  # row width
@@ -179,7 +171,7 @@ def _layernorm_fwd_split_kernel(
     in1 = cols1 < n_cols
     x_row = x_ptr + row.to(tl.int64) * stride_xm
     # Held as loaded (16-bit stays 16-bit) across the exchange, converted again for each use
-    # (softmax.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
+    # (_row_exchange.reconvert: the registers of a 16-bit chunk, not of a float32 copy).
     x0 = tl.load(x_row + cols0, mask=in0, other=0.0)
     x1 = tl.load(x_row + cols1, mask=in1, other=0.0)
     # The chunk's mean and sum of squared deviations from it: two passes over registers, no
@@ -285,6 +277,7 @@ def _layernorm_bwd_row_sums_kernel(
     stride_dym,  # elements between rows of dy
     stride_xm,  # elements between rows of x
     BLOCK_N: tl.constexpr,  # columns per step of the loop over a row
+    NUM_STAGES: tl.constexpr,  # steps in flight per program (through shared memory)
 ):
     cols = tl.arange(0, BLOCK_N)
     for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0)):
@@ -292,7 +285,7 @@ def _layernorm_bwd_row_sums_kernel(
         rstd = tl.load(rstd_ptr + row)
         acc1 = tl.zeros([BLOCK_N], tl.float32)
         acc2 = tl.zeros([BLOCK_N], tl.float32)
-        for start in tl.range(0, n_cols, BLOCK_N):
+        for start in tl.range(0, n_cols, BLOCK_N, num_stages=NUM_STAGES):
             offs = start + cols
             inside = offs < n_cols
             x = tl.load(x_ptr + tl.cast(row, tl.int64) * stride_xm + offs, mask=inside,
@@ -328,6 +321,7 @@ def _layernorm_bwd_kernel(
     BLOCK_N: tl.constexpr,  # columns per program; >= n_cols unless ROW_SUMS_GIVEN
     ROWS: tl.constexpr,  # rows per step of the loop over the chunk
     ROW_SUMS_GIVEN: tl.constexpr,  # False: the block holds whole rows; take the sums here
+    NUM_STAGES: tl.constexpr,  # row tiles in flight per program (through shared memory)
 ):
     chunk = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -337,7 +331,8 @@ def _layernorm_bwd_kernel(
     dw_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
     db_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)
     first = chunk * rows_per_chunk
-    for r0 in tl.range(first, tl.minimum(first + rows_per_chunk, n_rows), ROWS):
+    for r0 in tl.range(first, tl.minimum(first + rows_per_chunk, n_rows), ROWS,
+                       num_stages=NUM_STAGES):
         rows = tl.cast(r0, tl.int64) + tl.arange(0, ROWS)
         row_in = rows < n_rows
         mask = row_in[:, None] & col_in[None, :]
@@ -390,7 +385,15 @@ def _layernorm_bwd_dwdb_kernel(
     tl.store(db_ptr + cols, tl.sum(db, axis=0).to(db_ptr.dtype.element_ty), mask=col_in)
 
 
-def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+# The kernels by path, for tools that compile or inspect them (bench/regcount.py, the sweeps'
+# register reports).
+KERNELS = {"forward": _layernorm_fwd_kernel, "forward_split": _layernorm_fwd_split_kernel,
+           "forward_looped": _layernorm_fwd_looped_kernel,
+           "backward_row_sums": _layernorm_bwd_row_sums_kernel, "backward": _layernorm_bwd_kernel,
+           "backward_dwdb": _layernorm_bwd_dwdb_kernel}
+
+
+def layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """Forward launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each
     row over cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program.
 
@@ -440,16 +443,16 @@ def _layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
             "maxnreg": 72}
 
 
-def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
+def layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
     """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
-    heuristic of _layernorm_config first, then what won elsewhere (softmax._softmax_space says
+    heuristic of layernorm_config first, then what won elsewhere (softmax.softmax_space says
     why they differ between GPUs). From the H200 grid (bench/sweep_memory.py, do_bench): 1K
     one row on 4 warps (fp32 4065 GB/s vs the heuristic's 8 rows on 8 warps 3998; fp16 two rows
     4057 vs 3971); 4K 16-bit w and b loaded late (4008 vs 3781); 16K float32 two rows on 32
     warps, w and b late (3848 vs 3538), or split in 2048-column chunks on 2 warps (3709), 16-bit
     one row on 8 warps (3882 vs 3806); 64K split rows in 2048-column chunks on 2 warps as the
     alternative to the heuristic's chunks."""
-    base = _layernorm_config(n_rows, n_cols, dtype)
+    base = layernorm_config(n_rows, n_cols, dtype)
     block = base["BLOCK_N"]
     half = dtype != torch.float32
     if base["SPLIT"]:
@@ -457,21 +460,21 @@ def _layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]
             return _tuning.space(base, {"BLOCK_N": 4096, "num_warps": 2, "maxnreg": None})
         return _tuning.space(base, {"BLOCK_N": 2048, "num_warps": 2})
     if block <= 1024:
-        return _tuning.space(base, {"ROWS": _tile_rows(1024, block, n_rows), "num_warps": 4},
-                             {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 4})
+        return _tuning.space(base, {"ROWS": tile_rows(1024, block, n_rows), "num_warps": 4},
+                             {"ROWS": tile_rows(2048, block, n_rows), "num_warps": 4})
     if block <= 4096:
         if half:
             return _tuning.space(base, {"LATE_WB": True},
-                                 {"ROWS": _tile_rows(2 * block, block, n_rows), "LATE_WB": True})
+                                 {"ROWS": tile_rows(2 * block, block, n_rows), "LATE_WB": True})
         return _tuning.space(base, {"ROWS": 1, "num_warps": 4})
     if half:
         return _tuning.space(base, {"num_warps": 8, "LATE_WB": True})
-    return _tuning.space(base, {"ROWS": _tile_rows(2 * block, block, n_rows), "num_warps": 32,
+    return _tuning.space(base, {"ROWS": tile_rows(2 * block, block, n_rows), "num_warps": 32,
                                 "LATE_WB": True}, {"num_warps": 32},
                          {"SPLIT": True, "BLOCK_N": 2048, "num_warps": 2, "LATE_WB": True})
 
 
-def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
+def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """Backward launch parameters; `BLOCK_N < n_cols` selects the split path (row sums first).
 
     Whole rows (up to FUSED_BWD_MAX_COLS): tiles of ~4096 elements (five fp32 values per
@@ -480,6 +483,23 @@ def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     Wider rows: 1024-column blocks over chunks of rows_per_chunk=64 rows, which keeps the
     partial buffer at 1/64 of the rows (its write and read cost ~3% of the traffic) while
     giving every SM many programs; the row sums loop in 4096-column steps.
+
+    Where the time goes (issue 23; BENCHMARKS.md, 256 MB tensors: median 0.70 of the copy
+    ceiling on the H100, 0.58 on the H200, target 0.75). Wide rows (16K, 64K: 52-56% of copy on
+    the H100, 46-55% on the H200) read x and dy twice, once for the row sums and once for dx:
+    5 tensor-sized transfers for the 3 counted, so they cannot pass 0.6 of the ceiling however
+    fast they stream. Whole rows (1K, 4K: 71-86% H100, 59-82% H200) are latency-bound: a
+    program issues one tile's loads, reduces it (barriers), stores dx, and only then loads the
+    next, so an SM has its 2 programs' tiles in flight, and the H200, 1.43x the bandwidth per
+    SM, needs 1.43x the bytes in flight (its lower fractions say so). Candidates, all off by
+    default until measured (bench/final_run.sh sweeps): NUM_STAGES (SUMS_NUM_STAGES for the row
+    sums) > 1 pipelines the row loops through shared memory (Triton 3.6, sm_90: 32-98 KB per
+    program at 3 stages, the default's code unchanged at 1); programs_per_sm 3-4; band_bytes
+    runs the wide rows' two kernels band by band, each band's x and dy within band_bytes (the
+    sweep takes half and a quarter of the device's L2), so that the second read comes from L2:
+    3 transfers from DRAM instead of 5, for two launches per band and their tails. (Rows read
+    once, split over programs that exchange their row sums as the forward's do, would need
+    neither: not built.)
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     if block <= FUSED_BWD_MAX_COLS:
@@ -487,9 +507,11 @@ def _layernorm_bwd_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
         tile = rows * block
         num_warps = 4 if tile <= 1024 else 8 if tile <= 4096 else 16
         return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "programs_per_sm": 2,
-                "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8}
+                "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8,
+                "NUM_STAGES": 1, "SUMS_NUM_STAGES": 1, "band_bytes": None}
     return {"BLOCK_N": 1024, "ROWS": 4, "num_warps": 8, "programs_per_sm": 2,
-            "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8}
+            "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8, "NUM_STAGES": 1,
+            "SUMS_NUM_STAGES": 1, "band_bytes": None}
 
 
 def _check(where: str, x: torch.Tensor, **vectors: torch.Tensor) -> None:
@@ -516,7 +538,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
     """LayerNorm of x over its last dimension: returns (y, mean, rstd).
 
     mean and rstd = 1 / sqrt(var + eps) are float32, one per row (shape x.shape[:-1]), as
-    layernorm_backward takes them. config: overrides of _layernorm_config's launch parameters
+    layernorm_backward takes them. config: overrides of layernorm_config's launch parameters
     (BLOCK_N, ROWS, num_warps, EVICT, SPLIT, RELOAD, LATE_WB, programs_per_sm, maxnreg), for
     tuning sweeps; BLOCK_N below the row width splits rows over programs (SPLIT=True; RELOAD=True
     reads each chunk again after the exchange) or loops over them (SPLIT=False).
@@ -536,12 +558,12 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         return y, mean, rstd
     args = (x2, weight, bias, y2, mean, rstd, n_rows, n_cols, x2.stride(0), y2.stride(0), eps)
     if config:
-        cfg = with_overrides(_layernorm_config(n_rows, n_cols, x.dtype), config, where,
+        cfg = with_overrides(layernorm_config(n_rows, n_cols, x.dtype), config, where,
                              powers_of_two=("BLOCK_N", "ROWS"))
     else:
         cfg = LAYERNORM_TUNER.choose(
             x.device, (triton.next_power_of_2(n_cols), x.element_size()),
-            _layernorm_space(n_rows, n_cols, x.dtype), lambda c: _forward(args, c, where),
+            layernorm_space(n_rows, n_cols, x.dtype), lambda c: _forward(args, c, where),
             layernorm_bytes(x2))
     _forward(args, cfg, where)
     return y, mean, rstd
@@ -583,7 +605,7 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
                        config: dict | None = None):
     """Gradients (dx, dw, db) of LayerNorm, given dy and the forward's x, weight, mean, rstd.
 
-    config: overrides of _layernorm_bwd_config's launch parameters, for tuning sweeps.
+    config: overrides of layernorm_backward_config's launch parameters, for tuning sweeps.
     """
     where = "layernorm_backward"
     _check(where, x, weight=weight)
@@ -606,34 +628,50 @@ def layernorm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
         dw.zero_()
         db.zero_()
         return dx, dw, db
-    cfg = with_overrides(_layernorm_bwd_config(n_rows, n_cols, x.dtype), config, where,
+    cfg = with_overrides(layernorm_backward_config(n_rows, n_cols, x.dtype), config, where,
                          powers_of_two=("BLOCK_N", "ROWS", "SUMS_BLOCK_N"))
     rows = cfg["ROWS"]
     whole_rows = cfg["BLOCK_N"] >= n_cols
     if whole_rows:
         # One chunk per program of a grid of programs_per_sm x SMs.
         n_chunks = min(triton.cdiv(n_rows, rows),
-                       cfg["programs_per_sm"] * device_size(x.device)[0])
+                       cfg["programs_per_sm"] * sm_count(x.device))
         rows_per_chunk = triton.cdiv(triton.cdiv(n_rows, n_chunks), rows) * rows
     else:
         rows_per_chunk = triton.cdiv(cfg["rows_per_chunk"], rows) * rows
     n_chunks = triton.cdiv(n_rows, rows_per_chunk)
     mean1, rstd1 = mean.reshape(-1), rstd.reshape(-1)
+    dw_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
+    db_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
     if whole_rows:
         c1 = c2 = mean1  # not read
+        band_rows = n_rows
     else:
         c1 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
         c2 = torch.empty(n_rows, dtype=torch.float32, device=x.device)
-        _layernorm_bwd_row_sums_kernel[(n_rows,)](
-            dy2, x2, weight, mean1, rstd1, c1, c2, n_rows, n_cols, dy2.stride(0), x2.stride(0),
-            BLOCK_N=cfg["SUMS_BLOCK_N"], num_warps=cfg["sums_num_warps"])
-    dw_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
-    db_part = torch.empty((n_chunks, n_cols), dtype=torch.float32, device=x.device)
-    grid = (n_chunks, triton.cdiv(n_cols, cfg["BLOCK_N"]))
-    _layernorm_bwd_kernel[grid](
-        dy2, x2, weight, mean1, rstd1, c1, c2, dx2, dw_part, db_part, n_rows, n_cols,
-        dy2.stride(0), x2.stride(0), dx2.stride(0), rows_per_chunk, BLOCK_N=cfg["BLOCK_N"],
-        ROWS=rows, ROW_SUMS_GIVEN=not whole_rows, num_warps=cfg["num_warps"])
+        # band_bytes: the split path's two kernels run band by band, each band's x and dy
+        # (whole chunks of rows) within band_bytes, so that the main kernel reads them again
+        # from L2 rather than DRAM; None: one band.
+        band = cfg["band_bytes"]
+        row_bytes = 2 * n_cols * x.element_size()
+        band_rows = n_rows if band is None else \
+            max(1, band // (row_bytes * rows_per_chunk)) * rows_per_chunk
+    for b0 in range(0, n_rows, band_rows):
+        b1 = min(b0 + band_rows, n_rows)
+        chunk0 = b0 // rows_per_chunk
+        if not whole_rows:
+            _layernorm_bwd_row_sums_kernel[(b1 - b0,)](
+                dy2[b0:b1], x2[b0:b1], weight, mean1[b0:b1], rstd1[b0:b1], c1[b0:b1],
+                c2[b0:b1], b1 - b0, n_cols, dy2.stride(0), x2.stride(0),
+                BLOCK_N=cfg["SUMS_BLOCK_N"], NUM_STAGES=cfg["SUMS_NUM_STAGES"],
+                num_warps=cfg["sums_num_warps"])
+        grid = (triton.cdiv(b1 - b0, rows_per_chunk), triton.cdiv(n_cols, cfg["BLOCK_N"]))
+        _layernorm_bwd_kernel[grid](
+            dy2[b0:b1], x2[b0:b1], weight, mean1[b0:b1], rstd1[b0:b1], c1[b0:b1], c2[b0:b1],
+            dx2[b0:b1], dw_part[chunk0:], db_part[chunk0:], b1 - b0, n_cols, dy2.stride(0),
+            x2.stride(0), dx2.stride(0), rows_per_chunk, BLOCK_N=cfg["BLOCK_N"], ROWS=rows,
+            ROW_SUMS_GIVEN=not whole_rows, NUM_STAGES=cfg["NUM_STAGES"],
+            num_warps=cfg["num_warps"])
     # 64-column strips (256-byte rows of the partials) give even 1K-wide rows 16 programs;
     # 32 x 64 values over 2 warps are 32 per thread and accumulator, no spills. Its traffic is
     # 2 x n_chunks x n_cols x 4 bytes: ~1% of the main kernel's.

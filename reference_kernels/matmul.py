@@ -20,30 +20,25 @@ reduction over SPLIT_K programs (variant "tma_splitk"): float32 partials in a wo
 in split order, with the bias and activation applied once to the sum, by `_splitk_reduce_kernel`
 or by the tile's last program (FIXUP). Deterministic either way.
 
-`matmul(a, b)` picks the variant (TMA where the operands allow it; persistent for large M,
-split-K for M <= SMALL_M) and the tile configuration (autotuned per (M, N, K); for split-K, the
-tile and split timed among a few launches on the GPU it runs on); `variant=` and `config=`
+`matmul(a, b)` picks the variant (TMA where the operands allow it; persistent for large M; for
+M <= SMALL_M split-K where the wave model says the unsplit tiles leave SMs idle, else one tile per
+program) and the tile configuration (autotuned per (M, N, K); for split-K, the tile and split
+timed among a few launches per shape class on the GPU it runs on); `variant=` and `config=`
 override both.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
 import triton
 import triton.language as tl
 
-from pytest_triton import autotune_configs, do_bench, interpreting
+from pytest_triton import autotune_configs, interpreting
 
 from . import _tuning
 from ._checks import config_values, output, require_dtype, require_tensor
-
-try:  # Triton >= 3.4: host-side TMA descriptors (the interpreter supports them too)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover - older Triton
-    TensorDescriptor = None
+from ._device import sm_count, smem_per_block
+from ._gemm import TensorDescriptor, grouped_tile, tma_available
 
 DTYPES = (torch.float16, torch.bfloat16)
 ACTIVATIONS = (None, "relu", "gelu")
@@ -53,14 +48,13 @@ VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent", "tma_split
 # TMA for M > SMALL_M (on the H100, 1.00-1.07x cuBLAS at 4096^3-8192^3 against 0.95-0.97x one
 # tile per program); for M <= SMALL_M, whose GEMMs stream B from DRAM, one tile per program
 # ("tma"): two 112 KB programs share each SM and keep twice the bytes in flight that one
-# persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS against 0.82x persistent), yet
-# M=128, N=4096 (128 tiles of 64 x 64 on 132 SMs) stays at 0.80-0.84x. "tma_splitk" splits the
-# reduction over SPLIT_K programs where the tiles alone leave SMs short of bytes in flight (see
-# _splitk_space); it becomes SMALL_M_VARIANT once bench/sweep_matmul_smallm.py has measured it
-# on the H100 and H200 (not yet: it was written without a GPU, and only its correctness is
-# tested, under the interpreter). And when TMA cannot take the operands, pointer loads.
+# persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS against 0.82x persistent) -
+# unless the unsplit tiles leave SMs idle and K is long enough to split (_splitk_pays): then
+# SPLITK_VARIANT, each tile's reduction split over programs (see "split-K" below). And when TMA
+# cannot take the operands, pointer loads.
 DEFAULT_VARIANT = "tma_persistent"
 SMALL_M_VARIANT = "tma"
+SPLITK_VARIANT = "tma_splitk"
 FALLBACK_VARIANT = "pointer"
 
 
@@ -78,8 +72,14 @@ def _matmul_configs() -> list[triton.Config]:
     64 x 64 x 128 tiles double them (on the H100, bench/sweep_compute.py: 0.85x and 1.00x cuBLAS
     at M=128, N=4096, K=4096 and 14336, against 0.69x and 0.77x for 64 x 64 x 64), and
     64 x 128 x 64 suits N=14336, whose 224 tiles already fill the SMs (1.03x against 0.75x).
+    128 x 128 x 64 in 5 stages (160 KB of A and B tiles in flight, one program per SM) is the
+    large group's pick where 128 x 256 tiles leave a ragged last wave: M=1024, N=14336, K=4096
+    (448 tiles of 128 x 256 on 132 SMs), persistent, 0.975x (H100 fp16) and 1.015x (H200 bf16)
+    cuBLAS against 0.921x and 0.948x for 128 x 256 x 64 (bench/sweep_matmul_smallm.py,
+    2026-11-25, Triton 3.6), while 128 x 256 stays the best at N=4096 (0.98x against 0.93x).
     """
-    big = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8)]
+    big = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8),
+           (128, 128, 64, 5, 8)]
     small = [(64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)]
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
@@ -121,22 +121,6 @@ def _set_tma_block_shapes(nargs: dict) -> None:
 # and a GROUP_M of 2 so that the grouped order differs from row-major order.
 INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2},
                                    num_stages=1, num_warps=4, pre_hook=_set_tma_block_shapes)
-
-
-@triton.jit
-def _grouped_tile(
-    tile_id,  # index of the tile in launch order
-    num_pid_m,  # tiles along M
-    num_pid_n,  # tiles along N
-    GROUP_M: tl.constexpr,  # rows of tiles walked together
-):
-    # Column by column through a band of GROUP_M tile rows: the band's A rows and a few B
-    # columns stay in L2 while its tiles run, instead of streaming all of B once per tile row.
-    tiles_per_group = GROUP_M * num_pid_n
-    first_m = (tile_id // tiles_per_group) * GROUP_M
-    rows = tl.minimum(num_pid_m - first_m, GROUP_M)
-    in_group = tile_id % tiles_per_group
-    return first_m + in_group % rows, in_group // rows
 
 
 @triton.jit
@@ -185,7 +169,7 @@ def _matmul_kernel(
     num_tiles = num_pid_m * num_pid_n
     offs_k = tl.arange(0, BLOCK_K)
     for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
@@ -247,7 +231,7 @@ def _matmul_tma_kernel(
         k_first = 0
         k_last = K
     for tile_id in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -329,67 +313,69 @@ def _splitk_reduce_kernel(
 # in split order, applies bias and activation once and rounds once (deterministic, unlike
 # float32 atomics). Its cost, a read of split x M x N x 4 bytes and a second launch (or a
 # zeroed count per tile), is what the split must win back, so the choice is timed on the GPU it
-# runs on (reference_kernels/_tuning.py) among a few candidates.
+# runs on (reference_kernels/_tuning.py) among a few candidates, once per shape class.
+#
+# The rule (_splitk_pays), from the device's SM count and shared memory, the tile counts and K:
+# split where the unsplit path's finest grid (its 64 x 64 tiles) gives fewer programs than the
+# GPU has SMs, and the wave model (_wave_split) finds a split that keeps one wave of resident
+# programs, each over at least twice its pipeline's depth of K steps. Measured on the H100 and
+# H200 (132 SMs each; bench/sweep_matmul_smallm.py, 2026-11-25, Triton 3.6, x cuBLAS, fp16):
+#   M=128 N=4096  K=4096   128 tiles of 64 x 64 on 132 SMs: splits. Unsplit 64 x 64 x 128
+#                          0.835 (H100) / 0.817 (H200); 128 x 64 x 128 split 2 0.886 / 0.870 (bf16
+#                          0.900 / 0.868), 128 x 64 x 64 (6 stages) split 2 0.869 / 0.851,
+#                          64 x 128 x 64 split 4 0.826 / 0.825.
+#   M=128 N=4096  K=14336  splits: unsplit 1.011 / 0.823; 128 x 64 x 128 split 2 1.101 / 0.992,
+#                          128 x 64 x 64 (6) split 2 1.101 / 0.987, 64 x 128 x 64 split 4
+#                          1.072 / 1.002.
+#   M=128 N=14336 K=4096   448 tiles: no split. Unsplit 64 x 128 x 64 1.033 / 0.972; every
+#                          split 0.81-0.83 / 0.74-0.77.
+# Summing the partials in the tile's last program (FIXUP) lost to the reduce kernel on every
+# split launch of both GPUs (M=128, N=4096, K=4096: 64 x 128 x 64 split 4 0.742 against 0.826 on
+# the H100, 0.728 against 0.825 on the H200), so SPLITK_FIXUP stays False.
 
-# Not yet measured on a GPU (written without one): bench/sweep_matmul_smallm.py times every
-# launch below (and EXTRA_TILES, and FIXUP both ways) against cuBLAS on the H100 and H200. Once
-# its numbers are in: keep in SPLITK_TILES the tiles that are best or near it on some shape and
-# order them so that the first is the best untimed guess (_splitk_space's first launch serves
-# GEMMs under _tuning.TUNE_MIN_BYTES, and graph captures of never-timed shapes); set SPLITK_FIXUP
-# to the reduction that wins; set SMALL_M_VARIANT to "tma_splitk" if a split launch wins; and
-# raise test_matmul_llm_shapes_speed's perf_target once the default rows clear it.
-
-# Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps). The first
-# two are the unsplit small-M group's best of _matmul_configs (64 x 64 x 128: 4 stages x 32 KB;
-# 64 x 128 x 64, which fits twice per SM).
-# 128 x 64 and 128 x 128 read each B tile once (64-row tiles read it twice, once per 64 rows of
-# M=128, from L2 when the two programs run together) and the whole A (1 MB at K=4096) from L2
-# per column of tiles: fewer L2 bytes per DRAM byte, few tiles, made up for by the split.
-SPLITK_TILES = ((64, 64, 128, 4, 4), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-                (128, 128, 64, 4, 8))
-# Splits tried, and the BLOCK_K steps each split keeps at least (fewer leave the pipeline's
-# prologue and the partial's store a large share of each program).
+# Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), the sweep's
+# best first (the untimed pick of every class whose M allows it, at its wave-model split):
+# 128 x 64 x 128 (208 KB: one per SM) reads each B tile once for M=128 (64-row tiles read it
+# twice) in 16 KB steps; 128 x 64 x 64 in 6 stages the same B bytes in flight in half-size steps;
+# 64 x 128 x 64 (112 KB, two per SM) the tile for M <= 64 and the H200's best at K=14336. The
+# other tiles swept (64 x 64 x 128, 128 x 128 x 64, 128 x 64 x 64 in 4 stages, 128 x 32 x 128,
+# 64 x 64 x 128 in 3) were never the best on either GPU.
+SPLITK_TILES = ((128, 64, 128, 4, 4), (128, 64, 64, 6, 4), (64, 128, 64, 4, 4))
+# Splits tried. A split keeps at least twice its pipeline's depth (num_stages) of BLOCK_K steps:
+# fewer leave the pipeline's prologue and the partial's store a large share of each program.
 SPLITS = (2, 4, 8)
-MIN_SPLIT_STEPS = 8
-# Shared memory one program may use where the device does not say (Hopper: 227 KB), and what
-# the hardware reserves per resident program besides.
-DEFAULT_SMEM_PER_BLOCK = 227 * 1024
+# Shared memory CUDA reserves per resident program besides what the program asks for (1 KB on
+# sm_80 and newer: cudaDevAttrReservedSharedMemoryPerBlock).
 SMEM_RESERVED_PER_BLOCK = 1024
 
-# Under the interpreter: INTERPRETER_CONFIG's tiles split 2 first (the default of every
-# small-M TMA test: the workspace, the reduce, and K-slices that are empty at K <= 32), then an
-# uneven split of 3 and the unsplit launch.
+# Under the interpreter: INTERPRETER_CONFIG's tiles split 2 first (the default of the small
+# TMA tests whose 64 x 64 tiles leave the interpreter's 3 stand-in SMs idle: the workspace, the
+# reduce, and K-slices that are empty at K <= 32), then an uneven split of 3 and the unsplit
+# launch.
 INTERPRETER_SPLITK_SPACE = [{**INTERPRETER_CONFIG.all_kwargs(), "SPLIT_K": split}
                             for split in (2, 3, 1)]
 
 
-@functools.cache
-def _smem_per_block(device: torch.device) -> int:
-    """The shared memory one program may opt into on `device` (Triton's driver query)."""
-    if device.type != "cuda":
-        return DEFAULT_SMEM_PER_BLOCK
-    try:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        props = triton.runtime.driver.active.utils.get_device_properties(index)
-        return int(props["max_shared_mem"])
-    except Exception:  # pragma: no cover - a driver without the query
-        return DEFAULT_SMEM_PER_BLOCK
+def _tile_smem(bm: int, bn: int, bk: int, stages: int) -> int:
+    """Shared memory of one program: `stages` A and B tiles plus the epilogue's C tile, 2 bytes
+    an element (64 x 64 x 128 in 4 stages: 136 KB; 64 x 128 x 64 in 4: 112 KB)."""
+    return stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
 
 
 def _resident(bm: int, bn: int, bk: int, stages: int, smem_per_block: int) -> int:
-    """Programs of this tile one SM holds at once, by shared memory: `stages` A and B tiles
-    plus the epilogue's C tile, 2 bytes an element (64 x 64 x 128 in 4 stages: 136 KB, one per
-    SM; 64 x 128 x 64 in 4: 112 KB, two)."""
-    smem = stages * (bm * bk + bk * bn) * 2 + bm * bn * 2
-    return max(1, (smem_per_block + SMEM_RESERVED_PER_BLOCK) // (smem + SMEM_RESERVED_PER_BLOCK))
+    """Programs of this tile one SM holds at once, by shared memory (0: it does not fit)."""
+    smem = _tile_smem(bm, bn, bk, stages)
+    if smem > smem_per_block:
+        return 0
+    return (smem_per_block + SMEM_RESERVED_PER_BLOCK) // (smem + SMEM_RESERVED_PER_BLOCK)
 
 
-def _wave_split(tiles: int, k_steps: int, slots: int, waves: int = 1) -> int:
+def _wave_split(tiles: int, k_steps: int, slots: int, stages: int, waves: int = 1) -> int:
     """The largest split of SPLITS (or 1) whose tiles x split programs fit `waves` waves of the
-    GPU's `slots` (SMs x programs resident per SM), each split keeping MIN_SPLIT_STEPS steps:
-    every SM then streams B with all the programs it can hold (M=128, N=4096 on 132 SMs:
-    64 x 128 tiles, two per SM, split 4 into 256 programs)."""
-    ok = [s for s in SPLITS if tiles * s <= waves * slots and k_steps >= MIN_SPLIT_STEPS * s]
+    GPU's `slots` (SMs x programs resident per SM), each split keeping 2 x stages steps: every
+    SM then streams B with all the programs it can hold (M=128, N=4096 on 132 SMs: 64 tiles of
+    128 x 64, one per SM, split 2 into 128 programs)."""
+    ok = [s for s in SPLITS if tiles * s <= waves * slots and k_steps >= 2 * stages * s]
     return max(ok, default=1)
 
 
@@ -398,32 +384,77 @@ def _splitk_cfg(bm, bn, bk, stages, warps, split) -> dict:
             "num_stages": stages, "num_warps": warps}
 
 
-def _splitk_space(M: int, N: int, K: int, n_sms: int, *,
-                  smem_per_block: int = DEFAULT_SMEM_PER_BLOCK, every_split: bool = False) -> list:
-    """The launches the split-K path times for an (M, N, K) GEMM (dicts of meta-parameters,
-    SPLIT_K, num_stages, num_warps), first the untimed heuristic: each of SPLITK_TILES at its
-    wave-model split (_wave_split: one wave of resident programs), and unsplit; tiles with more
-    rows than M allows are left out (their MMA would be mostly padding). every_split: every
-    split of SPLITS within two waves instead (for sweeps)."""
+def _shape_class(M: int) -> int:
+    """The rows the split-K path plans for: M rounded up to 64. Every M of one 64-row band has
+    the same tile grids for every tile of SPLITK_TILES (64 and 128 rows), hence the same wave
+    model and the same DRAM traffic of B, which these GEMMs are bound by: one timed choice
+    serves them all (decode batches of 65-128 rows share one)."""
+    return 64 * triton.cdiv(max(M, 1), 64)
+
+
+def _splitk_plan(M: int, N: int, K: int, n_sms: int, smem_per_block: int, *,
+                 every_split: bool = False, tiles=SPLITK_TILES) -> list[dict]:
+    """The wave model's launches for an (M, N, K) GEMM on n_sms SMs of smem_per_block bytes of
+    shared memory per program (dicts of meta-parameters, SPLIT_K, num_stages, num_warps): each
+    tile that fits at its wave-model split, in the order of `tiles`, then each unsplit; tiles
+    taller than M's shape class are left out (their MMA would be mostly padding). The first is
+    the untimed pick. every_split: every split of SPLITS within two waves (for sweeps)."""
+    rows = _shape_class(M)
+    split, unsplit = [], []
+    for bm, bn, bk, stages, warps in tiles:
+        resident = _resident(bm, bn, bk, stages, smem_per_block)
+        if bm > rows or not resident:
+            continue
+        n_tiles = triton.cdiv(rows, bm) * triton.cdiv(N, bn)
+        steps = triton.cdiv(K, bk)
+        slots = n_sms * resident
+        if every_split:
+            splits = [s for s in SPLITS if n_tiles * s <= 2 * slots and steps >= 2 * stages * s]
+        else:
+            splits = [_wave_split(n_tiles, steps, slots, stages)]
+        split += [_splitk_cfg(bm, bn, bk, stages, warps, s) for s in splits if s > 1]
+        unsplit.append(_splitk_cfg(bm, bn, bk, stages, warps, 1))
+    return split + unsplit
+
+
+def _unsplit_programs(M: int, N: int) -> int:
+    """Programs of the unsplit small-M path's finest grid (its smallest tiles in
+    _matmul_configs): the most SMs it can keep busy."""
+    small = [c.kwargs for c in _matmul_configs() if c.kwargs["BLOCK_M"] <= 64]
+    return max(triton.cdiv(M, c["BLOCK_M"]) * triton.cdiv(N, c["BLOCK_N"]) for c in small)
+
+
+def _splitk_pays(M: int, N: int, K: int, n_sms: int, smem_per_block: int) -> bool:
+    """Whether a small-M GEMM takes the split-K path by default: its unsplit tiles leave SMs
+    idle (fewer programs than SMs) and the wave model splits some tile (K has the steps)."""
+    if M > SMALL_M or _unsplit_programs(M, N) >= n_sms:
+        return False
+    plan = _splitk_plan(M, N, K, n_sms, smem_per_block)
+    return bool(plan) and plan[0]["SPLIT_K"] > 1
+
+
+def _splitk_space(M: int, N: int, K: int, device: torch.device) -> list[dict]:
+    """The launches the split-K path times on `device` (the interpreter's small tiles there)."""
     if interpreting():
         return [dict(c) for c in INTERPRETER_SPLITK_SPACE]
-    out = []
-    for bm, bn, bk, stages, warps in SPLITK_TILES:
-        if bm > max(64, M):
-            continue
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        steps = triton.cdiv(K, bk)
-        slots = n_sms * _resident(bm, bn, bk, stages, smem_per_block)
-        if every_split:
-            splits = [1] + [s for s in SPLITS if tiles * s <= 2 * slots
-                            and steps >= MIN_SPLIT_STEPS * s]
-        else:
-            splits = [_wave_split(tiles, steps, slots), 1]
-        for split in splits:
-            cfg = _splitk_cfg(bm, bn, bk, stages, warps, split)
-            if cfg not in out:
-                out.append(cfg)
-    return out
+    space = _splitk_plan(M, N, K, sm_count(device), smem_per_block(device))
+    if not space:
+        raise ValueError(f"matmul: no split-K tile fits in the {smem_per_block(device)} bytes of "
+                         f"shared memory a program may use on {device}")
+    return space
+
+
+def matmul_splitk_space(M: int, N: int, K: int, device: torch.device, *,
+                        every_split: bool = False, tiles=None) -> list[dict]:
+    """The split-K launches (dicts for matmul(variant="tma_splitk", config=triton.Config(...)):
+    meta-parameters, SPLIT_K, num_stages, num_warps) that an (M, N, K) GEMM on `device` times
+    at first use, the untimed pick first; every_split: every split within two waves, for sweeps;
+    tiles: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps) tuples instead of SPLITK_TILES.
+    Under the interpreter, unless tiles are given: its small tiles' launches."""
+    if tiles is None and (not every_split or interpreting()):
+        return _splitk_space(M, N, K, device)
+    return _splitk_plan(M, N, K, sm_count(device), smem_per_block(device),
+                        every_split=every_split, tiles=SPLITK_TILES if tiles is None else tiles)
 
 
 # The split-K launches chosen on this process's GPUs (reports read best_config).
@@ -433,8 +464,8 @@ SPLITK_TUNER = _tuning.LaunchTuner("matmul_splitk")
 # _splitk_reduce_kernel (a second launch, which reads split x M x N x 4 bytes: at M=128, N=4096
 # split 2, 4 MB from L2, about a microsecond plus the launch gap of a CUDA graph); True, by the
 # last of each tile's programs to finish (FIXUP in _matmul_tma_kernel: no second launch, a
-# zeroed int32 count per tile instead). Both are deterministic. The sweep
-# (bench/sweep_matmul_smallm.py) times both.
+# zeroed int32 count per tile instead). Both are deterministic; the reduce kernel won every
+# measured split launch (see above).
 SPLITK_FIXUP = False
 
 # Elements per program of the reduce: 16 x 128 float32 per partial (8 KB), 4 warps; M=128,
@@ -483,21 +514,11 @@ def _matmul_splitk(a, b, bias, activation, out, cfg: dict) -> None:
             SPLIT_K=split, BLOCK_M=rm, BLOCK_N=rn, num_warps=4)
 
 
-def _autotune_kwargs() -> dict:
-    """Autotune with the plugin's timing (pytest_triton.do_bench: CUDA graphs, cold L2, as the
-    perf tests time) where this Triton's autotune takes a do_bench (Triton >= 3.3). Triton's
-    default includes host launch overhead, which on 20-50 us kernels (M=128 GEMMs, ResNet
-    layers) drowns the differences between configs."""
-    if "do_bench" in inspect.signature(triton.autotune).parameters:
-        return {"do_bench": do_bench}
-    return {}  # pragma: no cover - older Triton: its default timing
-
-
 def _autotuned(kernel, key):
     configs = autotune_configs(_matmul_configs(), interpreter=INTERPRETER_CONFIG)
     return triton.autotune(configs=configs, key=key,
                            prune_configs_by={"early_config_prune": _prune_configs},
-                           **_autotune_kwargs())(kernel)
+                           **_tuning.autotune_kwargs())(kernel)
 
 
 # One autotuner per variant, each with its own cache of chosen configs (the best tile of a
@@ -509,25 +530,6 @@ _AUTOTUNED = {
     "tma": _autotuned(_matmul_tma_kernel, ["M", "N", "K", "OPERAND_DTYPE", "B_TRANS"]),
     "tma_persistent": _autotuned(_matmul_tma_kernel, ["M", "N", "K", "OPERAND_DTYPE", "B_TRANS"]),
 }
-
-
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        # The interpreter runs programs one by one; 3 programs (fewer than the tests' tiles, and
-        # not dividing them) make each persistent program loop over an uneven share.
-        return 3
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-def tma_available(device: torch.device) -> bool:
-    """Whether this Triton offers host-side tensor descriptors on `device` (Hopper+, or the
-    interpreter)."""
-    if TensorDescriptor is None:
-        return False
-    if device.type != "cuda":
-        return interpreting()
-    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def _tma_layout(t: torch.Tensor) -> str | None:
@@ -588,7 +590,12 @@ def _choose_variant(a, b, out, variant: str | None) -> str:
     if variant is None:
         if _tma_problem(a, b, out) is not None:
             return FALLBACK_VARIANT
-        return SMALL_M_VARIANT if a.shape[0] <= SMALL_M else DEFAULT_VARIANT
+        (M, K), N = a.shape, b.shape[1]
+        if M > SMALL_M:
+            return DEFAULT_VARIANT
+        dev = a.device
+        return SPLITK_VARIANT if _splitk_pays(M, N, K, sm_count(dev), smem_per_block(dev)) \
+            else SMALL_M_VARIANT
     if variant not in VARIANTS:
         raise ValueError(f"matmul: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
     if variant.startswith("tma"):
@@ -611,6 +618,11 @@ def _check_config(config, where: str) -> dict:
                          positive=("GROUP_M", "SPLIT_K", "num_stages"), flags=("FIXUP",))
 
 
+def matmul_variant(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> str:
+    """The variant `matmul(a, b, out=out)` launches (one of VARIANTS)."""
+    return _choose_variant(a, b, out, None)
+
+
 def matmul_kernel_for(a: torch.Tensor, b: torch.Tensor, *, variant: str | None = None,
                       out: torch.Tensor | None = None):
     """The autotuned kernel `matmul(a, b, variant=variant, out=out)` launches (for its chosen
@@ -626,8 +638,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
 
     Accumulates in fp32; bias (N,) and the activation (None, "relu", "gelu") are applied to the
     fp32 accumulator, then rounded once to the output dtype (a's). variant: one of VARIANTS
-    (default: DEFAULT_VARIANT, or SMALL_M_VARIANT for M <= SMALL_M, where TMA can take the
-    operands, else FALLBACK_VARIANT). config: a
+    (default, where TMA can take the operands: DEFAULT_VARIANT for M > SMALL_M, SPLITK_VARIANT
+    where the unsplit tiles leave SMs idle and K can be split (_splitk_pays), else
+    SMALL_M_VARIANT; FALLBACK_VARIANT where TMA cannot take them). config: a
     triton.Config with BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M (and for "tma_splitk" optionally
     SPLIT_K, default 1, and FIXUP, default SPLITK_FIXUP) to launch instead of autotuning.
     """
@@ -644,16 +657,17 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
                              f"not of {chosen!r}")
     if chosen == "tma_splitk":
         if config is None:
+            # One choice per shape class (_shape_class: M's 64-row band), timed on the first
+            # GEMM of the class large enough to time.
             b_trans = _tma_layout(b) == "cols"
-            space = _splitk_space(M, N, K, _sm_count(a.device),
-                                  smem_per_block=_smem_per_block(a.device))
+            key = (_shape_class(M), N, K, a.dtype, b_trans)
             cfg = SPLITK_TUNER.choose(
-                a.device, (M, N, K, a.dtype, b_trans), space,
+                a.device, key, _splitk_space(M, N, K, a.device),
                 lambda c: _matmul_splitk(a, b, bias, activation, out, c), matmul_bytes(a, b))
         _matmul_splitk(a, b, bias, activation, out, cfg)
         return out
     persistent = chosen.endswith("persistent")
-    n_sms = _sm_count(a.device)
+    n_sms = sm_count(a.device)
 
     def grid(meta):
         tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])

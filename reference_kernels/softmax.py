@@ -25,20 +25,17 @@ import triton.language as tl
 from pytest_triton import interpreting
 
 from . import _tuning
-from ._checks import output, require_dtype, require_tensor
-from .vector_add import SYNC_HEADER, device_size, sync_buffer, take_ticket, with_overrides
+from ._checks import output, require_dtype, require_tensor, with_overrides
+from ._device import sm_count
+from ._row_exchange import gather_chunks, publish_chunk, reconvert, take_row_chunk
+from ._rows import looped_grid, register_cap, row_view, split_chunks, tile_rows
+from ._tickets import SYNC_HEADER, sync_buffer, take_ticket
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # Held in fp32 registers whatever the input dtype: 16K columns is 64 KB per row, 32 values per
 # thread at 16 warps. Wider rows would spill, so they are split over programs (or loop).
 SINGLE_PASS_MAX_COLS = 16384
-# How long a program of a split row polls for the other chunks' statistics before it gives up and
-# writes NaN: ~50 ms at an L2 round trip (<1 us) per poll, where a row's programs normally all
-# publish within microseconds of each other. Only a bug gets there (a split launch never waits on
-# a program that has not started: see take_row_chunk), and then a broken launch costs about a
-# second instead of hanging the GPU, and its NaNs fail every check.
-MAX_POLLS = tl.constexpr(1 << 16)
 
 
 @triton.jit
@@ -84,7 +81,7 @@ def _softmax_kernel(
 def _softmax_persistent_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
     y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer): tiles are tickets
+    sync_ptr,  # *in/out* int64 launch-wide counter word (_tickets.sync_buffer): tiles are tickets
     n_rows,  # number of rows
     n_cols,  # row width, <= BLOCK_N
     stride_xm,  # elements between rows of x
@@ -151,90 +148,6 @@ def _softmax_strided_kernel(
 
 # --- rows split over programs: each chunk publishes two statistics, then reads everyone's ------
 
-@triton.jit
-def reconvert(
-    x,  # a tensor as loaded, in its float dtype (float32, float16 or bfloat16)
-    poison,  # scalar or like x: True gives NaN
-):
-    """x in float32, NaN where poison, as a conversion of its own.
-
-    A split program holds its chunk as loaded and converts it once per use. Two plain
-    x.to(tl.float32) of one x are one conversion to the compiler, which then keeps the float32
-    copy live from the first use to the last: twice the registers of a 16-bit chunk, and fewer
-    programs per SM. An integer OR with a value it cannot know (0 unless poison) makes each
-    conversion its own. sm_90, Triton 3.6: a 4096-column fp16 chunk on 4 warps takes 48
-    registers per thread this way (10 programs per SM), 64 with plain conversions (8)."""
-    if x.dtype == tl.float32:  # nothing to convert
-        y = tl.where(poison, float("nan"), x)
-    else:
-        # All ones is a NaN in float16 and bfloat16.
-        bits = x.to(tl.int16, bitcast=True) | tl.where(poison, -1, 0).to(tl.int16)
-        y = bits.to(x.dtype, bitcast=True).to(tl.float32)
-    return y
-
-
-@triton.jit
-def take_row_chunk(
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
-    n_rows,  # rows of the launch
-    n_chunks,  # programs per row
-):
-    """(row, chunk, epoch) of this program. Rows and chunks follow tickets, i.e. the order in
-    which programs start, not program ids: every program that a started program waits for has
-    started too (or will, as soon as a slot frees), so a row's chunks never wait on a program
-    that cannot be scheduled, whatever order the hardware launches programs in."""
-    ticket, epoch = take_ticket(sync_ptr, n_rows * n_chunks)
-    return ticket // n_chunks, ticket % n_chunks, epoch
-
-
-@triton.jit
-def _tagged(value, epoch):
-    # One 64-bit word: the launch's epoch above the float's bits. A word is written whole, so a
-    # reader that sees this launch's epoch sees this launch's value: no fence is needed.
-    bits = tl.cast(value, tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-    return (epoch.to(tl.int64) << 32) | bits
-
-
-@triton.jit
-def publish_chunk(
-    words_ptr,  # *out* int64 2 x n_chunks words of this row
-    chunk,  # this program's chunk of the row
-    n_chunks,  # chunks per row
-    a,  # first float32 statistic of the chunk
-    b,  # second float32 statistic of the chunk
-    epoch,  # this launch's tag (take_row_chunk)
-):
-    # Atomic exchanges rather than plain stores: performed at L2, where the other programs'
-    # volatile loads look, with no write sitting in a store queue.
-    tl.atomic_xchg(words_ptr + chunk, _tagged(a, epoch), sem="relaxed")
-    tl.atomic_xchg(words_ptr + n_chunks + chunk, _tagged(b, epoch), sem="relaxed")
-
-
-@triton.jit
-def gather_chunks(
-    words_ptr,  # *in* int64 2 x n_chunks words of this row
-    n_chunks,  # chunks per row
-    epoch,  # this launch's tag
-    MAX_CHUNKS: tl.constexpr,  # power of two >= n_chunks
-):
-    """Every chunk's (a, b) once all are published: two float32 vectors of MAX_CHUNKS, the mask
-    of real chunks, and whether they all arrived (False only after MAX_POLLS polls)."""
-    c = tl.arange(0, MAX_CHUNKS)
-    valid = c < n_chunks
-    # volatile: read from L2 every time, never from this SM's L1.
-    wa = tl.load(words_ptr + c, mask=valid, other=0, volatile=True)
-    wb = tl.load(words_ptr + n_chunks + c, mask=valid, other=0, volatile=True)
-    ready = tl.sum(((wa >> 32 == epoch) & (wb >> 32 == epoch) & valid).to(tl.int32), axis=0)
-    polls = 0
-    while (ready < n_chunks) & (polls < MAX_POLLS):
-        wa = tl.load(words_ptr + c, mask=valid, other=0, volatile=True)
-        wb = tl.load(words_ptr + n_chunks + c, mask=valid, other=0, volatile=True)
-        ready = tl.sum(((wa >> 32 == epoch) & (wb >> 32 == epoch) & valid).to(tl.int32), axis=0)
-        polls += 1
-    a = tl.cast((wa & 0xFFFFFFFF).to(tl.int32), tl.float32, bitcast=True)
-    b = tl.cast((wb & 0xFFFFFFFF).to(tl.int32), tl.float32, bitcast=True)
-    return a, b, valid, ready == n_chunks
-
 
 @triton.jit
 def _exp_sum(
@@ -273,7 +186,7 @@ def _normalise(
 def _softmax_split_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous
     y_ptr,  # *out* n_rows x n_cols, row stride stride_ym, columns contiguous
-    sync_ptr,  # *in/out* int64 launch-wide counter word (vector_add.sync_buffer)
+    sync_ptr,  # *in/out* int64 launch-wide counter word (_tickets.sync_buffer)
     words_ptr,  # *in/out* int64 n_rows x 2 x n_chunks words: each chunk's tagged statistics
     n_rows,  # number of rows (the grid is n_rows x n_chunks programs)
     n_cols,  # row width
@@ -375,7 +288,14 @@ def _softmax_looped_kernel(
                      eviction_policy="evict_first" if EVICT else "")
 
 
-def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> dict:
+# The kernels by path, for tools that compile or inspect them (bench/regcount.py, the sweeps'
+# register reports).
+KERNELS = {"single": _softmax_kernel, "persistent": _softmax_persistent_kernel,
+           "strided": _softmax_strided_kernel, "split": _softmax_split_kernel,
+           "looped": _softmax_looped_kernel}
+
+
+def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> dict:
     """Launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each row over
     cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program (two passes).
 
@@ -411,7 +331,16 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
     wait for one that runs after it.
     softmax_persistent's looped path: 4096-column steps over 16 warps, 8 values per thread (at 16
     per thread Triton 3.6's ptxas spills in the loop); programs_per_sm=None sizes the grid so
-    that the rows in flight fill about half of L2 (softmax.looped_grid), for the second read.
+    that the rows in flight fill about half of L2 (_rows.looped_grid), for the second read.
+    It is the straggler of the suite (issue 23): 64K 16-bit columns at 0.66 of the copy ceiling
+    on the H100 and 0.54 on the H200 (target 0.85). Likely cause, bytes in flight: the loop is
+    not pipelined (NUM_STAGES=1), so a program has one 8 KB step in flight, and the grid's ~200
+    programs (half of L2 in 128 KB rows) put ~12 KB per SM, where bandwidth x latency asks for
+    ~18 KB per SM on the H100 and ~29 KB on the H200 (3.0 and 4.2 TB/s over 132 SMs at ~0.8
+    us): 12/18 and 12/29 are the measured fractions, near enough. Candidates, configs only
+    until measured (bench/final_run.sh sweeps): NUM_STAGES 2-3 (the loops pipelined through
+    shared memory: 2-3 steps in flight per program), 2048-column steps on 8 warps over 3
+    stages, and the split rows softmax takes (one read: SPLIT=True, 4096-column chunks).
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
@@ -439,15 +368,9 @@ def _softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bo
             "SPLIT": True, "programs_per_sm": None}
 
 
-def _tile_rows(tile: int, block: int, n_rows: int) -> int:
-    """Rows of a tile of about `tile` elements of `block`-wide rows (at least one, at most the
-    rows there are)."""
-    return max(1, min(tile // block, triton.next_power_of_2(max(n_rows, 1))))
-
-
-def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> list[dict]:
+def softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool) -> list[dict]:
     """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
-    heuristic of _softmax_config first, then what won elsewhere. Single-pass tiles hold 8 to 32
+    heuristic of softmax_config first, then what won elsewhere. Single-pass tiles hold 8 to 32
     values per thread; which suits a GPU depends on how many bytes each SM must keep in flight
     (its bandwidth over its SM count) against what its registers hold. The H200 (1.43x an
     H100's bandwidth on the same 132 SMs) preferred smaller tiles where the H100 preferred
@@ -456,7 +379,7 @@ def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     Split rows (64K): the held chunk's bytes per SM set the speed (fp32 4096-column chunks on 4
     warps: 9 programs x 16 KB; 16-bit 8192-column chunks capped at 80 registers: 6 x 16 KB,
     against 10 x 8 KB for 4096 columns)."""
-    base = _softmax_config(n_rows, n_cols, dtype, persistent)
+    base = softmax_config(n_rows, n_cols, dtype, persistent)
     block = base["BLOCK_N"]
     if base["SPLIT"]:
         if dtype == torch.float32:
@@ -467,68 +390,27 @@ def _softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     if persistent:
         if block <= 1024 and base["NUM_STAGES"] == 1:
             return _tuning.space(base,
-                                 {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 2,
+                                 {"ROWS": tile_rows(2048, block, n_rows), "num_warps": 2,
                                   "programs_per_sm": 8},
-                                 {"ROWS": _tile_rows(2048, block, n_rows), "num_warps": 2,
+                                 {"ROWS": tile_rows(2048, block, n_rows), "num_warps": 2,
                                   "programs_per_sm": 16},
-                                 {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 4,
+                                 {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 4,
                                   "programs_per_sm": 8},
                                  # A grid-stride loop pipelined through shared memory instead
                                  # of tickets and a second tile in registers.
-                                 {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 4,
+                                 {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 4,
                                   "programs_per_sm": 4, "NUM_STAGES": 3})
         return [base]
     if block > SINGLE_PASS_MAX_COLS:  # the looped path (sweeps only)
         return [base]
     if block <= 1024:
-        return _tuning.space(base, {"ROWS": _tile_rows(1024, block, n_rows), "num_warps": 4},
-                             {"ROWS": _tile_rows(4096, block, n_rows), "num_warps": 8})
+        return _tuning.space(base, {"ROWS": tile_rows(1024, block, n_rows), "num_warps": 4},
+                             {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 8})
     if block <= 4096:
         return _tuning.space(base, {"ROWS": 1, "num_warps": min(32, block // 256)},
-                             {"ROWS": _tile_rows(2 * block, block, n_rows),
+                             {"ROWS": tile_rows(2 * block, block, n_rows),
                               "num_warps": min(32, block // 128)})
     return _tuning.space(base, {"ROWS": 1, "num_warps": 32})
-
-
-def register_cap(cfg: dict) -> dict:
-    """Launch options for cfg's maxnreg: a cap on registers per thread (more programs per SM,
-    where ptxas would take more than it needs), none when None or under the interpreter."""
-    return {"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] and not interpreting() else {}
-
-
-def split_chunks(n_cols: int, block_n: int, where: str) -> int:
-    """Programs per row of a split launch; under the interpreter only 1 can work."""
-    n_chunks = triton.cdiv(n_cols, block_n)
-    if n_chunks > 1 and interpreting():
-        raise ValueError(f"{where}: a row split over {n_chunks} programs cannot run under Triton's "
-                         "interpreter, which runs one program at a time while split programs "
-                         "wait for each other; use BLOCK_N >= the row width, or SPLIT=False")
-    return n_chunks
-
-
-def looped_grid(n_rows: int, row_bytes: int, device: torch.device,
-                programs_per_sm: int | None) -> int:
-    """Programs for a kernel that reads each row twice: programs_per_sm per SM if given, else as
-    many as keep the rows in flight within half of L2 (1 to 4 per SM)."""
-    sms, l2 = device_size(device)
-    if programs_per_sm:
-        return min(n_rows, programs_per_sm * sms)
-    return min(n_rows, max(sms, min(4 * sms, (l2 // 2) // max(row_bytes, 1))))
-
-
-def row_view(name: str, t: torch.Tensor, where: str) -> torch.Tensor:
-    """t (..., n) as a 2-D (rows, n) view: columns contiguous, any row stride; leading
-    dimensions that cannot be viewed as one row index are an error, not a silent copy."""
-    if t.numel() == 0:  # nothing to launch on
-        return t.new_empty((0, t.shape[-1] if t.dim() else 0))
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise ValueError(f"{where}: {name} must have contiguous columns (stride 1 along the last "
-                         f"dimension), got strides {t.stride()}")
-    try:
-        return t.view(-1, t.shape[-1])
-    except RuntimeError:
-        raise ValueError(f"{where}: the leading dimensions of {name} (strides {t.stride()}) "
-                         "cannot be viewed as one row index; call .contiguous()") from None
 
 
 def _as_rows(x: torch.Tensor, out: torch.Tensor | None, where: str):
@@ -552,7 +434,7 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
         meta = {"BLOCK_N": cfg["BLOCK_N"], "ROWS": cfg["ROWS"], "EVICT": cfg["EVICT"],
                 "num_warps": cfg["num_warps"]}
         if persistent:
-            grid = (min(n_tiles, (cfg["programs_per_sm"] or 1) * device_size(x2.device)[0]),)
+            grid = (min(n_tiles, (cfg["programs_per_sm"] or 1) * sm_count(x2.device)),)
             if cfg["NUM_STAGES"] > 1:
                 _softmax_strided_kernel[grid](x2, y2, *args, NUM_STAGES=cfg["NUM_STAGES"], **meta)
             else:
@@ -570,7 +452,7 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, cfg: dict, persistent: bool, whe
             MAX_CHUNKS=triton.next_power_of_2(n_chunks), RELOAD=cfg["RELOAD"],
             num_warps=cfg["num_warps"], **register_cap(cfg))
     else:
-        # Capped on every grid, persistent or not, for L2's sake: see _softmax_config.
+        # Capped on every grid, persistent or not, for L2's sake: see softmax_config.
         grid = (looped_grid(n_rows, n_cols * x2.element_size(), x2.device,
                             cfg["programs_per_sm"]),)
         _softmax_looped_kernel[grid](x2, y2, *args, BLOCK_N=cfg["BLOCK_N"],
@@ -586,14 +468,14 @@ SOFTMAX_PERSISTENT_TUNER = _tuning.LaunchTuner("softmax_persistent")
 def _choose(x2: torch.Tensor, y2: torch.Tensor, config: dict | None, persistent: bool,
             where: str) -> dict:
     """The launch config: the caller's overrides of the heuristic, or the device's choice in
-    _softmax_space (timed at first use on a large problem)."""
+    softmax_space (timed at first use on a large problem)."""
     n_rows, n_cols = x2.shape
     if config:
-        return with_overrides(_softmax_config(n_rows, n_cols, x2.dtype, persistent), config,
+        return with_overrides(softmax_config(n_rows, n_cols, x2.dtype, persistent), config,
                               where, powers_of_two=("BLOCK_N", "ROWS"))
     tuner = SOFTMAX_PERSISTENT_TUNER if persistent else SOFTMAX_TUNER
     key = (triton.next_power_of_2(max(n_cols, 1)), x2.element_size())
-    return tuner.choose(x2.device, key, _softmax_space(n_rows, n_cols, x2.dtype, persistent),
+    return tuner.choose(x2.device, key, softmax_space(n_rows, n_cols, x2.dtype, persistent),
                         lambda c: _launch(x2, y2, c, persistent, where), softmax_bytes(x2))
 
 
@@ -601,9 +483,9 @@ def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None,
             config: dict | None = None) -> torch.Tensor:
     """softmax(x, dim=-1): one tile of rows per program, or one chunk of a wide row.
 
-    Without config, the launch config is this GPU's choice in _softmax_space, timed at the
+    Without config, the launch config is this GPU's choice in softmax_space, timed at the
     first call on a large problem (reference_kernels/_tuning.py).
-    config: overrides of _softmax_config's launch parameters (BLOCK_N, ROWS, num_warps, EVICT,
+    config: overrides of softmax_config's launch parameters (BLOCK_N, ROWS, num_warps, EVICT,
     SPLIT, RELOAD, NUM_STAGES, programs_per_sm), for tuning sweeps; BLOCK_N below the row width
     splits rows (SPLIT=True; RELOAD=True reads each chunk again after the exchange instead of
     holding it) or loops over them (SPLIT=False; NUM_STAGES and programs_per_sm apply).

@@ -4,15 +4,9 @@ Two launchers over the same arithmetic: `vector_add` (one tile per program, auto
 n_elements) and `vector_add_persistent` (a grid of a few programs per SM, each taking tiles from
 a launch-wide counter until none are left). Both take tensors of one shape: contiguous of any
 shape, or 1-D with any stride.
-
-Also here, for every kernel module: the launch-wide counter (`sync_buffer`, `take_ticket`) that
-persistent and row-split kernels share, and the helpers that size grids and apply config
-overrides.
 """
 
 from __future__ import annotations
-
-import functools
 
 import torch
 import triton
@@ -20,30 +14,13 @@ import triton.language as tl
 
 from pytest_triton import autotune_configs, interpreting
 
-from ._checks import config_values, output, require_tensor
+from . import _elementwise
+from ._checks import launch_config, with_overrides
+from ._device import sm_count
+from ._elementwise import INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
+from ._tickets import sync_buffer, take_ticket
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def elementwise_configs() -> list[triton.Config]:
-    """Tile sizes for a streaming elementwise kernel (each element read and written once).
-
-    A tile of 1024-8192 elements over 4-8 warps gives every thread 8-32 elements: two to eight
-    16-byte accesses per operand in flight, which is what it takes to keep HBM busy. An fp32 add
-    with BLOCK_SIZE 1024 / 4 warps reached 3040 GB/s on an H100 (= torch.add; 4096 / 8 warps:
-    3000 GB/s), so the small tiles come first; the larger ones are for 2-byte dtypes, whose tiles
-    carry half the bytes.
-    """
-    return [
-        triton.Config({"BLOCK_SIZE": 1024}, num_warps=4),
-        triton.Config({"BLOCK_SIZE": 2048}, num_warps=4),
-        triton.Config({"BLOCK_SIZE": 4096}, num_warps=8),
-        triton.Config({"BLOCK_SIZE": 8192}, num_warps=8),
-    ]
-
-
-# Under the interpreter: small tiles, so that the tests' odd sizes (127, 129, ...) cross tile edges.
-INTERPRETER_CONFIG = triton.Config({"BLOCK_SIZE": 256}, num_warps=4)
+DTYPES = _elementwise.DTYPES
 
 
 @triton.jit
@@ -74,27 +51,6 @@ def _vector_add_kernel(
     x = tl.load(x_ptr + start * stride_x + offs * stride_x, mask=mask)
     y = tl.load(y_ptr + start * stride_y + offs * stride_y, mask=mask)
     tl.store(out_ptr + start * stride_out + offs * stride_out, _add_rounded_once(x, y), mask=mask)
-
-
-@triton.jit
-def take_ticket(
-    sync_ptr,  # *in/out* int64 launch-wide counter word (sync_buffer)
-    n_tickets,  # tickets this launch takes in all
-):
-    """(ticket, epoch): the next ticket of this launch (0, 1, 2, ... in the order programs ask)
-    and the launch's epoch. The program that takes the last ticket leaves the word as the next
-    launch on the stream needs it: no ticket taken, epoch advanced."""
-    # One word holds the epoch (high 32 bits) and the tickets taken (low 32 bits): one atomic
-    # gives both, and once the last ticket is out nobody in this launch reads the word again, so
-    # its taker can reset it with a plain store. Relaxed: a ticket orders nothing but itself, and
-    # a fence per ticket would stall the loads in flight.
-    word = tl.atomic_add(sync_ptr, 1, sem="relaxed")
-    ticket = word & 0xFFFFFFFF
-    epoch = word >> 32
-    if ticket == n_tickets - 1:
-        # Epochs cycle through 1 .. 2**31 - 1: never 0, the tag of words nobody wrote yet.
-        tl.store(sync_ptr, (epoch % 0x7FFFFFFF + 1) << 32)
-    return ticket, epoch
 
 
 @triton.jit
@@ -153,7 +109,7 @@ def _vector_add_persistent_kernel(
             tile = next_tile
 
 
-def _persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
+def vector_add_persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
     """Launch parameters of the persistent variant.
 
     4096-element tiles over 8 warps; 2 programs per SM in float32, 3 in 16-bit dtypes (whose
@@ -173,118 +129,33 @@ def _persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
             "programs_per_sm": 2 if dtype == torch.float32 else 3, "PREFETCH": False}
 
 
-# int64 words of sync_buffer before a kernel's own: [0] the counter word (take_ticket); 16 words,
-# so that a kernel's own words start on another 128-byte line.
-SYNC_HEADER = 16
-_SYNC_BUFFERS: dict = {}
+def vector_add_configs() -> list[triton.Config]:
+    """The tiles vector_add autotunes over (the streaming elementwise space, _elementwise.py)."""
+    return elementwise_configs()
 
 
-def sync_buffer(device: torch.device, n_words: int = 0) -> torch.Tensor:
-    """The launch-wide counter word of the current stream on `device` (in SYNC_HEADER int64
-    words), followed by at least n_words int64 words for a kernel's own use.
+def vector_add(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None,
+               config: triton.Config | None = None) -> torch.Tensor:
+    """x + y, one tile per program; the tile size is autotuned per n_elements and dtype.
 
-    Kept per (device, stream) and reused: every kernel that uses it leaves the counter word as
-    the next launch needs it (take_ticket), so no memset runs before a launch, and a replayed
-    CUDA graph works too. Two streams get two buffers: their launches could overlap. Grown
-    (zeroed, epoch 1) when a kernel needs more words. A CUDA graph capture (on its own stream)
-    cannot allocate one: it borrows the device's last buffer, so run the kernel once, eagerly,
-    before capturing it.
+    config: a triton.Config with BLOCK_SIZE (one of vector_add_configs(), say) to launch instead
+    of autotuning, for tuning sweeps.
     """
-    device = torch.device(device)
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    key = (str(device), stream)
-    buf = _SYNC_BUFFERS.get(key)
-    if buf is not None and buf.numel() >= SYNC_HEADER + n_words:
-        return buf
-    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        last = _SYNC_BUFFERS.get((str(device), "last"))
-        if last is None or last.numel() < SYNC_HEADER + n_words:
-            raise RuntimeError("sync_buffer: run the kernel once outside CUDA graph capture "
-                               "first: its counters cannot be allocated inside a capture")
-        return last
-    # Grown in powers of two, so that a sweep over sizes does not reallocate every call. An
-    # outgrown buffer is kept, never freed: a captured CUDA graph may still use it.
-    if buf is not None:
-        _SYNC_BUFFERS.setdefault("outgrown", []).append(buf)
-    buf = torch.zeros(SYNC_HEADER + triton.next_power_of_2(max(n_words, 1024)),
-                      dtype=torch.int64, device=device)
-    buf[0] = 1 << 32  # epoch 1, no ticket taken
-    _SYNC_BUFFERS[key] = _SYNC_BUFFERS[(str(device), "last")] = buf
-    return buf
-
-
-@functools.cache
-def device_size(device: torch.device) -> tuple[int, int]:
-    """(SM count, L2 bytes) of `device`, for sizing persistent grids."""
-    if device.type != "cuda":
-        return 4, 50 * 2**20  # the interpreter runs programs one by one: stand-ins for a grid
-    props = torch.cuda.get_device_properties(device)
-    return props.multi_processor_count, getattr(props, "L2_cache_size", 50 * 2**20)
-
-
-def with_overrides(defaults: dict, overrides: dict | None, where: str, *,
-                   powers_of_two: tuple[str, ...] = ()) -> dict:
-    """A launcher's heuristic launch parameters, with a caller's overrides (tuning sweeps)."""
-    if overrides is not None and not isinstance(overrides, dict):
-        raise TypeError(f"{where}: config must be a dict of launch parameters, got "
-                        f"{type(overrides).__name__}")
-    if not overrides:
-        return defaults
-    unknown = sorted(set(overrides) - set(defaults))
-    if unknown:
-        raise ValueError(f"{where}: unknown config key(s) {unknown}; expected some of "
-                         f"{sorted(defaults)}")
-    cfg = {**defaults, **overrides}
-    # the value's kind follows the default's: flags stay bools, counts are integers >= 1 (a
-    # default of None is an optional count: programs_per_sm, maxnreg)
-    flags = [k for k in overrides if isinstance(defaults[k], bool)]
-    counts = [k for k in overrides if k not in powers_of_two and k not in flags
-              and (defaults[k] is None or isinstance(defaults[k], int))]
-    return config_values(where, cfg, powers_of_two=powers_of_two, positive=counts, flags=flags)
-
-
-def elementwise_operands(where: str, out: torch.Tensor | None, **inputs: torch.Tensor):
-    """Check the operands of an elementwise kernel (one dtype of DTYPES, one shape, one device;
-    contiguous, or 1-D with any stride); return ([inputs as 1-D views], out as a 1-D view, out),
-    out allocated when None."""
-    first_name, first = next(iter(inputs.items()))
-    for name, t in inputs.items():
-        require_tensor(where, name, t)
-        if t.dtype not in DTYPES:
-            raise TypeError(f"{where}: {name} has dtype {t.dtype}, which is not supported; "
-                            f"expected one of {', '.join(str(d) for d in DTYPES)}")
-        if t.dtype != first.dtype:
-            raise TypeError(f"{where}: {first_name} and {name} must have one dtype, got "
-                            f"{first.dtype} and {t.dtype}")
-        if t.shape != first.shape:
-            raise ValueError(f"{where}: {first_name} and {name} must have one shape, got "
-                             f"{tuple(first.shape)} and {tuple(t.shape)} (no broadcasting)")
-        if t.device != first.device:
-            raise ValueError(f"{where}: {first_name} and {name} are on different devices "
-                             f"({first.device}, {t.device})")
-    out = output(where, "out", out, first.shape, first.dtype, first.device, inputs=inputs,
-                 same_place_ok=True)
-    flat = []
-    for name, t in (*inputs.items(), ("out", out)):
-        if t.is_contiguous():
-            flat.append(t.view(-1))
-        elif t.dim() == 1:
-            flat.append(t)
-        else:
-            raise ValueError(f"{where}: {name} is a non-contiguous {t.dim()}-D tensor; only 1-D "
-                             "tensors may be strided (call .contiguous() first)")
-    return flat[:-1], flat[-1], out
-
-
-def vector_add(x: torch.Tensor, y: torch.Tensor, *,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-    """x + y, one tile per program; the tile size is autotuned per n_elements and dtype."""
     (xf, yf), of, out = elementwise_operands("vector_add", out, x=x, y=y)
+    meta = None if config is None else launch_config("vector_add", config, ("BLOCK_SIZE",))
     n = xf.numel()
     if n:
-        grid = lambda meta: (triton.cdiv(n, meta["BLOCK_SIZE"]),)  # noqa: E731
-        _vector_add_kernel[grid](xf, yf, of, n, xf.stride(0), yf.stride(0), of.stride(0))
+        args = (xf, yf, of, n, xf.stride(0), yf.stride(0), of.stride(0))
+        if meta is None:
+            _vector_add_kernel[lambda m: (triton.cdiv(n, m["BLOCK_SIZE"]),)](*args)
+        else:
+            _vector_add_kernel.fn[(triton.cdiv(n, meta["BLOCK_SIZE"]),)](*args, **meta)
     return out
+
+
+def vector_add_kernel_for():
+    """The autotuned kernel `vector_add` launches (reports read its best_config)."""
+    return _vector_add_kernel
 
 
 def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor | None = None,
@@ -297,11 +168,11 @@ def vector_add_persistent(x: torch.Tensor, y: torch.Tensor, *, out: torch.Tensor
     """
     (xf, yf), of, out = elementwise_operands("vector_add_persistent", out, x=x, y=y)
     n = xf.numel()
-    cfg = with_overrides(_persistent_config(n, x.dtype), config, "vector_add_persistent",
+    cfg = with_overrides(vector_add_persistent_config(n, x.dtype), config, "vector_add_persistent",
                          powers_of_two=("BLOCK_SIZE",))
     if n:
         n_tiles = triton.cdiv(n, cfg["BLOCK_SIZE"])
-        grid = (min(n_tiles, cfg["programs_per_sm"] * device_size(x.device)[0]),)
+        grid = (min(n_tiles, cfg["programs_per_sm"] * sm_count(x.device)),)
         _vector_add_persistent_kernel[grid](xf, yf, of, sync_buffer(x.device), n, xf.stride(0),
                                             yf.stride(0), of.stride(0),
                                             BLOCK_SIZE=cfg["BLOCK_SIZE"],

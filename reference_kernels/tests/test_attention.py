@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 import triton
-import triton.language as tl
 
 from pytest_triton import assert_close, interpreting, skip_interpreter_gap, tolerance_for
 from reference_kernels.attention import VARIANTS, attention, attention_inputs, attention_reference
@@ -195,11 +194,9 @@ def test_control_attention_precision_bug_is_rejected_against_torch(make_tensor, 
         _check_against_torch(out, ref, q, k, v, causal)
 
 
-# --- the inner loop's options (PIPELINE, LAZY_RESCALE), set through an explicit config ----
+# --- the inner loop's option (WARP_SPECIALIZE), set through an explicit config -------------
 
-OPTIONS = [pytest.param({"PIPELINE": True}, id="pipeline"),
-           pytest.param({"LAZY_RESCALE": True}, id="lazy"),
-           pytest.param({"PIPELINE": True, "LAZY_RESCALE": True}, id="pipeline_lazy")]
+OPTIONS = [pytest.param({}, id="plain"), pytest.param({"WARP_SPECIALIZE": True}, id="ws")]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -207,14 +204,16 @@ OPTIONS = [pytest.param({"PIPELINE": True}, id="pipeline"),
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize("shape, blocks", [
-    # S of one key (the prologue block is the epilogue block), a tail shorter than BLOCK_N, one
-    # of exactly two BLOCK_M (no tail: the non-causal masked loop is empty) and one crossing
-    # several query and key blocks with a tail.
+    # S of one key, a tail shorter than BLOCK_N, one of exactly two BLOCK_M (no tail: the
+    # warp-specialized loop runs unmasked, EVEN_N) and one crossing several query and key
+    # blocks with a tail.
     ((1, 1, 1, 64), (32, 16)), ((1, 2, 23, 64), (32, 16)), ((2, 1, 64, 128), (32, 16)),
     ((1, 2, 77, 128), (32, 16)), ((1, 1, 45, 64), (32, 32)), ((1, 1, 45, 128), (16, 16))],
     ids=lambda x: "x".join(map(str, x)))
 def test_attention_loop_options(make_tensor, triton_device, shape, blocks, options, causal,
                                 variant, dtype):
+    # (Under the interpreter warp specialization itself is a no-op; the single loop over every
+    # visible key that it needs, masked or not, is what runs.)
     _dot_dtype(dtype)
     _need_variant(variant, triton_device)
     q, k, v = attention_inputs(make_tensor, *shape, dtype=dtype)
@@ -225,33 +224,8 @@ def test_attention_loop_options(make_tensor, triton_device, shape, blocks, optio
            causal)
 
 
-def _lazy_large_logits(make_tensor, causal):
-    # Logits of a few hundred whose row maxima grow block after block by more than the threshold
-    # (keys of growing norm): the lazy path must rescale then, or its p overflows.
-    q, k = attention_inputs(make_tensor, 1, 2, 70, 64, dtype=torch.float16, scale=4.0)[:2]
-    k = k * torch.linspace(0.5, 2.0, 70, device=k.device, dtype=torch.float32)[:, None].to(k.dtype)
-    v = make_tensor((1, 2, 70, 64), torch.float16)
-    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "PIPELINE": True, "LAZY_RESCALE": True},
-                        num_warps=4, num_stages=2)
-    return attention(q, k, v, causal=causal, config=cfg), q, k, v
-
-
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_attention_lazy_rescale_large_logits(make_tensor, causal):
-    out, q, k, v = _lazy_large_logits(make_tensor, causal)
-    _check(out, q, k, v, causal)
-
-
-@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
-                            "ignore:invalid value encountered:RuntimeWarning")
-def test_control_lazy_rescale_that_never_fires_is_rejected(make_tensor, monkeypatch):
-    # Negative control for the test above: a threshold no growth passes (only block 0, from
-    # m = -inf, rescales) must fail it. The interpreter reads the module's globals as it runs;
-    # a compiled kernel froze the threshold at its first compile.
-    if not interpreting():
-        pytest.skip("patches a constexpr global: only the interpreter reads it at run time")
-    from reference_kernels import attention as attention_module
-    monkeypatch.setattr(attention_module, "RESCALE_THRESHOLD", tl.constexpr(1e9))
-    out, q, k, v = _lazy_large_logits(make_tensor, True)
-    with pytest.raises(AssertionError):
-        _check(out, q, k, v, True)
+def test_attention_even_n_is_the_launchers(make_tensor):
+    q, k, v = attention_inputs(make_tensor, 1, 1, 32, 64, dtype=torch.float16)
+    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "EVEN_N": True}, num_warps=4)
+    with pytest.raises(ValueError, match="EVEN_N is set by the launcher"):
+        attention(q, k, v, config=cfg)

@@ -190,6 +190,107 @@ def test_conv2d_tma_candidates():
     assert any(c.kwargs["SPLIT_K"] > 1 for c in late)
 
 
+# --- the NHWC kernel (variant "tma_nhwc"): spatial tiles, 4-D TMA boxes -----------------------
+
+# Convs it takes (stride 1, channels_last, C a multiple of 16, K of 8), any output size:
+# (n, c, h, w, k, r, s, padding, dilation, bias). Under the interpreter its tiles are 4 x 4
+# pixels by 16 channels: images of 5-10 pixels leave partial tiles in both directions, K = 24
+# a partial channel tile, C = 48 three channel steps; outputs smaller than the input (no
+# padding, dilation), a 7x7 filter wider than the image, taps entirely in the padding.
+NHWC_CASES = {
+    "3x3_p1": (2, 16, 9, 7, 24, 3, 3, 1, 1, True),
+    "3x3_p0_valid": (1, 48, 7, 10, 8, 3, 3, 0, 1, False),
+    "3x3_dil2_p1": (1, 16, 9, 8, 16, 3, 3, 1, 2, True),
+    "5x3_p2x0": (2, 16, 6, 9, 8, 5, 3, (2, 0), 1, True),
+    "7x7_p3": (1, 16, 5, 6, 8, 7, 7, 3, 1, False),
+    "3x3_tiny_image": (2, 16, 1, 2, 8, 3, 3, 1, 1, True),
+    "1x1": (2, 32, 5, 7, 40, 1, 1, 0, 1, True),
+}
+if not interpreting():
+    NHWC_CASES.update({
+        "resnet_3x3_64": (2, 64, 56, 56, 64, 3, 3, 1, 1, False),
+        "resnet_3x3_512": (2, 512, 7, 7, 512, 3, 3, 1, 1, True),
+        "odd_3x3_48": (3, 48, 13, 11, 72, 3, 3, 1, 1, True),
+    })
+
+
+def _nhwc_config(tile):
+    """None for the plan; else (TILE_H, TILE_W) tiles by 16 channels, 16 per step."""
+    if tile is None:
+        return None
+    return triton.Config({"TILE_H": tile[0], "TILE_W": tile[1], "BLOCK_N": 16, "BLOCK_K": 16,
+                          "GROUP_M": 2}, num_warps=4, num_stages=1)
+
+
+@pytest.mark.parametrize("tile", [None, (1, 16), (2, 8)], ids=["plan", "1x16", "2x8"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(NHWC_CASES))
+def test_conv2d_nhwc_matches_reference(make_tensor, triton_device, name, dtype, tile):
+    _dot_dtype(dtype)
+    _need_tma(triton_device)
+    n, c, h, w, k, r, s, padding, dilation, with_bias = NHWC_CASES[name]
+    x, weight, bias = conv2d_inputs(make_tensor, n, c, h, w, k, r, s, dtype=dtype, bias=with_bias)
+    conv = dict(padding=padding, dilation=dilation)
+    out = make_tensor.poisoned_like(conv2d_reference(x, weight, **conv)).contiguous(
+        memory_format=CL)
+    y = conv2d(x, weight, bias, out=out, variant="tma_nhwc", config=_nhwc_config(tile), **conv)
+    assert y is out
+    _check(y, x, weight, bias, **conv)
+
+
+# The interpreter's numpy warns about the inf - inf of the outputs that do read the inf pixel.
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_conv2d_nhwc_padding_taps_read_nothing(make_tensor, triton_device):
+    # A box of a tile at the image's left edge starts left of column 0: the copy engine must
+    # fill it with zeros, not read the previous row's last pixel (here inf, which would poison
+    # outputs two rows down, whose true taps never touch it).
+    _need_tma(triton_device)
+    x, weight, _ = conv2d_inputs(make_tensor, 1, 16, 6, 5, 8, 3, 3, dtype=torch.float16)
+    x[0, 3, 0, -1] = float("inf")  # row 0, last column
+    y = conv2d(x, weight, padding=1, variant="tma_nhwc", config=_nhwc_config((2, 8)))
+    ref = conv2d_reference(x.double(), weight.double(), padding=1)
+    assert_close(y[:, :, 2:], ref[:, :, 2:], reduction_size=16 * 9)
+
+
+def test_conv2d_nhwc_candidates():
+    # The plans for each ResNet-50 3x3 layer (batch 32): BLOCK_K divides C, no tile wider than
+    # the layer's output channels, none taller or wider than the image rounded up to a power of
+    # two (7 x 7 takes 8 x 8 tiles), each at least 16 pixels.
+    for c, k, hw in [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)]:
+        cands = cv._nhwc_candidates(hw, hw, k, c)
+        assert cands
+        for cfg in cands:
+            kw = cfg.kwargs
+            assert c % kw["BLOCK_K"] == 0 and kw["BLOCK_N"] <= max(64, k)
+            assert kw["TILE_H"] <= triton.next_power_of_2(hw)
+            assert kw["TILE_W"] <= triton.next_power_of_2(hw)
+            assert kw["TILE_H"] * kw["TILE_W"] >= 16
+    assert {(c.kwargs["TILE_H"], c.kwargs["TILE_W"]) for c in cv._nhwc_candidates(7, 7, 512, 512)} \
+        == {(8, 8)}
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda x, w: conv2d(x, w, padding=1, stride=2, variant="tma_nhwc"), "stride 1"),
+    (lambda x, w: conv2d(x.contiguous(), w, padding=1, variant="tma_nhwc"), "channels_last"),
+    (lambda x, w: conv2d(x[:, :8].contiguous(memory_format=CL),
+                         w[:, :8].contiguous(memory_format=CL), padding=1, variant="tma_nhwc"),
+     "multiple of 16"),
+    (lambda x, w: conv2d(x, w, padding=1, variant="tma_nhwc", config=triton.Config(
+        {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1})), "TILE_H"),
+    (lambda x, w: conv2d(x, w, padding=1, variant="tma_nhwc", config=triton.Config(
+        {"TILE_H": 2, "TILE_W": 4, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1})), "16 pixels"),
+    (lambda x, w: conv2d(x, w, padding=1, variant="tma_nhwc", config=triton.Config(
+        {"TILE_H": 4, "TILE_W": 4, "BLOCK_N": 16, "BLOCK_K": 64, "GROUP_M": 1})), "divide C"),
+    (lambda x, w: conv2d(x, w, padding=1, variant="tma_nhwc", config=triton.Config(
+        {"TILE_H": 3, "TILE_W": 8, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1})), "power of two"),
+], ids=["stride", "layout", "channels", "config_keys", "config_small", "block_k", "tile_pow2"])
+def test_conv2d_nhwc_rejects_bad_arguments(make_tensor, triton_device, call, match):
+    _need_tma(triton_device)
+    x, weight, _ = conv2d_inputs(make_tensor, 1, 32, 6, 6, 8, 3, 3, dtype=torch.float16)
+    with pytest.raises(ValueError, match=match):
+        call(x, weight)
+
+
 @pytest.mark.parametrize("variant", ["tma", "implicit_gemm", "matmul"])
 @pytest.mark.parametrize("with_bias", [False, True], ids=["no_bias", "bias"])
 def test_conv2d_1x1_variants(make_tensor, triton_device, variant, with_bias):

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
 
 from pytest_triton import assert_close
 from reference_kernels.fused import (
     DTYPES,
     add_mul,
+    add_mul_configs,
     add_mul_inputs,
     add_mul_reference,
     bias_gelu_residual,
+    bias_gelu_residual_configs,
     bias_gelu_residual_inputs,
     bias_gelu_residual_reference,
 )
@@ -103,3 +106,29 @@ def test_bias_gelu_residual_rejects_bad_operands(make_tensor):
         bias_gelu_residual(make_tensor((4, 9), noncontiguous="elements"), bias, res)
     with pytest.raises(TypeError, match="not supported"):
         bias_gelu_residual(x.double(), bias.double(), res.double())
+
+
+@pytest.mark.parametrize("config", add_mul_configs(), ids=lambda c: f"block{c.kwargs['BLOCK_SIZE']}")
+def test_add_mul_explicit_config(make_tensor, config):
+    # The sweeps' path: each tile of the autotune space launched as given, at a size no tile
+    # divides.
+    a, b, c = add_mul_inputs(make_tensor, 8195, dtype=torch.float16)
+    out = add_mul(a, b, c, out=make_tensor.poisoned_like(a), config=config)
+    assert_close(out, add_mul_reference(a.double(), b.double(), c.double()))
+
+
+@pytest.mark.parametrize("config", bias_gelu_residual_configs(),
+                         ids=lambda c: f"{c.kwargs['BLOCK_M']}x{c.kwargs['BLOCK_N']}")
+def test_bias_gelu_residual_explicit_config(make_tensor, config):
+    x, bias, res = bias_gelu_residual_inputs(make_tensor, 19, 1027, dtype=torch.float16)
+    out = bias_gelu_residual(x, bias, res, out=make_tensor.poisoned_like(x), config=config)
+    assert_close(out, bias_gelu_residual_reference(x.double(), bias.double(), res.double()))
+
+
+def test_explicit_config_is_checked(make_tensor):
+    a, b, c = add_mul_inputs(make_tensor, 10)
+    with pytest.raises(ValueError, match="add_mul: config lacks"):
+        add_mul(a, b, c, config=triton.Config({"BLOCK_M": 16}))
+    x, bias, res = bias_gelu_residual_inputs(make_tensor, 3, 10)
+    with pytest.raises(ValueError, match="bias_gelu_residual: config BLOCK_N=48 must be a power"):
+        bias_gelu_residual(x, bias, res, config=triton.Config({"BLOCK_M": 4, "BLOCK_N": 48}))

@@ -49,7 +49,15 @@ FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LATE_WB, id="single-l
              pytest.param(SPLIT_ONE_FWD, id="split-one-chunk"),
              pytest.param({**SPLIT_ONE_FWD, **LATE_WB, "RELOAD": True},
                           id="split-one-chunk-late-wb-reload")]
-BWD_PATHS = [pytest.param(None, id="whole-rows"), pytest.param(SPLIT_BWD, id="split")]
+# The straggler candidates (issue 23): row loops pipelined through shared memory (a no-op for
+# the interpreter, which runs them in order), and the split path band by band: bands of
+# 2 chunks of 8 rows (x and dy of 16 rows x 129 fp32 columns in 16.5 KB), so that 37 rows
+# take 3 bands, the last one short.
+STAGED_BWD = {"NUM_STAGES": 3}
+BANDED_BWD = {**SPLIT_BWD, "NUM_STAGES": 2, "SUMS_NUM_STAGES": 3, "band_bytes": 17000}
+BWD_PATHS = [pytest.param(None, id="whole-rows"), pytest.param(SPLIT_BWD, id="split"),
+             pytest.param(STAGED_BWD, id="whole-rows-staged"),
+             pytest.param(BANDED_BWD, id="split-banded")]
 
 
 def _cfg(config):
@@ -148,6 +156,15 @@ def test_looped_forward_matches_torch(dtype, shape, make_tensor):
 @pytest.mark.parametrize("dtype", DTYPE_PARAMS)
 def test_split_backward_matches_torch(dtype, shape, make_tensor):
     check_backward(make_tensor, shape, dtype, config=SPLIT_BWD)
+
+
+@pytest.mark.parametrize("config", [STAGED_BWD, BANDED_BWD, {**BANDED_BWD, "band_bytes": 1}],
+                         ids=["staged", "banded", "one-chunk-bands"])
+@pytest.mark.parametrize("shape", [(1, 33), (37, 129), (65, 100)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("dtype", DTYPE_PARAMS)
+def test_backward_candidates_match_torch(dtype, shape, config, make_tensor):
+    # A band smaller than one chunk of rows still takes one chunk per band.
+    check_backward(make_tensor, shape, dtype, config=config)
 
 
 @SPLIT_GAP

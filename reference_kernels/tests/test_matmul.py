@@ -317,44 +317,99 @@ def test_matmul_splitk_every_launch(make_tensor, triton_device):
     shapes = [(65, 104, 200)] + EVERY_CONFIG_SHAPES[1:] if interpreting() else EVERY_CONFIG_SHAPES
     for m, n, k in shapes:
         a, b, _ = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16)
-        for cfg in mm._splitk_space(m, n, k, mm._sm_count(a.device), every_split=True):
+        for cfg in mm.matmul_splitk_space(m, n, k, a.device, every_split=True):
             out = make_tensor((m, n), torch.float16, poison=True)
             mm._matmul_splitk(a, b, None, None, out, cfg)
             _check(out, a, b)
 
 
-def test_matmul_splitk_space_follows_the_wave_model(monkeypatch):
-    # The GPU's space on a 132-SM GPU with 227 KB per program: the heuristic first (64 x 64 x
-    # 128 unsplit, the unsplit path's tile); at M=128, N=4096, 64 x 128 tiles (64 of them, two
-    # resident per SM) split 4 into 256 programs, 128 x 128 (32, one per SM) split 4; at
-    # N=14336 (224 and 112 tiles) nothing is split. Every launch keeps MIN_SPLIT_STEPS steps
-    # per split and fits two waves of resident programs, and no tile is taller than M.
-    monkeypatch.setattr(mm, "interpreting", lambda: False)
+# The default's rule from device properties (SMs, shared memory per program), M, N and K:
+# (SMs, KB per program, M, N, K) -> (variant, the first launch's (BLOCK_M, BLOCK_N, BLOCK_K,
+# num_stages, SPLIT_K), or None where the variant is not split-K).
+SPLIT_RULE = [
+    # 132 SMs (H100, H200): M=128, N=4096 is 128 64 x 64 tiles, 4 SMs idle: 128 x 64 x 128
+    # (one per SM) split 2 into 128 programs, at K=4096 and K=14336 alike.
+    ((132, 227, 128, 4096, 4096), ("tma_splitk", (128, 64, 128, 4, 2))),
+    ((132, 227, 128, 4096, 14336), ("tma_splitk", (128, 64, 128, 4, 2))),
+    # M=100 is in M=128's class: the same launch.
+    ((132, 227, 100, 4096, 4096), ("tma_splitk", (128, 64, 128, 4, 2))),
+    # N=14336: 448 tiles fill the SMs; M=256, N=4096: 256 tiles do.
+    ((132, 227, 128, 14336, 4096), ("tma", None)),
+    ((132, 227, 256, 4096, 4096), ("tma", None)),
+    # M=64: no 128-row tile; 32 tiles of 64 x 128, two per SM, split 8 into 256 of 264 slots.
+    ((132, 227, 64, 4096, 4096), ("tma_splitk", (64, 128, 64, 4, 8))),
+    ((132, 227, 1, 4096, 4096), ("tma_splitk", (64, 128, 64, 4, 8))),
+    # K=512: no split keeps two pipelines' depth of steps per program.
+    ((132, 227, 128, 4096, 512), ("tma", None)),
+    # Half the SMs: the 128 tiles fill them. Twice the SMs: N=8192's 256 tiles do not, split 2.
+    ((66, 227, 128, 4096, 4096), ("tma", None)),
+    ((264, 227, 128, 8192, 4096), ("tma_splitk", (128, 64, 128, 4, 2))),
+    # 99 KB per program (no split-K tile fits): unsplit.
+    ((132, 99, 128, 4096, 4096), ("tma", None)),
+    # M > SMALL_M: persistent, whatever the SMs.
+    ((132, 227, 1024, 4096, 4096), ("tma_persistent", None)),
+]
+
+
+@pytest.mark.parametrize("props, expected", SPLIT_RULE,
+                         ids=lambda p: "x".join(map(str, p)) if isinstance(p[0], int) else None)
+def test_matmul_split_k_rule(props, expected):
+    n_sms, kb, m, n, k = props
+    smem = kb * 1024
+    variant, first = expected
+    if m > mm.SMALL_M:
+        chosen = mm.DEFAULT_VARIANT
+    else:
+        chosen = mm.SPLITK_VARIANT if mm._splitk_pays(m, n, k, n_sms, smem) else mm.SMALL_M_VARIANT
+    assert chosen == variant
+    if first is not None:
+        c = mm._splitk_plan(m, n, k, n_sms, smem)[0]
+        assert (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["SPLIT_K"]) == first
+
+
+def test_matmul_split_k_plan_follows_the_wave_model():
+    # Every launch of the plan (and of the sweeps' every_split plan): a tile that fits, no
+    # taller than M's class, each split within one wave (two for every_split) of resident
+    # programs and keeping 2 x stages steps; split launches first, then each tile unsplit.
     smem = 227 * 1024
-    assert mm._resident(64, 64, 128, 4, smem) == 1 and mm._resident(64, 128, 64, 4, smem) == 2
-    space = mm._splitk_space(128, 4096, 4096, 132, smem_per_block=smem)
-    first = space[0]
-    assert (first["BLOCK_M"], first["BLOCK_N"], first["BLOCK_K"], first["SPLIT_K"]) == \
-        (64, 64, 128, 1)
-    splits = {(c["BLOCK_M"], c["BLOCK_N"]): set() for c in space}
-    for c in space:
-        splits[c["BLOCK_M"], c["BLOCK_N"]].add(c["SPLIT_K"])
-    assert splits == {(64, 64): {1}, (64, 128): {1, 4}, (128, 64): {1, 4}, (128, 128): {1, 4}}
-    assert {c["SPLIT_K"] for c in mm._splitk_space(128, 14336, 4096, 132)} == {1}
+    assert mm._resident(128, 64, 128, 4, smem) == 1 and mm._resident(64, 128, 64, 4, smem) == 2
+    assert mm._resident(128, 64, 128, 4, 99 * 1024) == 0
     for m, n, k in [(128, 4096, 4096), (128, 14336, 4096), (128, 4096, 14336), (16, 4096, 4096),
-                    (256, 1024, 512)]:
+                    (256, 1024, 512), (200, 2048, 8192)]:
         for every in (False, True):
-            space = mm._splitk_space(m, n, k, 132, smem_per_block=smem, every_split=every)
-            assert space and len(space) == len({str(c) for c in space})
-            assert len(space) <= (16 if every else 2 * len(mm.SPLITK_TILES))
-            for c in space:
-                bm, bn, bk = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
-                tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-                slots = 132 * mm._resident(bm, bn, bk, c["num_stages"], smem)
-                assert bm <= max(64, m)
+            plan = mm._splitk_plan(m, n, k, 132, smem, every_split=every)
+            assert plan and len(plan) == len({str(c) for c in plan})
+            splits = [c["SPLIT_K"] for c in plan]
+            assert splits == sorted(splits, key=lambda s: s == 1)
+            for c in plan:
+                bm, bn, bk, stages = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"]
+                tiles = triton.cdiv(mm._shape_class(m), bm) * triton.cdiv(n, bn)
+                assert bm <= mm._shape_class(m)
                 if c["SPLIT_K"] > 1:
+                    slots = 132 * mm._resident(bm, bn, bk, stages, smem)
                     assert tiles * c["SPLIT_K"] <= (2 if every else 1) * slots
-                    assert triton.cdiv(k, bk) >= mm.MIN_SPLIT_STEPS * c["SPLIT_K"]
+                    assert triton.cdiv(k, bk) >= 2 * stages * c["SPLIT_K"]
+
+
+def test_matmul_split_k_shape_class():
+    # One timed choice per 64-row band of M: its tile grids, hence its plan, are the same.
+    assert [mm._shape_class(m) for m in (1, 64, 65, 128, 129, 256)] == [64, 64, 128, 128, 192, 256]
+    for m in (65, 100, 127):
+        assert mm._splitk_plan(m, 4096, 4096, 132, 227 * 1024) == \
+            mm._splitk_plan(128, 4096, 4096, 132, 227 * 1024)
+
+
+def test_matmul_default_takes_split_k_by_the_rule(make_tensor, triton_device):
+    # The default path end to end (under the interpreter: 3 stand-in SMs, its small tiles): at
+    # M=16, N=128 the unsplit tiles are 2 programs, the wave model splits K=1024 in 2; at N=256,
+    # 4 programs fill the 3 SMs and the unsplit tiles run.
+    _need_variant("tma_splitk", triton_device)
+    for n, expected in ((128, "tma_splitk"), (256, "tma")):
+        a, b, bias = matmul_inputs(make_tensor, 16, n, 1024, dtype=torch.float16, bias=True)
+        if interpreting():
+            assert mm.matmul_variant(a, b) == expected
+        out = make_tensor((16, n), torch.float16, poison=True)
+        _check(matmul(a, b, bias=bias, activation="gelu", out=out), a, b, bias, "gelu")
 
 
 # --- negative controls: assert_close must reject these kernels ----------------------------

@@ -97,10 +97,10 @@ def test_spaces_start_with_the_heuristic_and_hold_valid_configs(dtype, cols, mon
     monkeypatch.setattr(softmax, "interpreting", lambda: False)  # the GPU's spaces
     monkeypatch.setattr(layernorm, "interpreting", lambda: False)
     rows = 1 << 20
-    cases = [(softmax._softmax_space(rows, cols, dtype, p), softmax._softmax_config(rows, cols, dtype, p))
+    cases = [(softmax.softmax_space(rows, cols, dtype, p), softmax.softmax_config(rows, cols, dtype, p))
              for p in (False, True)]
-    cases.append((layernorm._layernorm_space(rows, cols, dtype),
-                  layernorm._layernorm_config(rows, cols, dtype)))
+    cases.append((layernorm.layernorm_space(rows, cols, dtype),
+                  layernorm.layernorm_config(rows, cols, dtype)))
     for spaces, heuristic in cases:
         assert spaces[0] == heuristic
         assert len(spaces) == len({tuple(sorted(c.items())) for c in spaces})  # no duplicates

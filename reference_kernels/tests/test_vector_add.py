@@ -6,11 +6,13 @@ import functools
 
 import pytest
 import torch
+import triton
 
 from pytest_triton import assert_close
 from reference_kernels.vector_add import (
     DTYPES,
     vector_add,
+    vector_add_configs,
     vector_add_inputs,
     vector_add_persistent,
     vector_add_reference,
@@ -77,7 +79,7 @@ def test_empty(launcher, make_tensor):
 
 
 def test_persistent_grid_config(make_tensor):
-    # One program per SM (the interpreter's stand-in counts 4): each loops over ~65 tiles.
+    # One program per SM (the interpreter's stand-in counts 3): each loops over ~86 tiles.
     x, y = vector_add_inputs(make_tensor, 65537)
     out = vector_add_persistent(x, y, config={"programs_per_sm": 1})
     assert_close(out, vector_add_reference(x.double(), y.double()))
@@ -90,6 +92,19 @@ def test_persistent_grid_config(make_tensor):
             vector_add_persistent(x, y, config=bad)
     with pytest.raises(TypeError, match="config must be a dict of launch parameters, got str"):
         vector_add_persistent(x, y, config="fast")
+
+
+@pytest.mark.parametrize("config", vector_add_configs(), ids=lambda c: f"block{c.kwargs['BLOCK_SIZE']}")
+def test_explicit_config(make_tensor, config):
+    # The sweeps' path: each tile of the autotune space launched as given, at a size no tile
+    # divides; a bad config is named.
+    x, y = vector_add_inputs(make_tensor, 8195, dtype=torch.float16)
+    out = vector_add(x, y, out=make_tensor.poisoned_like(x), config=config)
+    assert_close(out, vector_add_reference(x.double(), y.double()))
+    with pytest.raises(ValueError, match="vector_add: config BLOCK_SIZE=96 must be a power of two"):
+        vector_add(x, y, config=triton.Config({"BLOCK_SIZE": 96}, num_warps=4))
+    with pytest.raises(TypeError, match="must be a triton.Config"):
+        vector_add(x, y, config={"BLOCK_SIZE": 1024})
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
