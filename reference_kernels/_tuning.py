@@ -47,9 +47,13 @@ class LaunchTuner:
         self.best_config: str | None = None
         self.configs_timings: dict | None = None
 
-    def choose(self, device: torch.device, key: tuple, space: list[dict], run, nbytes: int) -> dict:
+    def choose(self, device: torch.device, key: tuple, space: list[dict], run, nbytes: int,
+               restore: tuple = ()) -> dict:
         """The config to launch with: space[0] untimed (see the module doc), else the fastest
-        candidate for (device, key), timed now if it never was. run(cfg) launches with cfg."""
+        candidate for (device, key), timed now if it never was. run(cfg) launches with cfg.
+        `restore`: tensors run(cfg) writes, given their values back after timing (an output that
+        is also an input, in place, would otherwise be computed on its own result many times
+        over, as triton.autotune's restore_value does)."""
         if not space:
             raise ValueError(f"{self.name}: empty launch space")
         if len(space) == 1:
@@ -62,7 +66,12 @@ class LaunchTuner:
             return self._chosen(space[0], None)
         k = self._key(device, key)
         if k not in self.cache:
-            self.timings[k] = [(cfg, _median_ms(run, cfg, device)) for cfg in space]
+            saved = [t.clone() for t in restore]
+            try:
+                self.timings[k] = [(cfg, _median_ms(run, cfg, device)) for cfg in space]
+            finally:
+                for t, s in zip(restore, saved):
+                    t.copy_(s)
             timed = [(ms, i) for i, (_, ms) in enumerate(self.timings[k]) if math.isfinite(ms)]
             if not timed:  # every candidate failed: launch the heuristic and let it raise
                 return self._chosen(space[0], None)

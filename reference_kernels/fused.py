@@ -27,7 +27,9 @@ DTYPES = _elementwise.DTYPES
 
 
 @triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),
-                 key=["n_elements"])
+                 key=["n_elements"],
+                 # an in-place call (out is an input) must not add once per timed config
+                 restore_value=["out_ptr"])
 @triton.jit
 def _add_mul_kernel(
     a_ptr,  # *in* n_elements, element stride stride_a
@@ -73,7 +75,9 @@ _BIAS_GELU_INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 64}, nu
 
 @triton.autotune(configs=autotune_configs(bias_gelu_residual_configs(),
                                           interpreter=_BIAS_GELU_INTERPRETER_CONFIG),
-                 key=["n_rows", "n_cols"])
+                 key=["n_rows", "n_cols"],
+                 # an in-place call (out is an input) must not add once per timed config
+                 restore_value=["out_ptr"])
 @triton.jit
 def _bias_gelu_residual_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous

@@ -564,7 +564,7 @@ def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
         cfg = LAYERNORM_TUNER.choose(
             x.device, (triton.next_power_of_2(n_cols), x.element_size()),
             layernorm_space(n_rows, n_cols, x.dtype), lambda c: _forward(args, c, where),
-            layernorm_bytes(x2))
+            layernorm_bytes(x2), restore=(y2,))
     _forward(args, cfg, where)
     return y, mean, rstd
 

@@ -663,7 +663,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
             key = (_shape_class(M), N, K, a.dtype, b_trans)
             cfg = SPLITK_TUNER.choose(
                 a.device, key, _splitk_space(M, N, K, a.device),
-                lambda c: _matmul_splitk(a, b, bias, activation, out, c), matmul_bytes(a, b))
+                lambda c: _matmul_splitk(a, b, bias, activation, out, c), matmul_bytes(a, b),
+                restore=(out,))
         _matmul_splitk(a, b, bias, activation, out, cfg)
         return out
     persistent = chosen.endswith("persistent")

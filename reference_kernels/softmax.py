@@ -476,7 +476,8 @@ def _choose(x2: torch.Tensor, y2: torch.Tensor, config: dict | None, persistent:
     tuner = SOFTMAX_PERSISTENT_TUNER if persistent else SOFTMAX_TUNER
     key = (triton.next_power_of_2(max(n_cols, 1)), x2.element_size())
     return tuner.choose(x2.device, key, softmax_space(n_rows, n_cols, x2.dtype, persistent),
-                        lambda c: _launch(x2, y2, c, persistent, where), softmax_bytes(x2))
+                        lambda c: _launch(x2, y2, c, persistent, where), softmax_bytes(x2),
+                        restore=(y2,))
 
 
 def softmax(x: torch.Tensor, *, out: torch.Tensor | None = None,

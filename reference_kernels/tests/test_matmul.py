@@ -449,13 +449,19 @@ def test_every_config_check_names_the_config_wrong_only_at_some_shapes(make_tens
 
 
 @pytest.mark.parametrize("bug", [None, "drops_last_partial", "no_bias", "sums_partial_twice",
-                                 "fixup", "fixup_count_starts_at_one"])
+                                 "fixup", "fixup_count_starts_at_one", "fixup_counts_not_reset"])
 def test_control_splitk_reduce(make_tensor, triton_device, bug):
     # The split-K tests' check must see a reduce that loses a K-slice, skips the epilogue's bias
-    # or counts a slice twice, and a fixup whose count does not start at zero (a tile's second
-    # last program sums before the last partial is written): the real TMA kernel's partials,
-    # then the reduce launched wrong (bug None or "fixup": launched right, and the check passes).
+    # or counts a slice twice, and a fixup whose counts do not start at zero: at one, a tile's
+    # second last program sums before the last partial is written; left at `split` by a launch
+    # that did not reset them, no program writes the tile. The real TMA kernel's partials, then
+    # the reduce launched wrong (bug None or "fixup": launched right, and the check passes).
     _need_variant("tma_splitk", triton_device)
+    if bug == "fixup_count_starts_at_one" and not interpreting():
+        # a race on a GPU: the tile's programs run at once, and the last partial is usually
+        # written before the second last program sums (the H100 passed it); the interpreter runs
+        # them in order, so there it is wrong every time. fixup_counts_not_reset is the GPU's.
+        pytest.skip("a race that a GPU may win: checked under the interpreter, in program order")
     m, n, k, split = 65, 96, 200, 4
     a, b, bias = matmul_inputs(make_tensor, m, n, k, dtype=torch.float16, bias=True)
     out = make_tensor((m, n), torch.float16, poison=True)
@@ -463,8 +469,8 @@ def test_control_splitk_reduce(make_tensor, triton_device, bug):
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
     ws = torch.full((split, m, n), float("nan"), dtype=torch.float32, device=a.device)
     fixup = bug is not None and bug.startswith("fixup")
-    counts = torch.full((tiles,), int(bug == "fixup_count_starts_at_one"), dtype=torch.int32,
-                        device=a.device)
+    start = {"fixup_count_starts_at_one": 1, "fixup_counts_not_reset": split}.get(bug, 0)
+    counts = torch.full((tiles,), start, dtype=torch.int32, device=a.device)
     descs = (mm.TensorDescriptor.from_tensor(a, [bm, bk]),
              mm.TensorDescriptor.from_tensor(b, [bk, bn]),
              mm.TensorDescriptor.from_tensor(out, [bm, bn]))
