@@ -119,8 +119,10 @@ def pytest_make_collect_report(collector: pytest.Collector):
     return report
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     sanitize.child_select(config, items)
+    gpulock.order(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
