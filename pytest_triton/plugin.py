@@ -140,9 +140,12 @@ def pytest_runtest_setup(item: pytest.Item):
         dryrun.setup_item(item, target)
     gap = item.stash.get(markers.GAP_KEY, None)
     if gap and state.get(item.config).runtime.interpret:
-        # reported at the test's own line, as a skip marker is (not at this hook's), so that -rs
-        # names each test rather than folding them all into one plugin line
-        raise pytest.skip.Exception(gap, _use_item_location=True)
+        if target is not None and "triton_bench" in getattr(item, "fixturenames", ()):
+            item.stash[perf.GAP_KEY] = gap  # the body's triton_bench still checks its arguments
+        else:
+            # reported at the test's own line, as a skip marker is (not at this hook's), so
+            # that -rs names each test rather than folding them all into one plugin line
+            raise pytest.skip.Exception(gap, _use_item_location=True)
     return (yield)
 
 
@@ -190,7 +193,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     scope.annotate_report(report)
     if state.get(item.config).runtime.interpret:
-        interpreter.annotate_report(item, call, report)
+        interpreter.annotate_report(item, call, report, item.stash.get(perf.GAP_KEY, None))
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if "triton_bench" in getattr(item, "fixturenames", ()):

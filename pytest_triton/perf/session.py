@@ -19,6 +19,9 @@ DRY_KEY = pytest.StashKey["dryrun.DryRun"]()  # per item whose body runs once un
 
 
 GEOMEAN_KEY = pytest.StashKey["verdict.Check"]()  # per item: its geomean_speedup check
+# per item: a perf test whose interpreter gap stops its body: triton_bench checks its arguments,
+# then the test skips naming the gap (the dry run still checks what it can)
+GAP_KEY = pytest.StashKey[str]()
 
 
 @dataclass
