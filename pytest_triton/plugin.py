@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, hookspec, options, state
-from .correctness import sanitize, scope
+from .correctness import pinning, sanitize, scope
 from .diagnose import explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
@@ -48,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if rt.interpret:
         interpreter.install_debug_mode(config)
     sanitize.configure(config)
+    pinning.configure(config)  # --triton-autotune: one config per autotuner in correctness tests
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
@@ -88,7 +89,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return summary.header(config) + sanitize.header(config) + interpreter.header(config)
+    return (summary.header(config) + sanitize.header(config) + interpreter.header(config)
+            + pinning.header(config))
 
 
 _BAD_MARKERS_KEY = pytest.StashKey[list]()
@@ -157,7 +159,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
-        with sanitize.child_markers(item):
+        with sanitize.child_markers(item), pinning.during_test(item):
             return (yield)
     finally:
         scope.CURRENT.reset(scope_token)
@@ -187,6 +189,7 @@ def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     scope.annotate_report(report)
+    pinning.annotate_report(item, report)
     if state.get(item.config).runtime.interpret:
         interpreter.annotate_report(item, call, report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
