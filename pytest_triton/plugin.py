@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, hookspec, options, state
-from .correctness import pinning, sanitize, scope
+from .correctness import pinning, poison, sanitize, scope
 from .diagnose import explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
@@ -37,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
+    config.addinivalue_line("markers", poison.MARKER_HELP)
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
@@ -143,7 +144,8 @@ def pytest_runtest_setup(item: pytest.Item):
         # reported at the test's own line, as a skip marker is (not at this hook's), so that -rs
         # names each test rather than folding them all into one plugin line
         raise pytest.skip.Exception(gap, _use_item_location=True)
-    return (yield)
+    with poison.during(item):  # fixtures that allocate outputs too
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -168,7 +170,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    result = yield
+    with poison.during(item):
+        result = yield
     scope.finish_call(item)
     sanitize.finish_call(item)
     if "triton_bench" in getattr(item, "fixturenames", ()):
@@ -189,6 +192,7 @@ def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     scope.annotate_report(report)
+    poison.annotate_report(item, report)
     pinning.annotate_report(item, report)
     if state.get(item.config).runtime.interpret:
         interpreter.annotate_report(item, call, report)

@@ -28,6 +28,7 @@ import pytest
 import torch
 
 from . import pinning, scope
+from .poison import poison_allocations
 from .tensors import poison_value
 
 if TYPE_CHECKING:
@@ -155,7 +156,9 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
             continue
         repoison(outputs)
         try:
-            with pin_config(tuner, cfg), _counting_launches(tuner) as launched:
+            # what check allocates starts as poison too: a config cannot pass on a block the
+            # previous config's correct output was freed from
+            with pin_config(tuner, cfg), _counting_launches(tuner) as launched, poison_allocations():
                 check()
             if not launched:
                 # a check that never launches the kernel would pass every config vacuously
