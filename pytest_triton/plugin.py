@@ -6,7 +6,7 @@ import pytest
 
 from . import fixtures, hookspec, options, state
 from .correctness import pinning, poison, sanitize, scope
-from .diagnose import explain, ncu, profile
+from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
 from .perf import session as perf
@@ -185,6 +185,7 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles) -> None:
     explain.after_measure(item, measurement, fn, kernel, compiles)
     profile.after_measure(item, measurement, fn)
+    breakdown.after_measure(item, measurement, fn)
     benchbridge.record(item, measurement)
 
 
