@@ -11,6 +11,8 @@ import triton.language as tl
 from pytest_triton import assert_close, assert_every_config, interpreting
 from pytest_triton.correctness import pinning, scope
 
+from . import _fake_gpu
+
 # An autotuner over a kernel that is not interpreted, as on a GPU: its do_bench (Triton's
 # benchmarker there) records each config it times instead of timing it, so the CPU suite sees
 # whether a run autotunes.
@@ -129,20 +131,7 @@ def test_the_ini_twin_and_a_bad_value(run, pytester):
 
 
 def test_perf_tests_still_autotune(run, pytester):
-    pytester.makeconftest('''
-from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.timing import Timings
-
-def pytest_triton_device_info(config):
-    return DeviceInfo(name="fake", sms=1, dram_gbps=1000.0, tflops={})
-
-def pytest_triton_calibrate(config, device):
-    return {"dram_gbps": 900.0, "tflops": {}}
-
-def pytest_triton_measure(config, request, fn, baseline, settings):
-    fn()
-    return Timings(ms=[0.5] * 20)
-''')
+    pytester.makeconftest(_fake_gpu.CONFTEST)
     result, (benched, ran) = run("--triton-perf", "--triton-autotune=heuristic")
     result.assert_outcomes(passed=3)  # test_speed asserts that every config was timed
     assert benched == []

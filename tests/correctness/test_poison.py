@@ -9,6 +9,8 @@ import triton.language as tl
 
 from pytest_triton import assert_close, assert_every_config, pin_config, poison_allocations, poison_value
 
+from . import _fake_gpu
+
 FACTORIES = {
     "empty": lambda x: torch.empty(7, 5, dtype=x.dtype),
     "empty_like": lambda x: torch.empty_like(x),
@@ -234,20 +236,7 @@ def test_scale_into(make_tensor, out):
 
 
 def test_poisoned_allocations_are_off_for_perf_tests_that_are_timed(pytester):
-    pytester.makeconftest('''
-from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.timing import Timings
-
-def pytest_triton_device_info(config):
-    return DeviceInfo(name="fake", sms=1, dram_gbps=1000.0, tflops={})
-
-def pytest_triton_calibrate(config, device):
-    return {"dram_gbps": 900.0, "tflops": {}}
-
-def pytest_triton_measure(config, request, fn, baseline, settings):
-    fn()
-    return Timings(ms=[1.0] * 20)
-''')
+    pytester.makeconftest(_fake_gpu.CONFTEST)
     pytester.makepyfile(test_p='''
 import math
 import torch
