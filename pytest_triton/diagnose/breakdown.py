@@ -71,10 +71,11 @@ def _inside(e: dict, start: float, end: float) -> bool:
 
 
 def _outermost(e: dict, ops: list[dict]) -> str | None:
-    """The outermost torch op of the call that encloses event `e` (on the same thread)."""
+    """The outermost torch op of the call that encloses event `e` in time (the call runs on one
+    thread; CUPTI's and the profiler's thread ids need not agree)."""
     best = None
     for op in ops:
-        if op.get("tid") == e.get("tid") and _inside(e, op["ts"], op["ts"] + op["dur"]):
+        if _inside(e, op["ts"], op["ts"] + op["dur"]):
             if best is None or op["dur"] > best["dur"]:
                 best = op
     return best["name"] if best else None

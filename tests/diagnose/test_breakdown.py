@@ -192,3 +192,13 @@ def test_a_profiler_that_fails_is_a_note_not_a_failure(plugin_run, monkeypatch):
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["  timed call: not taken apart (RuntimeError: "
                                  "CUPTI_ERROR_NOT_INITIALIZED)"])
+
+
+def test_syncs_and_launches_are_given_to_their_op_whatever_thread_id_cupti_gives_them():
+    events = item_call()
+    for e in events:
+        if e.get("cat") == "cuda_runtime":
+            e["tid"] = 99  # CUPTI's thread id, not the profiler's
+    call = breakdown.analyze(events)
+    assert call["syncs"][0]["op"] == "aten::item"
+    assert call["kernels"][0]["name"] == "aten::mul (vectorized_elementwise_kernel)"

@@ -97,7 +97,8 @@ def test_the_three_controls_get_their_hints(pytester):
 
     clean = by_test["test_clean"]["timed_call"]
     assert not codes["test_clean"] & BREAKDOWN_HINTS, codes["test_clean"]
-    assert [k["name"] for k in clean["kernels"]] == ["_add_kernel"], clean  # launched by no torch op
+    names = [k["name"] for k in clean["kernels"]]  # launched by no torch op: its own name
+    assert len(names) == 1 and names[0].startswith("_add_kernel"), clean
     assert clean["launches"] == 1 and clean["idle_frac"] == 0.0, clean
     assert clean["syncs"] == [] and clean["allocations"]["cuda"] == 0, clean
 
