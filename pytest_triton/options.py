@@ -104,6 +104,19 @@ OPTIONS: tuple[Option, ...] = (
            "draw the run's roofline (every measurement against the device's datasheet and "
            "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
            "(pip install 'pytest-triton[plot]')", metavar="PATH"),
+    # issue 22: kernel libraries the user did not write
+    Option("triton_poison_allocations", "bool", False,
+           "fill every tensor allocated uninitialised during each test's setup and call "
+           "(torch.empty, empty_like, new_empty, ...: a library's own outputs) with NaN, or the "
+           "dtype's least likely value for integers, so an element a kernel never writes fails "
+           "assert_close (the poison_allocations marker does it for one test; perf tests timed "
+           "under --triton-perf are left alone)"),
+    Option("triton_autotune", "string", "full",
+           "how @triton.autotune kernels pick their config in correctness tests: full (time every "
+           "config, as Triton does), heuristic (one config, untimed: the first the autotuner's "
+           "own pruning keeps) or first (its first config). Perf tests (perf_target, "
+           "triton_bench) always autotune; assert_every_config checks every config",
+           metavar="MODE", choices=("full", "heuristic", "first")),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, hookspec, options, state
-from .correctness import sanitize, scope
-from .diagnose import explain, ncu, profile
+from .correctness import pinning, poison, sanitize, scope
+from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
 from .perf import session as perf
@@ -37,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
+    config.addinivalue_line("markers", poison.MARKER_HELP)
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
@@ -48,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if rt.interpret:
         interpreter.install_debug_mode(config)
     sanitize.configure(config)
+    pinning.configure(config)  # --triton-autotune: one config per autotuner in correctness tests
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
@@ -88,7 +90,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return summary.header(config) + sanitize.header(config) + interpreter.header(config)
+    return (summary.header(config) + sanitize.header(config) + interpreter.header(config)
+            + pinning.header(config))
 
 
 _BAD_MARKERS_KEY = pytest.StashKey[list]()
@@ -146,7 +149,8 @@ def pytest_runtest_setup(item: pytest.Item):
             # reported at the test's own line, as a skip marker is (not at this hook's), so
             # that -rs names each test rather than folding them all into one plugin line
             raise pytest.skip.Exception(gap, _use_item_location=True)
-    return (yield)
+    with poison.during(item):  # fixtures that allocate outputs too
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -162,7 +166,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
     scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
     try:
-        with sanitize.child_markers(item):
+        with sanitize.child_markers(item), pinning.during_test(item):
             return (yield)
     finally:
         scope.CURRENT.reset(scope_token)
@@ -171,7 +175,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    result = yield
+    with poison.during(item):
+        result = yield
     scope.finish_call(item)
     sanitize.finish_call(item)
     if "triton_bench" in getattr(item, "fixturenames", ()):
@@ -185,6 +190,7 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles) -> None:
     explain.after_measure(item, measurement, fn, kernel, compiles)
     profile.after_measure(item, measurement, fn)
+    breakdown.after_measure(item, measurement, fn)
     benchbridge.record(item, measurement)
 
 
@@ -192,6 +198,8 @@ def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     scope.annotate_report(report)
+    poison.annotate_report(item, report)
+    pinning.annotate_report(item, report)
     if state.get(item.config).runtime.interpret:
         interpreter.annotate_report(item, call, report, item.stash.get(perf.GAP_KEY, None))
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from . import pinning, scope
+from .poison import poison_allocations
 from .tensors import poison_value
 
 if TYPE_CHECKING:
@@ -148,10 +150,15 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
         raise ValueError("assert_every_config: no configs to check")
     skippable = _skippable()
     failed, skipped, passed = [], [], []
+    same = pinning.interpreter_duplicates(todo)  # configs the interpreter cannot tell apart
     for i, cfg in enumerate(todo):
+        if i in same:
+            continue
         repoison(outputs)
         try:
-            with pin_config(tuner, cfg), _counting_launches(tuner) as launched:
+            # what check allocates starts as poison too: a config cannot pass on a block the
+            # previous config's correct output was freed from
+            with pin_config(tuner, cfg), _counting_launches(tuner) as launched, poison_allocations():
                 check()
             if not launched:
                 # a check that never launches the kernel would pass every config vacuously
@@ -164,7 +171,10 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
             failed.append((i, cfg, exc))
         else:
             passed.append(i)
+    note = pinning.duplicates_note(todo, same)
     if not failed and passed:
+        if note:
+            scope.note(f"assert_every_config({_name(tuner)}): {note}")
         return
     n = len(todo)
     name = _name(tuner)
@@ -185,4 +195,6 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
     if passed:
         lines.append(f"passed: config{'s' if len(passed) > 1 else ''} "
                      f"{', '.join(map(str, passed))} of {n}")
+    if note:
+        lines.append(note)
     raise AssertionError("\n".join(lines))

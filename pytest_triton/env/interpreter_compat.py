@@ -131,8 +131,10 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "libdevice", compat_libdevice.needs_libdevice, compat_libdevice.apply_libdevice),
     Fix("autotune_one_config",
         "a multi-config @triton.autotune cannot run (RuntimeError: 0 active drivers: it tries to "
-        "time every config): an interpreted kernel runs one config, the first that the library's "
-        "early_config_prune keeps (pin_config/assert_every_config choose their own)",
+        "time every config): an interpreted kernel runs one config, the first that the autotuner's "
+        "own pruning keeps (early_config_prune; a perf_model that needs a GPU is passed over), "
+        "for every autotuner class (a library's subclass too); pin_config, assert_every_config "
+        "and --triton-autotune=first choose their own",
         "3.6, 3.9",
         "none found (PR triton-lang/triton#6678 only keeps the disk cache away from the interpreter)",
         "autotune", compat_autotune.needs_autotune_one_config, compat_autotune.apply_autotune_one_config),

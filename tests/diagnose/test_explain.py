@@ -391,7 +391,16 @@ def test_bare_flag_does_not_swallow_a_test_path(explain, pytester):
     assert "hints: none" in result.stdout.str()
 
 
-def test_profile_writes_a_trace_named_after_each_test(explain, pytester):
+@pytest.fixture
+def profiler_imported():
+    """torch.profiler imports torch._inductor (and with it torch.distributed) at its first use:
+    imported here, before pytester snapshots sys.modules, it stays; imported first inside the inner
+    run, it is dropped after it, and the next import of torch.distributed (torch.testing's
+    assert_close makes one) registers its operator library twice and raises."""
+    import torch._inductor  # noqa: F401
+
+
+def test_profile_writes_a_trace_named_after_each_test(profiler_imported, explain, pytester):
     out = pytester.path / "traces"
     result = explain(GOOD, f"--triton-perf-profile={out}", f"--triton-perf-json={pytester.path / 'r.json'}")
     result.assert_outcomes(passed=1)

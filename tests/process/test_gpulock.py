@@ -137,7 +137,9 @@ def gpu_held_elsewhere(pytester):
     """A process holding the inner run's GPU lock for the whole test: a stand-in worker whose
     perf test never ends. Yields the --testrunuid the inner run must use."""
     uid = f"locktest-{os.getpid()}-{time.time_ns()}"
-    env = {k: v for k, v in os.environ.items() if k != gpulock.HELD_ENV}
+    # a process of its own: not under this test's lock, nor an xdist worker of the outer run
+    env = {k: v for k, v in os.environ.items()
+           if k != gpulock.HELD_ENV and not k.startswith("PYTEST_XDIST")}
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, uid], stdout=subprocess.PIPE,
                             text=True, env=env)
     try:
