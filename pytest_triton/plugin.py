@@ -37,6 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
+    options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
@@ -44,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
                            checklist=checklist.load(config),
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
+    if seeding.drawn_at_random(config) and runtime.xdist_controller(config):
+        config.pluginmanager.register(seeding.RandomBaseToWorkers(st.base_seed), "triton-seed-base")
     config.pluginmanager.register(fixtures, "triton-fixtures")
     if rt.interpret:
         interpreter.install_debug_mode(config)
@@ -56,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     given = options.perf_only_given(config)
     if given and not st.perf and not hasattr(config, "workerinput"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
-            f"pytest-triton: {' and '.join(given)} {'act' if len(given) > 1 else 'acts'} on perf "
+            f"pytest-triton: {options.join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
             "measurements, and there are none without --triton-perf: add --triton-perf"),
             stacklevel=2)
     plot.configure(config)
@@ -201,11 +204,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    summary.seed_summary(terminalreporter, config)
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
         summary.terminal_summary(terminalreporter, config)
         plot.terminal_summary(terminalreporter, config)
         explain.terminal_summary(terminalreporter, config)
+        profile.terminal_summary(terminalreporter, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
