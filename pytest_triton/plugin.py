@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, hookspec, options, state
-from .correctness import sanitize, scope
+from .correctness import configs, sanitize, scope
 from .diagnose import explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
@@ -48,6 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if seeding.drawn_at_random(config) and runtime.xdist_controller(config):
         config.pluginmanager.register(seeding.RandomBaseToWorkers(st.base_seed), "triton-seed-base")
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(configs.ConfigsSummary(config), "triton-configs-summary")
     if rt.interpret:
         interpreter.install_debug_mode(config)
     sanitize.configure(config)
@@ -158,7 +160,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
-    scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
+    scope_token = scope.CURRENT.set(scope.TestScope(
+        item.nodeid, all_configs=bool(options.get(item.config, "triton_all_configs"))))
     try:
         with sanitize.child_markers(item):
             return (yield)
@@ -189,7 +192,7 @@ def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles)
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    scope.annotate_report(report)
+    scope.annotate_report(report, item)
     if state.get(item.config).runtime.interpret:
         interpreter.annotate_report(item, call, report)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):

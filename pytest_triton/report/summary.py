@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from .. import options, state
+from ..correctness import configs
 from ..env import nvml
 from ..env.seeding import drawn_at_random, fixed_seed
 from ..perf.session import dry_run, unchecked_summary
@@ -255,6 +256,8 @@ def write_json(config: pytest.Config) -> None:
         "results": ps.results,
         "unchecked": ps.unchecked,
         "faults": crash.records(config),  # tests that lost the CUDA context or crashed
+        # assert_every_config: how many of each kernel's configs each test checked, and where
+        "configs_checked": configs.records(config),
         "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
         # tests judged on the geometric mean of their measurements (their rows say "measured")
         "geomean_summary": {v: geo.count(v) for v in sorted(set(geo))},
