@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, hookspec, options, state
-from .correctness import pinning, poison, sanitize, scope
+from .correctness import configs, pinning, poison, sanitize, scope
 from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
     config.addinivalue_line("markers", poison.MARKER_HELP)
+    options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
@@ -45,7 +46,11 @@ def pytest_configure(config: pytest.Config) -> None:
                            checklist=checklist.load(config),
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
+    if seeding.drawn_at_random(config) and runtime.xdist_controller(config):
+        config.pluginmanager.register(seeding.RandomBaseToWorkers(st.base_seed), "triton-seed-base")
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(configs.ConfigsSummary(config), "triton-configs-summary")
     if rt.interpret:
         interpreter.install_debug_mode(config)
     sanitize.configure(config)
@@ -58,7 +63,7 @@ def pytest_configure(config: pytest.Config) -> None:
     given = options.perf_only_given(config)
     if given and not st.perf and not hasattr(config, "workerinput"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
-            f"pytest-triton: {' and '.join(given)} {'act' if len(given) > 1 else 'acts'} on perf "
+            f"pytest-triton: {options.join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
             "measurements, and there are none without --triton-perf: add --triton-perf"),
             stacklevel=2)
     plot.configure(config)
@@ -164,7 +169,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
-    scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
+    scope_token = scope.CURRENT.set(scope.TestScope(
+        item.nodeid, all_configs=bool(options.get(item.config, "triton_all_configs"))))
     try:
         with sanitize.child_markers(item), pinning.during_test(item):
             return (yield)
@@ -197,7 +203,7 @@ def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles)
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    scope.annotate_report(report)
+    scope.annotate_report(report, item)
     poison.annotate_report(item, report)
     pinning.annotate_report(item, report)
     if state.get(item.config).runtime.interpret:
@@ -214,11 +220,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    summary.seed_summary(terminalreporter, config)
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
         summary.terminal_summary(terminalreporter, config)
         plot.terminal_summary(terminalreporter, config)
         explain.terminal_summary(terminalreporter, config)
+        profile.terminal_summary(terminalreporter, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

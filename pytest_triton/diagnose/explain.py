@@ -346,6 +346,11 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     diagnosed = [(r, m["explain"]) for r in results for m in r["measurements"] if m.get("explain")]
     if mode(config) == "off" and not diagnosed:
         return
+    idle = perf_session.nothing_measured(config)
+    if idle:
+        tr.section("pytest-triton explain")
+        tr.write_line(f"--triton-perf-explain: nothing diagnosed: {idle}", yellow=True, bold=True)
+        return
     spent_s = sum(d.get("cost_s", 0.0) for _, d in diagnosed)
     tr.section("pytest-triton explain")
     for _, d in diagnosed:
