@@ -45,8 +45,8 @@ for step in ${*:-perf suite thirdparty checks sweeps}; do
       tail -3 "$LOGS/suite.log" ;;
     thirdparty)
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$LOGS/pip.log" 2>&1
-      run thirdparty "$(cap 120)" "\`pytest tests/thirdparty --triton-perf\` (FlagGems 5.0.2, Conch 1.3 from wheels)" \
-        env PYTHONPATH=/tmp/site python3 -m pytest tests/thirdparty -q -rfEsx -p no:cacheprovider --triton-perf \
+      run thirdparty "$(cap 120)" "\`pytest tests/thirdparty --triton-perf --triton-autotune=heuristic\` (FlagGems 5.0.2, Conch 1.3 from wheels; correctness tests pinned, perf tests autotuned)" \
+        env PYTHONPATH=/tmp/site python3 -m pytest tests/thirdparty -q -rfEsx -p no:cacheprovider --triton-perf --triton-autotune=heuristic \
           --timeout 60 --durations 10 > "$LOGS/thirdparty.log" 2>&1
       tail -2 "$LOGS/thirdparty.log" ;;
     checks)
