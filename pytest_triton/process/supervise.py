@@ -2,8 +2,10 @@
 
 Without pytest-xdist, after a lost CUDA context the remaining tests run in a fresh pytest process
 (continuation.py), told which test ids remain (child.py). --triton-supervise runs every test in
-such a child from the start, so that a crash is contained too: the test that was running when
-the child died fails with the signal, and a new child runs the rest. Under pytest-xdist,
+a child from the start, so that a crash is contained too: the test that was running when the
+child died fails with the signal, and a new child runs the rest. Under Triton's interpreter that
+child is a fork of this process made after collection (forked.py: supervision then costs
+milliseconds, not a second start-up); elsewhere a fresh process. Under pytest-xdist,
 xdistfaults.py retires a worker whose context is lost, and explains a worker's crash.
 """
 
@@ -15,12 +17,13 @@ import sys
 import pytest
 
 from .. import options, state
-from . import gpufaults
+from . import forked, gpufaults
 from .continuation import COLLECT_FAILED_KEY, Continuation, the_remaining
 
 
 def configure(config: pytest.Config) -> None:
     """In the process that runs the tests itself (not a child, a worker or xdist's controller)."""
+    forked.note_threads(config)  # if pytest_load_initial_conftests did not (-p registration)
     config.pluginmanager.register(_Supervisor(config), "triton-supervisor")
 
 
@@ -111,6 +114,34 @@ class _Supervisor:
             tr.write_line(self._line() if not held else
                           f"pytest-triton: not supervised although under Triton's interpreter: "
                           f"{held} (--triton-supervise=on supervises anyway, without them)")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        """Supervised from the start, by fork where it is safe: the children are forked from
+        here, after collection, and this process runs no test (pytest's own loop would run the
+        first one in pytest_runtest_protocol below, with that test's hook wrappers open around
+        the whole supervised run)."""
+        config = self.config
+        if not self.supervise or not session.items or config.option.collectonly or (
+                session.testsfailed and not config.option.continue_on_collection_errors):
+            return None  # pytest's own loop: nothing to run, or it stops the run
+        why_not = forked.unusable(config, own_process=_started_as_pytest() and not os.environ.get(
+            "PYTEST_CURRENT_TEST"))
+        if why_not is not None:
+            tr = config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None and state.get(config).runtime.interpret:
+                tr.write_line(f"pytest-triton: the supervised child is a fresh pytest process, "
+                              f"not a fork of this one: {why_not}")
+            return None  # pytest's own loop hands the tests to a fresh child (below)
+        self.took_over = True
+        forked.prepare(session)
+        Continuation(config, session, list(session.items), fork=True).run()
+        # as pytest's own loop ends after a test that stopped the run
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
+        return True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
