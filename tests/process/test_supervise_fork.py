@@ -182,3 +182,37 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has ended
     except OSError:
         return False
+
+
+SLOW = """
+    import time
+    def test_1(): _ran("1"); time.sleep(1)
+    def test_2(): _ran("2"); time.sleep(1)
+    def test_3(): _ran("3"); time.sleep(1)
+"""
+
+
+def test_a_per_test_timeout_times_each_test_not_the_supervised_run(pytester, top_level):
+    # Run from the first test's protocol, the children ran inside its pytest-timeout timer,
+    # which failed the whole run (INTERNALERROR) once the run outlasted one test's limit.
+    pytester.makepyfile(test_slow=PIDS + textwrap.dedent(SLOW))
+    result, out = top_level("--timeout=2")
+    result.assert_outcomes(passed=3)
+    assert "INTERNALERROR" not in out and "Timeout" not in out
+    parent = int((pytester.path / "imports.txt").read_text())
+    assert {ppid for _, ppid in _ran(pytester).values()} == {parent}  # supervised: in a child
+
+
+def test_a_per_test_timeout_times_each_test_after_a_lost_context(pytester, top_level):
+    # The same after a (faked) lost CUDA context, in a run of its own that is not supervised:
+    # the rest runs in a fresh process after pytest's loop, not inside test_1's timer.
+    pytester.makeconftest(INJECT)
+    pytester.makepyfile(test_lost=PIDS + "STICKY = ['test_bad']\ndef test_bad(): pass\n"
+                        + textwrap.dedent(SLOW))
+    result, out = top_level("--timeout=2", "--triton-supervise=off")
+    result.assert_outcomes(passed=3, failed=1)
+    parent = int((pytester.path / "imports.txt").read_text().split()[0])
+    assert parent not in {pid for pid, _ in _ran(pytester).values()}  # in the fresh process
+    result.stdout.fnmatch_lines(["pytest-triton: test_lost.py::test_bad lost this process's CUDA "
+                                 "context; the remaining 3 tests run in a fresh process"])
+    assert "INTERNALERROR" not in out and "Timeout" not in out
