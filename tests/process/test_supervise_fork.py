@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from .test_faults import INJECT, SEGFAULTING, STORE_FAR
+from .test_faults import INJECT, STORE_FAR
 
 # Each import of the test module and each test's process, written down: a forked child imports
 # nothing again; a fresh `python -m pytest` child imports and collects the module once more.
