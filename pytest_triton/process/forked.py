@@ -26,6 +26,7 @@ Fork is used only where it is known to be safe, else the child is a fresh proces
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -142,12 +143,17 @@ def start(config: pytest.Config, session: pytest.Session, items: list[pytest.Ite
         except Exception:
             pass
     parent = os.getpid()
+    # The child's garbage collector would otherwise walk (and so write, page by page) every
+    # object this process made, copying the pages fork shares: frozen, they are left alone
+    # (CPython's advice for forking servers).
+    gc.freeze()
     with warnings.catch_warnings():
         # Python 3.12+ warns on fork in a process with threads; unusable() let only the threads
         # there at start-up through, which are fork-safe (see above).
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid:
+        gc.unfreeze()  # this process collects its own garbage as before
         return ForkedProcess(pid)
     status = 3  # pytest's INTERNAL_ERROR, unless the run below ends
     try:
