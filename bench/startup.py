@@ -2,6 +2,11 @@
 
     python bench/startup.py               # 5 runs of each (about two minutes on 2 cores)
     python bench/startup.py --runs 3 --only one
+    python bench/startup.py --root /path/to/another/checkout   # its plugin and softmax file
+
+The plugin measured is the one `python -m pytest` imports from the directory it runs in: the
+checkout given by --root (default: this one) for the softmax file, and for the one-line file
+whatever PYTHONPATH or the environment holds (set PYTHONPATH=ROOT to compare checkouts).
 
 Runs, each as its own `python -m pytest -q` process, as a user types it (under Triton's
 interpreter when no GPU is visible, where --triton-supervise=auto supervises):
@@ -27,7 +32,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOFTMAX = os.path.join("reference_kernels", "tests", "test_softmax.py")
 
 
@@ -63,11 +68,18 @@ def _paired(runs: int, cwd: str, target: str) -> dict[str, list[float]]:
     return times
 
 
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--only", choices=("one", "softmax"), default=None)
+    ap.add_argument("--root", default=HERE, help="the checkout whose softmax file (and, from "
+                    "there, plugin) is run (default: this one)")
     args = ap.parse_args()
+    load_before = _load()
     rows = []  # (case, mode, times)
     if args.only in (None, "one"):
         with tempfile.TemporaryDirectory(prefix="startup-") as d:
@@ -81,11 +93,12 @@ def main() -> None:
         rows += [("one-line test file", m, t) for m, t in paired.items()]
         rows += [("one-line test file", "-p no:triton", alone), ("import torch, triton", "", bare)]
     if args.only in (None, "softmax"):
-        _timed(_pytest(SOFTMAX, "--triton-supervise=off"), ROOT)
-        paired = _paired(args.runs, ROOT, SOFTMAX)
+        _timed(_pytest(SOFTMAX, "--triton-supervise=off"), args.root)
+        paired = _paired(args.runs, args.root, SOFTMAX)
         rows += [("test_softmax.py (170 tests)", m, t) for m, t in paired.items()]
 
-    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; {args.runs} runs each")
+    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; {args.runs} runs "
+          f"each; checkout {args.root}; load average before {load_before}, after {os.getloadavg()[0]:.2f}")
     print(f"{'case':30} {'mode':14} {'median s':>9} {'min s':>7} {'max s':>7}  ratio to off")
     med = {(c, m): statistics.median(t) for c, m, t in rows}
     for case, mode, times in rows:
