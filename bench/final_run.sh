@@ -1,49 +1,67 @@
 #!/usr/bin/env bash
-# The GPU run behind BENCHMARKS.md. On the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|checks|sweeps]...    (default: perf suite checks)
-# Writes under $OUT: env.txt, perf.json + perf_cmd.txt + perf.log, suite.log, gpu_checks.json;
-# sweeps: sweeps.log and sweeps.json (with env.txt, 3 files; under 4 minutes on one GPU).
+# The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
+#   bash bench/final_run.sh [perf|suite|thirdparty|checks|sweeps]...
+#   (default: perf suite thirdparty checks sweeps, in that order, within FINAL_LIMIT seconds)
+# Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
+# step's command, rc and wall time), perf.json, gpu_checks.json, sweeps.json, and logs.tar.gz
+# (perf.log, suite.log, thirdparty.log, sweeps.log, the gpu checks' logs).
+# The third-party step installs the wheels of .whl/ (carried to the machine) into /tmp/site.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOGS=$(mktemp -d)
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | tail -1
+T0=$(date +%s); LIMIT=${FINAL_LIMIT:-570}
+left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
+cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }  # a step's limit: its cap, or what is left
+run() {  # run STEP SECONDS TITLE CMD...: one step under a limit, its rc and wall time in runs.txt
+  local step=$1 secs=$2 title=$3; shift 3
+  if [ "$secs" -lt 30 ]; then echo "$step: skipped ($secs s left of ${LIMIT} s)" >> "$OUT/runs.txt"; return; fi
+  echo "$step: $title" >> "$OUT/runs.txt"
+  local s; s=$(date +%s)
+  timeout -s INT "$secs" "$@"; local rc=$?
+  echo "$step: rc=$rc wall=$(( $(date +%s) - s ))s (limit ${secs} s$( [ $rc = 124 ] && echo ', STOPPED AT THE LIMIT'))" | tee -a "$OUT/runs.txt"
+}
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 2>&1
 {
   date -u +"date (UTC): %Y-%m-%d %H:%M"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
-  python3 -c "import sys, torch, triton, pytest, pytest_benchmark; print('python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| pytest', pytest.__version__, '| pytest-benchmark', pytest_benchmark.__version__)"
+  python3 -c "import sys, torch, triton, pytest, pytest_benchmark, numpy; print('python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| numpy', numpy.__version__, '| pytest', pytest.__version__, '| pytest-benchmark', pytest_benchmark.__version__)"
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
-steps=${*:-perf suite checks}
-for step in $steps; do
+for step in ${*:-perf suite thirdparty checks sweeps}; do
   case $step in
     perf)
-      rm -rf ~/.triton/cache  # the 3-minute budget is for a cold Triton cache
-      cmd="pytest --pyargs reference_kernels --triton-perf -m perf_target --triton-perf-json perf.json"
-      echo "$cmd" > "$OUT/perf_cmd.txt"
-      start=$(date +%s)
-      (cd /tmp && python3 -m pytest --pyargs reference_kernels --triton-perf -m perf_target -p no:cacheprovider \
-         --benchmark-disable --triton-perf-json "$OUT/perf.json" -rfE > "$OUT/perf.log" 2>&1)
-      echo "perf rc=$? wall=$(( $(date +%s) - start ))s (cold Triton cache)" | tee -a "$OUT/perf_cmd.txt"
-      grep -E "measurements:|GPU settings|passed|failed" "$OUT/perf.log" | tail -4 ;;
+      rm -rf ~/.triton/cache  # the budget is for a cold Triton cache
+      (cd /tmp && run perf "$(cap 220)" \
+        "\`pytest --pyargs reference_kernels --triton-perf -m perf_target --triton-perf-json perf.json\` (cold Triton cache)" \
+        python3 -m pytest --pyargs reference_kernels --triton-perf -m perf_target -p no:cacheprovider \
+          --benchmark-disable --triton-perf-json "$OUT/perf.json" -rfE > "$LOGS/perf.log" 2>&1)
+      grep -E "measurements:|GPU settings|passed|failed" "$LOGS/perf.log" | tail -4 ;;
     suite)
-      start=$(date +%s)
-      # --timeout (pytest-timeout, on the GPU machines): a hung test dumps its stacks, not the run
-      python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 240 --durations 12 -rfE > "$OUT/suite.log" 2>&1
-      echo "suite (pytest -n 8: tests/ and reference_kernels/ on CUDA) rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/suite.log"
-      tail -3 "$OUT/suite.log" ;;
+      # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
+      # takes ~50 s alone (the explain ncu child), under -n 8 contention up to ~2x that
+      run suite "$(cap 300)" "\`python3 -m pytest -q -n 8 --timeout 150 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
+        python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 --durations 15 -rfE > "$LOGS/suite.log" 2>&1
+      tail -3 "$LOGS/suite.log" ;;
+    thirdparty)
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$LOGS/pip.log" 2>&1
+      run thirdparty "$(cap 120)" "\`pytest tests/thirdparty --triton-perf\` (FlagGems 5.0.2, Conch 1.3 from wheels)" \
+        env PYTHONPATH=/tmp/site python3 -m pytest tests/thirdparty -q -rfEsx -p no:cacheprovider --triton-perf \
+          --timeout 60 --durations 10 > "$LOGS/thirdparty.log" 2>&1
+      tail -2 "$LOGS/thirdparty.log" ;;
     checks)
-      python3 bench/gpu_checks.py 2>&1 | tail -9 ;;
+      run checks "$(cap 150)" "\`python3 bench/gpu_checks.py\` (the --triton-perf done-when checks)" \
+        env OUT="$LOGS" python3 bench/gpu_checks.py > "$LOGS/gpu_checks.log" 2>&1
+      cp "$LOGS/gpu_checks.json" "$OUT/" 2>/dev/null; tail -8 "$LOGS/gpu_checks.log" ;;
     sweeps)
-      # Issue 23, one run (bench/sweep_final.py): the matmul's split-K default and 5-stage
-      # large-M tile against cuBLAS, attention's warp specialization and tiles against SDPA,
-      # conv2d's tma_nhwc against cuDNN and the tma plan, softmax_persistent 64K and the
-      # layernorm backward candidates against same-byte baselines. 195 s of measurements
-      # (compiles included; a cold Triton cache), then its tables; SIGINT at 230 s still writes
-      # them, and sweeps.json is written after every phase.
-      start=$(date +%s)
-      timeout -s INT 230 python3 bench/sweep_final.py --budget 195 --max-time 0.15 \
-        > "$OUT/sweeps.log" 2>&1
-      echo "sweeps rc=$? wall=$(( $(date +%s) - start ))s" | tee -a "$OUT/sweeps.log"
-      grep -A 200 "^Per candidate" "$OUT/sweeps.log" | head -80 ;;
+      # Issue 23 candidates (bench/sweep_final.py): split-K and 5-stage matmul tiles vs cuBLAS,
+      # attention warp specialization vs SDPA, conv2d tma_nhwc vs cuDNN, the memory-bound
+      # stragglers; whatever time is left. sweeps.json is written after every phase.
+      secs=$(cap 230)
+      run sweeps "$secs" "\`bench/sweep_final.py --budget $(( secs - 35 ))\` (issue 23 candidates)" \
+        env OUT="$LOGS" python3 bench/sweep_final.py --budget $(( secs - 35 )) --max-time 0.15 > "$LOGS/sweeps.log" 2>&1
+      cp "$LOGS/sweeps.json" "$OUT/" 2>/dev/null; grep -A 60 "^Per candidate" "$LOGS/sweeps.log" | head -60 ;;
   esac
 done
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" $(cd "$LOGS" && ls)
+cat "$OUT/runs.txt"

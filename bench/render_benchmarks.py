@@ -13,6 +13,7 @@ import glob
 import json
 import os
 import sys
+import tarfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from pytest_triton.report.summary import fractions_text  # noqa: E402
@@ -59,12 +60,69 @@ def perf_section(path, cmd):
     return out
 
 
-def suite_section(path):
-    lines = open(path).read().splitlines()
+def _read(d, name):
+    """A run file: beside the others, or inside the run's logs.tar.gz (final_run.sh packs its
+    logs so that a run comes back in few files)."""
+    path = os.path.join(d, name)
+    if os.path.exists(path):
+        return open(path).read()
+    tar = os.path.join(d, "logs.tar.gz")
+    if os.path.exists(tar):
+        with tarfile.open(tar) as t:
+            try:
+                return t.extractfile(name).read().decode()
+            except KeyError:
+                return None
+    return None
+
+
+def _runs(d):
+    """The run lines final_run.sh wrote (`step: command` then `step rc=N wall=Ns`), by step."""
+    text = _read(d, "runs.txt") or ""
+    out = {}
+    for line in text.splitlines():
+        step, _, rest = line.partition(": ")
+        if rest:
+            out.setdefault(step, []).append(rest)
+    return out
+
+
+def suite_section(text, runs):
+    lines = text.splitlines()
     failed = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))]
     tail = [ln for ln in lines[-3:] if ln.strip() and not ln.startswith("-- Docs")]
-    return (["### `python3 -m pytest -q -n 8` on CUDA (tests/ and reference_kernels/)", "", "```"]
-            + failed + tail + ["```", ""])
+    slow = []
+    if any("slowest" in ln for ln in lines):
+        i = next(i for i, ln in enumerate(lines) if "slowest" in ln)
+        slow = [ln for ln in lines[i + 1:i + 11] if ln.strip() and not ln.startswith("(")]
+    head = runs.get("suite", ["`python3 -m pytest -q -n 8` on CUDA (tests/ and reference_kernels/)"])
+    return ([f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + failed + tail
+            + ["```", "", "The 10 slowest phases:", "", "```"] + slow + ["```", ""])
+
+
+def thirdparty_section(text, runs):
+    lines = text.splitlines()
+    keep = [ln for ln in lines if ln.startswith(("FAILED", "ERROR", "XFAIL", "SKIPPED"))]
+    tail = [ln for ln in lines[-2:] if ln.strip()]
+    head = runs.get("thirdparty", ["the third-party suite (tests/thirdparty)"])
+    return [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + keep + tail + ["```", ""]
+
+
+def geomean_section(doc):
+    """Each geomean target: the achieved geomean speedup over torch, and the worst shape."""
+    out = ["| test | shapes | geomean x torch | worst shape | worst x | target | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in doc["results"]:
+        g = r.get("geomean")
+        if not g:
+            continue
+        ms = [m for m in r["measurements"] if m.get("speedup")]
+        worst = min(ms, key=lambda m: m["speedup"]["median"]) if ms else None
+        out.append(f"| {r['nodeid'].split('::')[-1]} | {len(ms)} | {g['achieved']:.3f}x | "
+                   f"{worst['name'] if worst else ''} | "
+                   f"{worst['speedup']['median']:.3f}x | {g.get('short') or g['target']} | "
+                   f"{g['verdict']} |" if worst else f"| {r['nodeid']} | 0 | | | | | |")
+    return out if len(out) > 2 else []
 
 
 def main(args):
@@ -80,9 +138,14 @@ def main(args):
         out.append("")
         if os.path.exists(os.path.join(d, "env.txt")):
             out += ["```", open(os.path.join(d, "env.txt")).read().strip(), "```", ""]
+        runs = _runs(d)
         for path in sorted(glob.glob(os.path.join(d, "perf*.json"))):
             cmd_file = path[:-5] + "_cmd.txt"
-            cmd = open(cmd_file).read().strip() if os.path.exists(cmd_file) else ""
+            cmd = open(cmd_file).read().strip() if os.path.exists(cmd_file) else \
+                "\n".join(runs.get("perf", []))
+            geo = geomean_section(json.load(open(path)))
+            if geo:
+                out += ["### Against torch, per geomean target (the worst shape beside it)", ""] + geo + [""]
             out += perf_section(path, cmd) + [""]
         for name, title in (("gpu_checks.json", "`python3 bench/gpu_checks.py` (the --triton-perf done-when checks)"),
                             ("xdist_check.json", "`python3 bench/xdist_check.py` (pytest-xdist, one GPU per worker)")):
@@ -94,8 +157,17 @@ def main(args):
                     c, res, ok = (r["check"], r["result"], r["ok"]) if isinstance(r, dict) else r
                     out.append(f"| {c} | {res} | {'yes' if ok else 'NO'} |")
                 out.append("")
-        if os.path.exists(os.path.join(d, "suite.log")):
-            out += suite_section(os.path.join(d, "suite.log"))
+        text = _read(d, "suite.log")
+        if text is not None:
+            out += suite_section(text, runs)
+        text = _read(d, "thirdparty.log")
+        if text is not None:
+            out += thirdparty_section(text, runs)
+        text = _read(d, "sweeps.log")
+        if text is not None and "Per candidate" in text:
+            head = runs.get("sweeps", ["`bench/sweep_final.py`"])
+            out += [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```",
+                    text[text.index("Per candidate"):].strip(), "```", ""]
         for md in sorted(glob.glob(os.path.join(d, "*.md"))):
             out += [open(md).read().strip(), ""]
     print("\n".join(out))

@@ -5,6 +5,7 @@ from .correctness.configs import assert_every_config, config_id, config_params, 
 from .correctness.determinism import assert_deterministic
 from .correctness.gradients import assert_grads_close
 from .correctness.guards import check_guards
+from .correctness.poison import poison_allocations
 from .correctness.tensors import TensorFactory, poison_value
 from .env.device import DeviceInfo
 from .env.runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
@@ -41,6 +42,7 @@ __all__ = [
     "measure",
     "perf_target",
     "pin_config",
+    "poison_allocations",
     "poison_value",
     "skip_interpreter_gap",
     "tolerance_for",

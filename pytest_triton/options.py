@@ -7,7 +7,7 @@ Settings resolve here and only here, with one precedence: command line > ini > d
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -37,8 +37,10 @@ OPTIONS: tuple[Option, ...] = (
            metavar="DEVICE"),
     Option("triton_seed", "string", "0",
            "base seed of make_tensor; each test's seed is derived from it and the test id. "
-           "'random' draws a new base seed (printed in the header)",
-           metavar="N"),
+           "'random' draws a new base seed (printed in the header, and in the summary under -q); "
+           "BASE:SEED gives every selected test the seed SEED (the replay command a failure "
+           "prints)",
+           metavar="N|random|BASE:SEED"),
     Option("triton_interpret", "bool", False,
            "run kernels under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors even when "
            "a GPU is present"),
@@ -83,8 +85,8 @@ OPTIONS: tuple[Option, ...] = (
            "Triton's interpreter in a run of its own, started as pytest or python -m pytest (not "
            "under -n, --pdb, --trace, --setup-*, log_cli, inside another test, nor when a test "
            "uses pytest-benchmark or record_testsuite_property/record_xml_attribute). The value "
-           "only with '=': on, off or auto",
-           metavar="off", choices=("auto", "on", "off"), const="on"),
+           "only with '=': on, off or auto; the bare --triton-supervise means on",
+           metavar="auto|on|off", choices=("auto", "on", "off"), const="on"),
     # issue 14: a CI gate that cannot pass by accident
     Option("triton_perf_allow_unchecked", "bool", False,
            "with --triton-perf, let the run pass although perf targets were left unchecked (no "
@@ -95,23 +97,49 @@ OPTIONS: tuple[Option, ...] = (
            "compiled kernel (registers, spills, shared memory, warps, stages, block sizes, "
            "grid), occupancy and waves, the autotune record, the roofline position and checklist "
            "hints. --triton-perf-explain=ncu adds Nsight Compute's speed-of-light figures "
-           "(one ncu run per test). The value only with '=': on, ncu or off",
-           metavar="ncu", choices=("off", "on", "ncu"), const="on"),
+           "(one ncu run per test). The value only with '=': on, ncu or off; the bare "
+           "--triton-perf-explain means on",
+           metavar="on|ncu|off", choices=("off", "on", "ncu"), const="on"),
     Option("triton_perf_profile", "string", None,
            "write a torch.profiler Chrome trace of each perf test's kernel (a few calls, after "
            "timing) to DIR, one file named after the test", metavar="DIR"),
     Option("triton_perf_plot", "string", None,
            "draw the run's roofline (every measurement against the device's datasheet and "
            "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
-           "(pip install 'pytest-triton[plot]')", metavar="PATH"),
+           "(pip install matplotlib)", metavar="PATH"),
+    # issue 20: a CPU run says what it could not check
+    Option("triton_all_configs", "bool", False,
+           "under Triton's interpreter, assert_every_config checks every config of a kernel "
+           "autotuned over autotune_configs(configs, interpreter=cfg), not only the interpreter's "
+           "one (each pinned in turn: nothing is timed, so no GPU driver is needed; slower)"),
+    # issue 22: kernel libraries the user did not write
+    Option("triton_poison_allocations", "bool", False,
+           "fill every tensor allocated uninitialised during each test's setup and call "
+           "(torch.empty, empty_like, new_empty, ...: a library's own outputs) with NaN, or the "
+           "dtype's least likely value for integers, so an element a kernel never writes fails "
+           "assert_close (the poison_allocations marker does it for one test; perf tests timed "
+           "under --triton-perf are left alone)"),
+    Option("triton_autotune", "string", "full",
+           "how @triton.autotune kernels pick their config in correctness tests: full (time every "
+           "config, as Triton does), heuristic (one config, untimed: the first the autotuner's "
+           "own pruning keeps) or first (its first config). Perf tests (perf_target, "
+           "triton_bench) always autotune; assert_every_config checks every config",
+           metavar="MODE", choices=("full", "heuristic", "first")),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}
 
 
+def _help(opt: Option) -> str:
+    if opt.name in _PERF_ONLY and "with --triton-perf" not in opt.help:
+        return opt.help + " (acts only with --triton-perf)"
+    return opt.help
+
+
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("triton", "pytest-triton: correctness and speed of Triton kernels")
     for opt in OPTIONS:
+        opt = replace(opt, help=_help(opt))
         ini_help = f"default for {opt.flag}: {opt.help}"
         if opt.kind == "bool":
             group.addoption(opt.flag, action="store_true", dest=opt.name, default=None, help=opt.help)
@@ -177,6 +205,13 @@ def get_early(early_config: pytest.Config, name: str) -> Any:
     return value
 
 
+def _source(config: pytest.Config, name: str) -> str:
+    """Where the value of `name` came from, for an error: its flag, or its ini line."""
+    if config.getoption(name, default=None) is not None:
+        return BY_NAME[name].flag
+    return f"ini option {name} (default of {BY_NAME[name].flag})"
+
+
 def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> float:
     import math
 
@@ -184,11 +219,11 @@ def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> floa
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a number") from None
+        raise pytest.UsageError(f"{_source(config, name)} {raw!r}: expected a number") from None
     if not math.isfinite(value):
-        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a finite number")
+        raise pytest.UsageError(f"{_source(config, name)} {raw!r}: expected a finite number")
     if value < minimum:
-        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: must be >= {minimum:g}")
+        raise pytest.UsageError(f"{_source(config, name)} {raw!r}: must be >= {minimum:g}")
     return value
 
 
@@ -198,18 +233,57 @@ def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
     try:
         value = int(str(raw).strip())
     except (TypeError, ValueError):
-        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: expected a whole number") from None
+        raise pytest.UsageError(f"{_source(config, name)} {raw!r}: expected a whole number") from None
     if value < minimum:
-        raise pytest.UsageError(f"{BY_NAME[name].flag} {raw!r}: must be >= {minimum}")
+        raise pytest.UsageError(f"{_source(config, name)} {raw!r}: must be >= {minimum}")
     return value
 
 
+# The options that hold a number, with their least value: read as numbers where they act, and
+# checked at start-up (validate) in every run.
+FLOATS = {"triton_perf_max_time": 0.01, "triton_gpu_wait": 0.0}
+COUNTS = {"triton_perf_retries": 0}
+
+
+def validate(config: pytest.Config) -> None:
+    """Every option's value, checked at start-up whether or not the run uses it (a perf option on a
+    run without --triton-perf, an ini value that only one job reads): a bad value stops the run
+    here, saying so, rather than passing unnoticed until the run that reads it. argparse has
+    checked the command line's choices; this checks the ini file's, and every number."""
+    for opt in OPTIONS:
+        if opt.kind == "linelist":
+            continue
+        if opt.name in FLOATS:
+            get_float(config, opt.name, minimum=FLOATS[opt.name])
+        elif opt.name in COUNTS:
+            get_count(config, opt.name, minimum=COUNTS[opt.name])
+        else:
+            get(config, opt.name)
+
+
 # Options that act on perf measurements, which only --triton-perf makes.
-_PERF_ONLY = ("triton_perf_explain", "triton_perf_profile", "triton_perf_plot", "triton_perf_json")
+_PERF_ONLY = ("triton_perf_explain", "triton_perf_profile", "triton_perf_plot", "triton_perf_json",
+              "triton_perf_calibrate", "triton_perf_peak", "triton_perf_l2", "triton_perf_max_time",
+              "triton_perf_retries", "triton_perf_allow_unchecked")
+
+
+def _given(config: pytest.Config, opt: Option) -> bool:
+    """Whether this run was given `opt`: on the command line, or in the ini file with a value other
+    than its default ('off' turns an option off: not given)."""
+    cli = config.getoption(opt.name, default=None)
+    if cli is not None:
+        return cli not in (False, "off", "")
+    value = config.getini(opt.name)
+    if opt.kind == "bool":
+        return bool(value) != bool(opt.default)
+    return value not in ("", "off", opt.default, None)
 
 
 def perf_only_given(config: pytest.Config) -> list[str]:
     """The perf-only options this run was given (their flags), whether or not --triton-perf was."""
-    flags = {o.name: o.flag for o in OPTIONS}
-    return [flags[name] for name in _PERF_ONLY
-            if (get(config, name) or "off") not in ("off", "")]
+    return [BY_NAME[name].flag for name in _PERF_ONLY if _given(config, BY_NAME[name])]
+
+
+def join_and(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from . import fixtures, hookspec, options, state
-from .correctness import sanitize, scope
-from .diagnose import explain, ncu, profile
+from .correctness import configs, pinning, poison, sanitize, scope
+from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
 from .perf import session as perf
@@ -40,6 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
+    config.addinivalue_line("markers", poison.MARKER_HELP)
+    options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
@@ -47,10 +49,15 @@ def pytest_configure(config: pytest.Config) -> None:
                            checklist=checklist.load(config),
                            perf=bool(options.get(config, "triton_perf")))
     config.stash[state.STATE_KEY] = st
+    if seeding.drawn_at_random(config) and runtime.xdist_controller(config):
+        config.pluginmanager.register(seeding.RandomBaseToWorkers(st.base_seed), "triton-seed-base")
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(configs.ConfigsSummary(config), "triton-configs-summary")
     if rt.interpret:
         interpreter.install_debug_mode(config)
     sanitize.configure(config)
+    pinning.configure(config)  # --triton-autotune: one config per autotuner in correctness tests
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
@@ -59,7 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
     given = options.perf_only_given(config)
     if given and not st.perf and not hasattr(config, "workerinput"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
-            f"pytest-triton: {' and '.join(given)} {'act' if len(given) > 1 else 'acts'} on perf "
+            f"pytest-triton: {options.join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
             "measurements, and there are none without --triton-perf: add --triton-perf"),
             stacklevel=2)
     plot.configure(config)
@@ -91,7 +98,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return summary.header(config) + sanitize.header(config) + interpreter.header(config)
+    return (summary.header(config) + sanitize.header(config) + interpreter.header(config)
+            + pinning.header(config))
 
 
 _BAD_MARKERS_KEY = pytest.StashKey[list]()
@@ -122,8 +130,10 @@ def pytest_make_collect_report(collector: pytest.Collector):
     return report
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     sanitize.child_select(config, items)
+    gpulock.order(items)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -141,10 +151,14 @@ def pytest_runtest_setup(item: pytest.Item):
         dryrun.setup_item(item, target)
     gap = item.stash.get(markers.GAP_KEY, None)
     if gap and state.get(item.config).runtime.interpret:
-        # reported at the test's own line, as a skip marker is (not at this hook's), so that -rs
-        # names each test rather than folding them all into one plugin line
-        raise pytest.skip.Exception(gap, _use_item_location=True)
-    return (yield)
+        if target is not None and "triton_bench" in getattr(item, "fixturenames", ()):
+            item.stash[perf.GAP_KEY] = gap  # the body's triton_bench still checks its arguments
+        else:
+            # reported at the test's own line, as a skip marker is (not at this hook's), so
+            # that -rs names each test rather than folding them all into one plugin line
+            raise pytest.skip.Exception(gap, _use_item_location=True)
+    with poison.during(item):  # fixtures that allocate outputs too
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -158,9 +172,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
-    scope_token = scope.CURRENT.set(scope.TestScope(item.nodeid))
+    scope_token = scope.CURRENT.set(scope.TestScope(
+        item.nodeid, all_configs=bool(options.get(item.config, "triton_all_configs"))))
     try:
-        with sanitize.child_markers(item):
+        with sanitize.child_markers(item), pinning.during_test(item):
             return (yield)
     finally:
         scope.CURRENT.reset(scope_token)
@@ -169,7 +184,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    result = yield
+    with poison.during(item):
+        result = yield
     scope.finish_call(item)
     sanitize.finish_call(item)
     if "triton_bench" in getattr(item, "fixturenames", ()):
@@ -183,15 +199,18 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles) -> None:
     explain.after_measure(item, measurement, fn, kernel, compiles)
     profile.after_measure(item, measurement, fn)
+    breakdown.after_measure(item, measurement, fn)
     benchbridge.record(item, measurement)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    scope.annotate_report(report)
+    scope.annotate_report(report, item)
+    poison.annotate_report(item, report)
+    pinning.annotate_report(item, report)
     if state.get(item.config).runtime.interpret:
-        interpreter.annotate_report(item, call, report)
+        interpreter.annotate_report(item, call, report, item.stash.get(perf.GAP_KEY, None))
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
     if "triton_bench" in getattr(item, "fixturenames", ()):
@@ -204,11 +223,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    summary.seed_summary(terminalreporter, config)
     sanitize.terminal_summary(terminalreporter, config)
     if state.get(config).perf:
         summary.terminal_summary(terminalreporter, config)
         plot.terminal_summary(terminalreporter, config)
         explain.terminal_summary(terminalreporter, config)
+        profile.terminal_summary(terminalreporter, config)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,5 +1,16 @@
 import pytest
 
+# torch imports torch.distributed.tensor lazily, at the first torch.testing.assert_close. Were that
+# first import inside an in-process pytester run, pytester would drop the module from sys.modules
+# afterwards, and importing it again fails (RuntimeError: Only a single TORCH_LIBRARY can be used
+# to register the namespace c10d_functional): in one process (python -m pytest, as .ci/run runs
+# it) tests/diagnose's inner runs made every later torch.testing.assert_close fail. Imported here,
+# in the outermost run, it stays.
+try:
+    import torch.distributed.tensor  # noqa: F401
+except (ImportError, RuntimeError):  # a torch built without distributed support
+    pass
+
 
 @pytest.fixture(autouse=True)
 def _calibration_cache(tmp_path, monkeypatch):

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from ..env import seeding
+from ..env import dtypes, seeding
 from . import scope
 from .comparing import check_operands, index_of, record_comparison, shape_dtype
 from .tolerance import tolerance_for
@@ -66,6 +66,23 @@ def _ratio(kernel: float, base: float) -> str:
     if base == 0:
         return "inf" if kernel > 0 else "-"
     return f"{kernel / base:.3g}x"
+
+
+def _passed_note(actual, factor: float, floor: float, maxes, means, excess: float) -> str:
+    """A passing comparison's line: each error against what was allowed, the half-ulp allowance
+    shown, so that a kernel 2.1x the baseline's max error reads as the pass it is."""
+    k_max, b_max, allowed_max = maxes
+    k_mean, b_mean, allowed_mean = means
+    rule = f"{factor:g}x the baseline's + {floor:.3g}"
+    text = (f"assert_close against a baseline ({shape_dtype(actual)}): passed. max |error| "
+            f"{_fmt(k_max)} = {_ratio(k_max, b_max)} the baseline's {_fmt(b_max)}")
+    if actual.dtype != torch.float64:
+        dt = dtypes.name(actual.dtype)
+        text += (f"; less half an ulp of expected in {dt} (rounding no {dt} output avoids), "
+                 f"{_fmt(max(excess, 0.0))}")
+    return (text + f" <= allowed {_fmt(allowed_max)} ({rule}). mean |error| {_fmt(k_mean)} = "
+            f"{_ratio(k_mean, b_mean)} the baseline's {_fmt(b_mean)} <= allowed "
+            f"{_fmt(allowed_mean)} ({rule})")
 
 
 def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, reduction_size,
@@ -143,11 +160,9 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
                 f"a kernel's max and mean |error| of all zeros, {_fmt(z_max)} and "
                 f"{_fmt(z_mean)}, are within {factor:g} x the baseline's + "
                 f"{floor.atol:.3g}")
-            scope.note(f"assert_close against a baseline ({shape_dtype(actual)}): max "
-                       f"|error| {_fmt(k_max)} = {_ratio(k_max, b_max)} the baseline's "
-                       f"{_fmt(b_max)}; mean {_fmt(k_mean)} = "
-                       f"{_ratio(k_mean, b_mean)} the baseline's {_fmt(b_mean)} "
-                       f"(allowed {factor:g}x + {floor.atol:.3g})")
+            excess = float(beyond.max()) if bool(finite.any()) else 0.0
+            scope.note(_passed_note(actual, factor, floor.atol, (k_max, b_max, allowed_max),
+                                    (k_mean, b_mean, allowed_mean), excess))
         return
     table = tolerance_for(actual.dtype, atol=atol, reduction_size=reduction_size, precision=precision)
     if not n_nonfinite and not n_special_bad and bool(

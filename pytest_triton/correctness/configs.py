@@ -15,7 +15,11 @@ unseen until a user's shape picks it. These helpers run a test's check under eac
   `@pytest.mark.parametrize("config", config_params(kernel))` with `pin_config` in the test.
 
 Under Triton's interpreter an autotuner built with `autotune_configs(configs, interpreter=cfg)`
-holds only the interpreter's config, so that is the one checked there.
+holds only the interpreter's config, so by default that is the one checked there, and the test's
+report section, the run's summary, the JUnit properties and the perf JSON say "checked 1 of N
+configs (interpreter)". `all_configs=True` (or --triton-all-configs) checks every config it was
+given: each is pinned in turn, and an autotuner holding one config times nothing, so no driver is
+needed.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from ..env import runtime
+from . import pinning, scope
+from .poison import poison_allocations
 from .tensors import poison_value
 
 if TYPE_CHECKING:
@@ -130,28 +137,89 @@ def repoison(outputs) -> None:
         t.detach().fill_(poison_value(t.dtype))
 
 
-def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
+def _declared(tuner) -> list:
+    """Every config the kernel is autotuned over on a GPU: autotune_configs remembers them under
+    the interpreter, where the autotuner holds one; otherwise those the autotuner holds."""
+    declared = getattr(tuner.configs, "declared", None)
+    return list(declared) if declared is not None else list(tuner.configs)
+
+
+def _todo(tuner, configs, all_configs) -> tuple[list, list, str]:
+    """(configs to check, the N they are counted against, why those)."""
+    declared = _declared(tuner)
+    if configs is not None:
+        return list(configs), declared, "configs="
+    if all_configs is None:
+        sc = scope.CURRENT.get()
+        all_configs = bool(sc and sc.all_configs)
+    if all_configs:
+        return declared, declared, "all_configs"
+    return list(tuner.configs), declared, "held"
+
+
+def _record(tuner, todo, declared, why, passed, failed) -> None:
+    """'checked k of N configs (interpreter)' for the test's report, summary and JSON."""
+    ran = {config_id(todo[i]) for i in passed} | {config_id(cfg) for _, cfg, _ in failed}
+    ids = [config_id(c) for c in declared]
+    checked = sum(1 for c in dict.fromkeys(ids) if c in ran)
+    total = len(dict.fromkeys(ids))
+    extra = len(ran - set(ids))
+    where = "interpreter" if runtime.interpreting() else "GPU"
+    text = f"assert_every_config: checked {checked} of {total} configs of {_name(tuner)} ({where})"
+    if extra:
+        text += f", and {extra} config{'s' if extra > 1 else ''} of its own (not among the {total})"
+    reason = None
+    if checked < total:
+        unchecked = [c for c in dict.fromkeys(ids) if c not in ran]
+        reason = "configs=" if why == "configs=" else \
+            "interpreter config only" if why == "held" and where == "interpreter" else \
+            "could not run"
+        if why == "configs=":
+            text += f"; configs= chose them; not checked: {'; '.join(unchecked[:4])}"
+        elif why == "held" and where == "interpreter":
+            text += ("; the autotuner holds only the interpreter's config here (autotune_configs); "
+                     f"not checked: {'; '.join(unchecked[:4])}{' ...' if len(unchecked) > 4 else ''}"
+                     ". all_configs=True or --triton-all-configs checks every one here, or a GPU run")
+        else:
+            text += f"; could not run here: {'; '.join(unchecked[:4])}"
+    scope.note(text)
+    sc = scope.CURRENT.get()
+    if sc is not None:
+        sc.configs_checked.append({"kernel": _name(tuner), "checked": checked, "total": total,
+                                   "where": where, "unchecked": total - checked,
+                                   "reason": reason})
+
+
+def assert_every_config(kernel, check, *, outputs=(), configs=None, all_configs=None) -> None:
     """Run `check()` under each config of the autotuned `kernel`, re-poisoning `outputs` first.
 
     configs: the configs to check (default: all the autotuner holds, pruned ones included).
+    all_configs: under the interpreter, every config autotune_configs was given, not only the one
+    the autotuner holds there (default: --triton-all-configs).
     Fails if any config's check raised, naming each failing config with the start of its report;
     a config that cannot run here (out of shared memory or registers, as the autotuner skips it)
-    is listed as skipped, and fails only if no config could run.
+    is listed as skipped, and fails only if no config could run. The test's report section says
+    how many of the kernel's configs were checked.
     """
     __tracebackhide__ = True
     tuner = autotuner_of(kernel, "assert_every_config")
     if not callable(check):
         raise TypeError(f"assert_every_config: check must be callable, got {type(check).__name__}")
     outputs = list(outputs)
-    todo = list(tuner.configs if configs is None else configs)
+    todo, declared, why = _todo(tuner, configs, all_configs)
     if not todo:
         raise ValueError("assert_every_config: no configs to check")
     skippable = _skippable()
     failed, skipped, passed = [], [], []
+    same = pinning.interpreter_duplicates(todo)  # configs the interpreter cannot tell apart
     for i, cfg in enumerate(todo):
+        if i in same:
+            continue
         repoison(outputs)
         try:
-            with pin_config(tuner, cfg), _counting_launches(tuner) as launched:
+            # what check allocates starts as poison too: a config cannot pass on a block the
+            # previous config's correct output was freed from
+            with pin_config(tuner, cfg), _counting_launches(tuner) as launched, poison_allocations():
                 check()
             if not launched:
                 # a check that never launches the kernel would pass every config vacuously
@@ -164,8 +232,18 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
             failed.append((i, cfg, exc))
         else:
             passed.append(i)
+    note = pinning.duplicates_note(todo, same)
+    # a config the interpreter cannot tell from a checked one is checked with it
+    _record(tuner, todo, declared, why, passed + [i for i, j in same.items() if j in passed], failed)
     if not failed and passed:
+        if note:
+            scope.note(f"assert_every_config({_name(tuner)}): {note}")
         return
+    text = _failure(tuner, todo, failed, skipped, passed)
+    raise AssertionError(text + ("\n" + note if note else ""))
+
+
+def _failure(tuner, todo, failed, skipped, passed) -> str:
     n = len(todo)
     name = _name(tuner)
     if failed:
@@ -185,4 +263,43 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None) -> None:
     if passed:
         lines.append(f"passed: config{'s' if len(passed) > 1 else ''} "
                      f"{', '.join(map(str, passed))} of {n}")
-    raise AssertionError("\n".join(lines))
+    return "\n".join(lines)
+
+
+RECORDS_KEY = pytest.StashKey[list]()  # the run's assert_every_config records, by test
+
+
+class ConfigsSummary:
+    """Gathers each test's assert_every_config records where reports arrive (in-process, on the
+    xdist controller, in a supervising parent) and says at the end which tests left configs
+    unchecked, so that a CPU run that checked 1 of N configs does not pass as if it checked N."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        config.stash[RECORDS_KEY] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        for rec in getattr(report, "triton_configs", None) or ():
+            self.config.stash[RECORDS_KEY].append({"nodeid": report.nodeid, **rec})
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        # configs= is the test's own choice, and its report section says so; what a run must
+        # say is the silent case: the interpreter's one config standing in for all of them
+        partial = [r for r in records(self.config) if r["reason"] == "interpreter config only"]
+        if not partial:
+            return
+        shown = "; ".join(f"{r['nodeid']}: {r['kernel']} {r['checked']} of {r['total']} "
+                          f"({r['where']})" for r in partial[:5])
+        more = f"; ... ({len(partial) - 5} more)" if len(partial) > 5 else ""
+        n = sum(r["unchecked"] for r in partial)
+        terminalreporter.write_line(
+            f"pytest-triton: assert_every_config left {n} config{'s' if n > 1 else ''} unchecked "
+            f"under Triton's interpreter in {len(partial)} test{'s' if len(partial) > 1 else ''} "
+            f"(autotune_configs holds one config there): {shown}{more}. --triton-all-configs (or "
+            "assert_every_config(..., all_configs=True)) checks every one", yellow=True)
+
+
+def records(config: pytest.Config) -> list[dict]:
+    """The run's assert_every_config records: nodeid, kernel, checked, total, where, unchecked,
+    reason (why some were not checked: 'configs=', 'interpreter config only', 'could not run')."""
+    return config.stash.get(RECORDS_KEY, [])

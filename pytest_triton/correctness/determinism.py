@@ -3,8 +3,15 @@
 Races (two programs writing one tile), order-dependent atomics (a float sum whose order follows
 the programs' arrival) and reads of stale or uninitialised memory all show up as outputs that
 differ between runs of the same call, usually in the last bits, where assert_close's tolerance
-hides them. Under Triton's interpreter programs run one at a time in a fixed order, so a race
-between programs cannot show there: run such checks on a GPU.
+hides them.
+
+Under Triton's interpreter programs run one at a time, in a fixed order: repeating a call there
+shows stale state, but not a result that depends on the order programs run in. So the runs there
+take each launch's programs in different orders (env/program_order.py): the first in launch
+order, the second reversed, the rest shuffled. A float atomic sum or two programs writing one
+element then differ between runs, as they would between runs on a GPU. Races between programs
+running at the same time cannot show on CPU (each program runs whole before the next): the
+test's report section says so, and a GPU run checks them.
 """
 
 from __future__ import annotations
@@ -13,7 +20,8 @@ import math
 
 import torch
 
-from ..env import dtypes, seeding
+from ..env import dtypes, program_order, runtime, seeding
+from . import scope
 from .comparing import index_of
 from .tensors import poison_value
 
@@ -108,12 +116,34 @@ def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, ru
     return lines
 
 
-def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = None):
+def _orders(runs: int, reorder: bool) -> list[str] | None:
+    """The program order of each run under the interpreter (None: not interpreting)."""
+    if not runtime.interpreting():
+        return None
+    if not reorder:
+        return ["launch"] * runs
+    return ["launch", "reversed"] + ["shuffled"] * (runs - 2)
+
+
+def _run(fn, outputs, order: str | None, seed: int):
+    for t in outputs:
+        t.detach().fill_(poison_value(t.dtype))
+    if order is None:
+        return fn(), None
+    with program_order.program_order(order, seed) as record:
+        return fn(), record
+
+
+def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = None,
+                         reorder_programs: bool = True):
     """Run `fn()` `runs` times on the same inputs and assert bit-identical outputs.
 
     fn returns a tensor, or tuples, lists or dicts of tensors (or None when it writes only into
     `outputs`). outputs: buffers fn writes into; refilled with poison before each run, so that an
     element one run leaves unwritten shows as a difference. Returns the first run's result.
+    Under Triton's interpreter the runs take each launch's programs in launch, reversed and
+    shuffled order (reorder_programs=False: launch order only, for kernels whose programs wait
+    on programs launched before them, which would wait forever when run first).
     """
     __tracebackhide__ = True
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
@@ -124,24 +154,68 @@ def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = Non
     for t in outputs:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"assert_deterministic: outputs must be tensors, got {type(t).__name__}")
-    snapshots, first_result = [], None
+    orders = _orders(runs, reorder_programs)
+    snapshots, records, first_result = [], [], None
     for r in range(runs):
-        for t in outputs:
-            t.detach().fill_(poison_value(t.dtype))
-        result = fn()
+        result, record = _run(fn, outputs, orders and orders[r], r)
         if r == 0:
             first_result = result
         snapshots.append(_snapshot(result, outputs))
+        records.append(record)
     if not snapshots[0]:
         raise TypeError("assert_deterministic: fn returned no tensors and no outputs= were given: "
                         "nothing to compare")
+
+    def run(i: int) -> str:
+        if orders is None or not records[i].programs:
+            return f"run {i + 1}"
+        return f"run {i + 1} (programs {program_order.describe(orders[i])})"
+
+    problems, differing_runs = _compare(snapshots, run)
+    if not problems:
+        if orders is not None:
+            scope.note(_interpreter_note(runs, orders, records))
+        return first_result
+    head = [msg] if msg else []
+    head.append(f"Not deterministic: {len(differing_runs)} of {runs - 1} repeated runs of the same "
+                "call on the same inputs differ from the first, bit for bit (a race between "
+                "programs, an order-dependent atomic sum, or stale or uninitialised memory read):")
+    if orders is not None and any(rec.programs for rec in records) and len(set(orders)) > 1:
+        problems.append(_order_diagnosis(fn, outputs, snapshots, runs))
+    seed = seeding.CURRENT.get()
+    tail = [f"Seed: {seed.describe()}" if seed else "Seed: none (not inside a pytest-triton test)"]
+    raise AssertionError("\n".join(head + problems + tail))
+
+
+def _order_diagnosis(fn, outputs, snapshots, runs: int) -> str:
+    """Under the interpreter, after a failure: one more run in launch order tells a result that
+    depends on the programs' order (the repeat matches run 1) from one that changes whatever the
+    order (stale state, uninitialised memory: the repeat differs too)."""
+    result, _ = _run(fn, outputs, "launch", runs)
+    again = _snapshot(result, outputs)
+    first = snapshots[0]
+    same = [n for n, _ in again] == [n for n, _ in first] and all(
+        a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+        for (_, a), (_, b) in zip(first, again))
+    if same:
+        return ("Under Triton's interpreter programs run one at a time; the runs took each "
+                "launch's programs in different orders, and a repeat in launch order matches run "
+                "1: the result depends on the order the programs run in (a float atomic_add, "
+                "programs writing one element, a program reading what another wrote), which on a "
+                "GPU varies from run to run.")
+    return ("A repeat in launch order differs from run 1 too: the result changes from call to "
+            "call whatever the programs' order (state left by an earlier call, uninitialised "
+            "memory read).")
+
+
+def _compare(snapshots, run) -> tuple[list[str], list[int]]:
     first = snapshots[0]
     problems: list[str] = []
     differing_runs = []
-    for r in range(1, runs):
+    for r in range(1, len(snapshots)):
         other = snapshots[r]
         if [n for n, _ in other] != [n for n, _ in first]:
-            problems.append(f"run {r + 1} returned {[n for n, _ in other]}, run 1 "
+            problems.append(f"{run(r)} returned {[n for n, _ in other]}, {run(0)} "
                             f"{[n for n, _ in first]}")
             differing_runs.append(r + 1)
             continue
@@ -156,17 +230,24 @@ def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = Non
         if lines:
             differing_runs.append(r + 1)
             if detail:
-                problems.append(f"run {r + 1} differs from run 1:")
+                problems.append(f"{run(r)} differs from {run(0)}:")
                 problems += lines
             else:
-                problems.append(f"run {r + 1} differs from run 1 too: "
+                problems.append(f"{run(r)} differs from run 1 too: "
                                 + "; ".join(ln.strip() for ln in lines))
-    if not problems:
-        return first_result
-    head = [msg] if msg else []
-    head.append(f"Not deterministic: {len(differing_runs)} of {runs - 1} repeated runs of the same "
-                "call on the same inputs differ from the first, bit for bit (a race between "
-                "programs, an order-dependent atomic sum, or stale or uninitialised memory read):")
-    seed = seeding.CURRENT.get()
-    tail = [f"Seed: {seed.describe()}" if seed else "Seed: none (not inside a pytest-triton test)"]
-    raise AssertionError("\n".join(head + problems + tail))
+    return problems, differing_runs
+
+
+def _interpreter_note(runs: int, orders: list[str], records) -> str:
+    """A passing check under the interpreter: what it covered, and what it could not."""
+    if not any(rec.programs for rec in records):
+        how = "no interpreted kernel launch was seen, so no program order was varied"
+    elif len(set(orders)) == 1:
+        how = "each launch's programs in launch order only (reorder_programs=False)"
+    else:
+        kinds = list(dict.fromkeys(program_order.describe(o).split()[1] for o in orders))
+        how = (f"each launch's programs run in {', '.join(kinds[:-1])} and {kinds[-1]} order "
+               "(Triton's interpreter runs them one at a time)")
+    return (f"assert_deterministic: {runs} runs bit-identical, {how}; races between programs "
+            "running at the same time cannot be checked on CPU (each program runs whole before "
+            "the next): a GPU run checks them")

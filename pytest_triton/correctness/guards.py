@@ -194,8 +194,17 @@ def check(g: Guarded) -> str | None:
                      f"{_values(g, gaps[:MAX_LISTED])}")
     guard = g.start
     lines.append(f"  (guards: {guard} elements = {guard * item} bytes of poison on each side, in "
-                 "the same allocation; writes farther out: --triton-sanitize memcheck)")
+                 f"the same allocation; writes farther out: {_farther_out(g)})")
     return "\n".join(lines)
+
+
+def _farther_out(g: Guarded) -> str:
+    """What finds writes beyond the guards, where this buffer lives: compute-sanitizer needs a
+    CUDA GPU; on CPU (Triton's interpreter) nothing can, and such a write may crash the process."""
+    if g.flat.device.type == "cuda":
+        return "--triton-sanitize memcheck"
+    return ("not checked on CPU, where one may crash the process (a supervised run fails the "
+            "test that crashed); on a GPU, --triton-sanitize memcheck finds them")
 
 
 def check_tensor(t: torch.Tensor) -> str | None:

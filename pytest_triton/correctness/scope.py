@@ -36,6 +36,8 @@ class TestScope:
     allowed_trivial: int = 0  # could not fail, allow_trivial=True
     guarded: list = field(default_factory=list)  # guards.Guarded, checked when the call ends
     notes: list[str] = field(default_factory=list)  # for the report section
+    all_configs: bool = False  # --triton-all-configs: assert_every_config checks every config
+    configs_checked: list[dict] = field(default_factory=list)  # assert_every_config's records
     problems: list[str] | None = None  # set by evaluate()
 
 
@@ -114,8 +116,9 @@ def finish_call(item: pytest.Item) -> None:
         pytest.fail("pytest-triton: " + "\n\n".join(problems), pytrace=False)
 
 
-def annotate_report(report: pytest.TestReport) -> None:
-    """The call report's section: notes, and problems a test that failed anyway also had."""
+def annotate_report(report: pytest.TestReport, item: pytest.Item | None = None) -> None:
+    """The call report's section: notes, and problems a test that failed anyway also had; the
+    configs assert_every_config checked, as JUnit properties of `item`."""
     sc = CURRENT.get()
     if sc is None or report.when != "call" or sc.nodeid != report.nodeid:
         return
@@ -127,3 +130,9 @@ def annotate_report(report: pytest.TestReport) -> None:
             lines += problems
     if lines:
         report.sections.append(("pytest-triton correctness", "\n".join(lines)))
+    if sc.configs_checked:  # for the run's summary and the perf JSON (serialised under xdist)
+        report.triton_configs = list(sc.configs_checked)
+        for c in sc.configs_checked if item is not None else ():
+            item.user_properties.append(
+                ("triton.configs_checked", f"{c['kernel']}: {c['checked']} of {c['total']} "
+                                           f"({c['where']})"))

@@ -29,6 +29,7 @@ from ..env import launches as launches_mod
 from ..perf import roofline, verdict
 from ..perf import session as perf_session
 from ..perf.session import MEASUREMENTS_KEY
+from . import breakdown
 from .hints import Hint, blocks_text, compile_time, fusion, kb, speed, structural
 from .occupancy import occupancy
 
@@ -99,8 +100,10 @@ def _distinct(launch_list: list[dict]) -> list[tuple[dict, int]]:
     return out
 
 
-def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None) -> dict:
-    """The diagnosis of measurement `m` (Measurement.to_dict()), from its capture record."""
+def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None,
+             call: dict | None = None) -> dict:
+    """The diagnosis of measurement `m` (Measurement.to_dict()), from its capture record and the
+    breakdown of one timed call (breakdown.analyze)."""
     record = record or {}
     timed = timed_launches(record)
     pos = roofline_position(m, _operand_bytes(timed))
@@ -118,6 +121,8 @@ def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None) -> d
             hints += speed(launch, occ, device, tuned or bool(launch.get("autotuner")), n_configs)
     hints += fusion(record.get("launches") or [])
     hints += compile_time(record)
+    call, first, last = breakdown.assess(call, m, any(h.code == "fusion" for h in hints))
+    hints = first + hints + last  # what dominates the call is named first
     unique: list[Hint] = []
     for h in hints:  # one hint of a kind; the same advice for several kernels lists each one's evidence
         same = next((u for u in unique if u.code == h.code and u.message == h.message), None)
@@ -130,6 +135,7 @@ def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None) -> d
             "all_launches": len(record.get("launches") or []), "autotune": tuners,
             "compiles": record.get("compiles"), "errors": record.get("errors") or [],
             "note": record.get("note") or "", "ncu": ncu, "cost_s": record.get("cost_s", 0.0),
+            "timed_call": call,
             "hints": [asdict(h) for h in unique]}
 
 
@@ -156,6 +162,7 @@ def render(d: dict) -> str:
         lines.append(f"  roofline: {pos['bound']}-bound ({ai}{ridge_text}): "
                      f"{_frac_text(pos, 'datasheet')}, {_frac_text(pos, 'measured')}"
                      + ("; near its ceiling: speed hints not raised" if d.get("near_ceiling") else ""))
+    lines += breakdown.lines(d.get("timed_call"))
     if not d["kernels"]:
         lines.append("  kernel: no Triton launch seen in fn (" + (d.get("note") or
                      "it launched none, or replayed a CUDA graph") + ")")
@@ -280,10 +287,11 @@ def diagnoses(item: pytest.Item, payload: dict) -> list[dict]:
     device = perf_session.session(item.config).device
     captures = item.stash.get(CAPTURES_KEY, {})
     ncu = item.stash.get(NCU_KEY, {})
+    calls = item.stash.get(breakdown.KEY, {})
     out = []
     for i, m in enumerate(payload["measurements"]):
         if i in captures:
-            out.append(diagnose(m, captures[i], device, ncu.get(i)))
+            out.append(diagnose(m, captures[i], device, ncu.get(i), calls.get(i)))
         else:
             out.append(None)
     return out
@@ -337,6 +345,11 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     results = ps.results
     diagnosed = [(r, m["explain"]) for r in results for m in r["measurements"] if m.get("explain")]
     if mode(config) == "off" and not diagnosed:
+        return
+    idle = perf_session.nothing_measured(config)
+    if idle:
+        tr.section("pytest-triton explain")
+        tr.write_line(f"--triton-perf-explain: nothing diagnosed: {idle}", yellow=True, bold=True)
         return
     spent_s = sum(d.get("cost_s", 0.0) for _, d in diagnosed)
     tr.section("pytest-triton explain")

@@ -16,7 +16,7 @@ import re
 import pytest
 
 from .. import options, state
-from ..perf.session import MEASUREMENTS_KEY
+from ..perf.session import MEASUREMENTS_KEY, nothing_measured
 
 CALLS = 3  # calls traced: the first may still show one-time work (allocations), the rest steady
 TRACES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> trace path
@@ -71,3 +71,13 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
             m["trace"] = traces[i]
             prefix = f"triton[{m['name']}]." if m.get("name") else "triton."
             item.user_properties.append((prefix + "trace", traces[i]))
+
+
+def terminal_summary(tr, config: pytest.Config) -> None:
+    """Say so when the run wrote no trace because it measured nothing (no GPU: dry runs)."""
+    out = directory(config)
+    idle = nothing_measured(config) if out else None
+    ps = state.get(config).perf_session
+    if idle and ps is not None and ps.controller:
+        tr.write_line(f"--triton-perf-profile {out}: no trace written: {idle}", yellow=True,
+                      bold=True)

@@ -1,21 +1,11 @@
 """Interpreter fix for multi-config autotuners: an interpreted @triton.autotune runs one config
 (the first its pruning keeps, or the pinned one) instead of timing them on a driver that does not
-exist (see interpreter_compat.FIXES)."""
+exist (see interpreter_compat.FIXES). The wrapping itself is autotune_pin's."""
 
 from __future__ import annotations
 
+from . import autotune_pin
 from .compat_base import Patches, modules
-
-
-def _interpreted_kernel(tuner, ti) -> bool:
-    fn = getattr(tuner, "fn", None)
-    seen = 0
-    while fn is not None and seen < 20:
-        if isinstance(fn, ti.InterpretedFunction):
-            return True
-        fn = getattr(fn, "fn", None)
-        seen += 1
-    return False
 
 
 def needs_autotune_one_config() -> bool:
@@ -40,31 +30,9 @@ def needs_autotune_one_config() -> bool:
 
 
 def apply_autotune_one_config(p: Patches) -> None:
-    from triton.runtime.autotuner import Autotuner
-
-    _, _, ti = modules()
-    original = Autotuner.run
-
-    def run(self, *args, **kwargs):
-        if len(self.configs) <= 1 or not _interpreted_kernel(self, ti):
-            return original(self, *args, **kwargs)
-        # Nothing to time configs with: run one, as the autotuner runs a single config (untimed).
-        # The library's own early_config_prune still applies (it says which configs suit the
-        # shape); its perf model does not (it ranks by speed). pytest_triton's pin_config and
-        # assert_every_config narrow self.configs to one themselves, so they pass straight through.
-        chosen = self.configs[0]
-        prune = getattr(self, "early_config_prune", None)
-        if prune:
-            self.nargs = dict(zip(self.arg_names, args))
-            pruned = prune(self.configs, self.nargs, **kwargs)
-            if pruned:
-                chosen = pruned[0]
-        saved = self.configs
-        self.configs = [chosen]
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            self.configs = saved
-
-    run._pytest_triton_original = original
-    p.set_attr(Autotuner, "run", run)
+    # Nothing to time configs with: an interpreted kernel runs one config, as the autotuner runs a
+    # single config (untimed): the first its own pruning keeps (the library's early_config_prune
+    # says which configs suit the shape; a perf_model that needs a GPU is passed over). The
+    # wrapping is shared with --triton-autotune (autotune_pin.py).
+    autotune_pin.install("interpreter")
+    p.on_undo(lambda: autotune_pin.uninstall("interpreter"))

@@ -100,6 +100,11 @@ def _is_driverless_autotune(exc: BaseException | None) -> bool:
     return False
 
 
+def _is_plugin_error(exc: BaseException) -> bool:
+    """A perf test's own mistake found by the dry run (a bad triton_bench argument): it fails."""
+    return type(exc).__name__ in ("PerfTargetError",)
+
+
 def _remaining_gap(exc: BaseException | None) -> str | None:
     """The message of an interpreter gap the compatibility fixes name when a kernel needs what
     they cannot give (a libdevice function without a CPU version), wherever it is in the chain."""
@@ -114,12 +119,19 @@ def _remaining_gap(exc: BaseException | None) -> str | None:
     return None
 
 
-def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> None:
+def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport,
+                    declared_gap: str | None = None) -> None:
     """A test stopped by an interpreter gap is skipped, naming the gap (never the kernel's
-    failure); one failed by Triton's '0 active drivers' under the interpreter gets the way out."""
+    failure): one the fixes name at run time, or the declared gap of a perf test whose body ran
+    (for its triton_bench's argument checks) and failed before reaching triton_bench. One failed
+    by Triton's '0 active drivers' under the interpreter gets the way out."""
     if not report.failed or call.excinfo is None:
         return
     gap = _remaining_gap(call.excinfo.value)
+    if gap is None and declared_gap is not None and report.when == "call" and \
+            not _is_plugin_error(call.excinfo.value):
+        gap = (f"{declared_gap} (the body stopped before triton_bench: "
+               f"{type(call.excinfo.value).__name__})")
     if gap is not None and report.when in ("setup", "call"):
         path, line = item.reportinfo()[:2]
         report.outcome = "skipped"

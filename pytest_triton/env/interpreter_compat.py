@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import compat_args, compat_autotune, compat_bf16, compat_libdevice
+from . import compat_args, compat_autotune, compat_bf16, compat_float, compat_libdevice
 from .compat_base import Patches, interpreting
 
 __all__ = ["FIXES", "REMAINING_GAPS", "Fix", "install", "installed", "status", "uninstall"]
@@ -131,11 +131,21 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "libdevice", compat_libdevice.needs_libdevice, compat_libdevice.apply_libdevice),
     Fix("autotune_one_config",
         "a multi-config @triton.autotune cannot run (RuntimeError: 0 active drivers: it tries to "
-        "time every config): an interpreted kernel runs one config, the first that the library's "
-        "early_config_prune keeps (pin_config/assert_every_config choose their own)",
+        "time every config): an interpreted kernel runs one config, the first that the autotuner's "
+        "own pruning keeps (early_config_prune; a perf_model that needs a GPU is passed over), "
+        "for every autotuner class (a library's subclass too); pin_config, assert_every_config "
+        "and --triton-autotune=first choose their own",
         "3.6, 3.9",
         "none found (PR triton-lang/triton#6678 only keeps the disk cache away from the interpreter)",
         "autotune", compat_autotune.needs_autotune_one_config, compat_autotune.apply_autotune_one_config),
+    Fix("quiet_float_errors",
+        "kernel arithmetic is NumPy's, which warns ('overflow encountered in exp') where a GPU "
+        "gives Inf or NaN silently: every heavy-tailed input into an exp printed warnings. An "
+        "interpreted launch ignores floating-point errors, as a GPU does; an Inf or NaN that "
+        "reaches an output is still reported by assert_close",
+        "3.6, 3.9",
+        "none found",
+        None, compat_float.needs_quiet_float_errors, compat_float.apply_quiet_float_errors),
 )}
 
 # What still does not run under the interpreter with every fix applied, as keys of

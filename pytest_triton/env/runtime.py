@@ -63,6 +63,15 @@ def skip_interpreter_gap(gap: str, reason: str | None = None) -> None:
         pytest.skip(f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}")
 
 
+class InterpreterConfigs(list):
+    """autotune_configs' one config under the interpreter, which remembers every config it was
+    given (`declared`): assert_every_config counts them, and checks them all when asked to."""
+
+    def __init__(self, chosen, declared):
+        super().__init__([chosen])
+        self.declared = list(declared)
+
+
 def autotune_configs(configs: list, *, interpreter=None) -> list:
     """The configs to autotune over: all of them on a GPU; under Triton's interpreter, which has
     no driver to time them with, one: `interpreter` if given (a small one keeps the CPU suite
@@ -70,7 +79,7 @@ def autotune_configs(configs: list, *, interpreter=None) -> list:
     if not configs:
         raise ValueError("autotune_configs: no configs")
     if interpreting():
-        return [interpreter if interpreter is not None else configs[0]]
+        return InterpreterConfigs(interpreter if interpreter is not None else configs[0], configs)
     return list(configs)
 
 

@@ -36,41 +36,76 @@ SEED_BOUND = 2**31  # test seeds lie in [0, SEED_BOUND)
 _FIXED_KEY = pytest.StashKey["int | None"]()
 
 
-def _split(config: pytest.Config) -> tuple[str, str | None]:
-    raw = str(options.get(config, "triton_seed")).strip()
-    if ":" in raw:
-        base, fixed = raw.split(":", 1)
-        return base.strip(), fixed.strip()
-    return raw, None
+def _split(config: pytest.Config) -> tuple[str, str, str | None]:
+    """(the value as given, BASE, SEED or None)."""
+    given = str(options.get(config, "triton_seed")).strip()
+    if ":" in given:
+        base, fixed = given.split(":", 1)
+        return given, base.strip(), fixed.strip()
+    return given, given, None
+
+
+def _usage(given: str, problem: str) -> pytest.UsageError:
+    return pytest.UsageError(f"--triton-seed {given!r}: {problem}")
+
+
+_FORMS = ("expected N (an integer), 'random', or BASE:SEED (two integers, as a failure's replay "
+          "command gives them)")
 
 
 def base_seed(config: pytest.Config) -> int:
     """The base seed; --triton-seed BASE:SEED also fixes every test's seed to SEED (a replay of
-    one test, independent of its test id, which changes with the rootdir)."""
-    raw, fixed = _split(config)
+    one test, independent of its test id, which changes with the rootdir). Under pytest-xdist a
+    worker takes its controller's base, so that 'random' draws one base for the whole run."""
+    given, raw, fixed = _split(config)
     config.stash[_FIXED_KEY] = None
     if fixed is not None:
+        if not raw:
+            raise _usage(given, f"BASE is missing before the ':'; {_FORMS}")
+        if not fixed:
+            raise _usage(given, f"SEED is missing after the ':'; {_FORMS}")
         try:
             value = int(fixed, 0)
         except ValueError:
-            raise pytest.UsageError(f"--triton-seed {raw}:{fixed}: expected BASE:SEED, two "
-                                    "integers") from None
+            raise _usage(given, f"SEED {fixed!r} is not an integer: expected BASE:SEED, two "
+                         "integers") from None
         if not 0 <= value < SEED_BOUND:
-            raise pytest.UsageError(f"--triton-seed {raw}:{fixed}: expected 0 <= SEED < 2**31")
+            raise _usage(given, "expected 0 <= SEED < 2**31")
         config.stash[_FIXED_KEY] = value
     if raw == "random":
         if fixed is not None:
-            raise pytest.UsageError(f"--triton-seed random:{fixed}: a fixed test seed needs an "
-                                    "integer base")
-        return secrets.randbelow(2**31)
+            raise _usage(given, "a fixed test seed needs an integer base")
+        inherited = getattr(config, "workerinput", {}).get(_WORKER_KEY)
+        return int(inherited) if inherited is not None else secrets.randbelow(2**31)
+    if not raw:
+        raise _usage(given, _FORMS)
     try:
         value = int(raw, 0)
     except ValueError:
-        raise pytest.UsageError(f"--triton-seed {raw!r}: expected an integer, 'random' or "
-                                "BASE:SEED") from None
+        raise _usage(given, _FORMS) from None
     if not 0 <= value < 2**63:
-        raise pytest.UsageError(f"--triton-seed {raw!r}: expected 0 <= N < 2**63")
+        raise _usage(given, "expected 0 <= N < 2**63")
     return value
+
+
+def drawn_at_random(config: pytest.Config) -> bool:
+    """Whether the base seed was drawn for this run (--triton-seed random)."""
+    return _split(config)[1] == "random"
+
+
+_WORKER_KEY = "triton_base_seed"
+
+
+class RandomBaseToWorkers:
+    """On the xdist controller: each worker gets the controller's base seed, so that
+    --triton-seed random means one base for the run, the one the header and summary print."""
+
+    def __init__(self, base: int):
+        self.base = base
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[_WORKER_KEY] = self.base
 
 
 def fixed_seed(config: pytest.Config) -> int | None:

@@ -19,6 +19,9 @@ DRY_KEY = pytest.StashKey["dryrun.DryRun"]()  # per item whose body runs once un
 
 
 GEOMEAN_KEY = pytest.StashKey["verdict.Check"]()  # per item: its geomean_speedup check
+# per item: a perf test whose interpreter gap stops its body: triton_bench checks its arguments,
+# then the test skips naming the gap (the dry run still checks what it can)
+GAP_KEY = pytest.StashKey[str]()
 
 
 @dataclass
@@ -190,3 +193,16 @@ def unchecked_summary(config: pytest.Config) -> tuple[str, bool] | None:
         return f"{what}, accepted by --triton-perf-allow-unchecked: {names}", False
     return (f"{what}: the run FAILS, as --triton-perf asks for perf to be checked "
             f"(--triton-perf-allow-unchecked accepts it): {names}", True)
+
+
+def nothing_measured(config: pytest.Config) -> str | None:
+    """Why this --triton-perf run measured nothing (for the options that act on measurements:
+    --triton-perf-explain, --triton-perf-profile), or None when it measured something."""
+    ps = state.get(config).perf_session
+    if ps is None or ps.results:
+        return None
+    if ps.unchecked:
+        n = len(ps.unchecked)
+        return (f"no GPU to time on: {n} perf test{'' if n == 1 else 's'} dry-ran untimed, "
+                "nothing measured")
+    return "no perf test was measured in this run"

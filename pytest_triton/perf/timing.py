@@ -117,6 +117,12 @@ class _Gpu:
         self.torch.cuda.synchronize(self.device)
 
 
+def keep_busy(device, ms: float) -> None:
+    """Queue a spin kernel of about `ms` on `device`, so that the host runs ahead of the GPU as it
+    does while samples are taken (for whoever looks at one call as it was timed)."""
+    _Gpu.get(device).spin(ms)
+
+
 def _estimate_ms(gpu: _Gpu, fn, calls: int = 5) -> float:
     start, end = gpu.event(), gpu.event()
     gpu.spin(1.0)

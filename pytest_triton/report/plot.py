@@ -6,7 +6,7 @@ ceiling of each dtype present; datasheet ceilings solid, measured ones (the copy
 dashed. Right panel, the bandwidth-bound measurements (bytes= without flops=, which have no
 intensity to place them at): achieved GB/s of each, grouped by kernel, against the datasheet and
 the measured copy ceiling. Points are coloured by verdict and numbered; the key under the panels
-gives each number's test. matplotlib is an optional extra (pip install 'pytest-triton[plot]').
+gives each number's test. matplotlib is optional (pip install matplotlib; the plugin's plot extra names it).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def configure(config: pytest.Config) -> None:
     except ImportError:
         raise pytest.UsageError(
             f"--triton-perf-plot {path(config)}: needs matplotlib, which is not installed: "
-            "pip install 'pytest-triton[plot]' (or pip install matplotlib)") from None
+            "pip install matplotlib") from None
 
 
 def session_finish(config: pytest.Config) -> None:

@@ -11,8 +11,9 @@ import sys
 import pytest
 
 from .. import options, state
+from ..correctness import configs
 from ..env import nvml
-from ..env.seeding import fixed_seed
+from ..env.seeding import drawn_at_random, fixed_seed
 from ..perf.session import dry_run, unchecked_summary
 from ..process import crash
 
@@ -62,6 +63,15 @@ def header(config: pytest.Config) -> list[str]:
             lines.append(f"pytest-triton perf: measured ceilings {ps.calibration}")
         lines.extend(f"pytest-triton perf: note: {n}" for n in d.notes)
     return lines
+
+
+def seed_summary(tr, config: pytest.Config) -> None:
+    """A base seed drawn at random, again at the end: the header that names it is not shown
+    under -q, and it is what replays the run."""
+    if drawn_at_random(config):
+        base = state.get(config).base_seed
+        tr.write_line(f"pytest-triton: seed base {base} (drawn by --triton-seed random); replay "
+                      f"this run with --triton-seed {base}")
 
 
 def _fixed_seed(config: pytest.Config, st) -> str:
@@ -246,6 +256,8 @@ def write_json(config: pytest.Config) -> None:
         "results": ps.results,
         "unchecked": ps.unchecked,
         "faults": crash.records(config),  # tests that lost the CUDA context or crashed
+        # assert_every_config: how many of each kernel's configs each test checked, and where
+        "configs_checked": configs.records(config),
         "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
         # tests judged on the geometric mean of their measurements (their rows say "measured")
         "geomean_summary": {v: geo.count(v) for v in sorted(set(geo))},

@@ -3,6 +3,7 @@ low-precision baseline's (FlashAttention's rule), with its report; its negative 
 kernel exactly 3x worse than the baseline."""
 
 import math
+import re
 
 import pytest
 import torch
@@ -130,14 +131,42 @@ def test_a_passing_comparison_reports_its_ratios_in_the_test_section(pytester):
         def test_it():
             e = torch.linspace(1, 2, 64, dtype=torch.float64)
             assert_close((e + 2e-3).float(), e, baseline=(e + 1e-3).float())
+            assert_close((e + 2e-3).float(), e, baseline=(e + 1e-3).float().double())
     """)
     result = pytester.runpytest("-rP", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "*- pytest-triton correctness -*",
-        "assert_close against a baseline (float32 (64,)): max |error| 0.002 = 2x the baseline's "
-        "0.001; mean 0.002 = 2x the baseline's 0.001 (allowed 2x + 1e-05)",
+        "assert_close against a baseline (float32 (64,)): passed. max |error| 0.002 = 2x the "
+        "baseline's 0.001; less half an ulp of expected in float32 (rounding no float32 output "
+        "avoids), 0.002 <= allowed 0.00201 (2x the baseline's + 1e-05). mean |error| 0.002 = 2x "
+        "the baseline's 0.001 <= allowed 0.00201 (2x the baseline's + 1e-05)",
     ])
+
+
+def test_a_pass_above_the_factor_shows_the_half_ulp_allowance_that_passed_it(outside_a_test):
+    # An fp16 output whose only error is its own rounding (0.0005 at 3.0005, where fp16's ulp
+    # is 0.002) against a float64 baseline off by 1e-4 everywhere: the kernel's max error is 5x
+    # the baseline's and passes, as no fp16 output can beat rounding. The note said "max |error|
+    # 0.0005 = 5x the baseline's 0.0001 (allowed 2x + 1e-05)": a pass that read as a failure.
+    from pytest_triton.correctness import scope
+
+    sc = scope.TestScope("t")
+    token = scope.CURRENT.set(sc)
+    try:
+        e = torch.tensor([0.01 + 1e-4 * i for i in range(99)] + [3.0005], dtype=torch.float64)
+        assert_close(e.half(), e, baseline=e + 1e-4)
+    finally:
+        scope.CURRENT.reset(token)
+    (note,) = [n for n in sc.notes if n.startswith("assert_close against a baseline")]
+    m = re.fullmatch(r"assert_close against a baseline \(float16 \(100,\)\): passed\. max \|error\| "
+                     r"(\S+) = (\S+)x the baseline's (\S+); less half an ulp of expected in float16 "
+                     r"\(rounding no float16 output avoids\), (\S+) <= allowed (\S+) \(2x the "
+                     r"baseline's \+ 1e-05\)\. mean .*", note)
+    assert m, note
+    k_max, ratio, b_max, beyond, allowed = map(float, m.groups())
+    assert ratio > 2 and k_max > allowed  # above the factor: the allowance is what passed it
+    assert beyond <= allowed
 
 
 def test_baseline_never_narrows_what_the_table_accepts(outside_a_test):

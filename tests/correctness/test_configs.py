@@ -155,3 +155,98 @@ def test_importing_pytest_triton_imports_no_triton():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'triton'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --- what a CPU run checked: k of N configs, and all of them on request -----------------------
+
+PORTABLE = """
+import pytest, torch, triton, triton.language as tl
+from pytest_triton import assert_close, assert_every_config, autotune_configs
+from tests.correctness.test_configs import CONFIGS, _double_kernel
+
+# As the README recommends: every config on a GPU, the first under the interpreter.
+portable = triton.autotune(configs=autotune_configs(CONFIGS, interpreter=CONFIGS[0]),
+                           key=["n"])(_double_kernel)
+right = triton.autotune(configs=autotune_configs([CONFIGS[0], CONFIGS[2]]), key=["n"])(_double_kernel)
+plain = triton.autotune(configs=CONFIGS, key=["n"])(_double_kernel)
+
+def check(kernel, make_tensor, **kw):
+    x = make_tensor(100)
+    out = make_tensor.poisoned_like(x)
+    launch = lambda: kernel[lambda m: (triton.cdiv(100, m["BLOCK"]),)](x, out, 100)
+    assert_every_config(kernel, lambda: (launch(), assert_close(out, 2 * x.double())),
+                        outputs=[out], **kw)
+
+def test_portable(make_tensor):
+    check(portable, make_tensor)
+
+def test_portable_all(make_tensor):
+    check(portable, make_tensor, all_configs=True)
+
+def test_right_all(make_tensor):
+    check(right, make_tensor, all_configs=True)
+
+def test_plain(make_tensor):
+    check(plain, make_tensor, configs=[CONFIGS[0]])
+"""
+
+
+def _run_portable(pytester, run_interpreted, *args):
+    import pathlib
+
+    pytester.makepyfile(test_portable=PORTABLE)
+    return run_interpreted("-rA", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
+                           "-o", f"pythonpath={pathlib.Path(__file__).parents[2]}", *args)
+
+
+def test_an_interpreter_run_says_it_checked_one_of_the_configs(pytester, run_interpreted):
+    # It checked 1 of 3 configs under the interpreter and said nothing: the buggy config 1
+    # (WRITE=False) passed unseen.
+    result = _run_portable(pytester, run_interpreted, "test_portable.py::test_portable",
+                           "--junitxml", "junit.xml")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*- pytest-triton correctness -*",
+        "assert_every_config: checked 1 of 3 configs of _double_kernel (interpreter); the "
+        "autotuner holds only the interpreter's config here (autotune_configs); not checked: "
+        "BLOCK=32, WRITE=False, num_warps=2, num_stages=1; BLOCK=64, WRITE=True, num_warps=4, "
+        "num_stages=2. all_configs=True or --triton-all-configs checks every one here, or a GPU run",
+    ])
+    result.stdout.fnmatch_lines([
+        "pytest-triton: assert_every_config left 2 configs unchecked under Triton's interpreter "
+        "in 1 test (autotune_configs holds one config there): test_portable.py::test_portable: "
+        "_double_kernel 1 of 3 (interpreter). --triton-all-configs (or "
+        "assert_every_config(..., all_configs=True)) checks every one"])
+    junit = (pytester.path / "junit.xml").read_text()
+    assert 'name="triton.configs_checked" value="_double_kernel: 1 of 3 (interpreter)"' in junit
+
+
+def test_all_configs_checks_every_config_under_the_interpreter(pytester, run_interpreted):
+    # The keyword and the option check all three, pinned one at a time: config 1's bug fails.
+    result = _run_portable(pytester, run_interpreted)
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["*1 of 3 configs of _double_kernel fail this check*",
+                                 "*config 1 of 3: BLOCK=32, WRITE=False, num_warps=2, num_stages=1*"])
+    assert "FAILED test_portable.py::test_portable_all" in result.stdout.str()
+    result.stdout.fnmatch_lines(["assert_every_config: checked 2 of 2 configs of _double_kernel "
+                                 "(interpreter)"])  # test_right_all: the positive control
+    # configs= is the test's own choice: said in its section, not in the run's summary line
+    result.stdout.fnmatch_lines(["assert_every_config: checked 1 of 3 configs of _double_kernel "
+                                 "(interpreter); configs= chose them; not checked: *"])
+    option = _run_portable(pytester, run_interpreted, "test_portable.py::test_portable",
+                           "--triton-all-configs")
+    option.assert_outcomes(failed=1)
+    option.stdout.fnmatch_lines(["*config 1 of 3: BLOCK=32, WRITE=False*"])
+    assert "left 2 configs unchecked" not in option.stdout.str()
+
+
+def test_the_perf_json_records_the_configs_each_test_checked(pytester, run_interpreted):
+    import json
+
+    result = _run_portable(pytester, run_interpreted, "test_portable.py::test_portable", "--triton-perf",
+                           "--triton-perf-allow-unchecked", "--triton-perf-json", "perf.json")
+    result.assert_outcomes(passed=1)
+    doc = json.loads((pytester.path / "perf.json").read_text())
+    assert doc["configs_checked"] == [{
+        "nodeid": "test_portable.py::test_portable", "kernel": "_double_kernel", "checked": 1,
+        "total": 3, "where": "interpreter", "unchecked": 2, "reason": "interpreter config only"}]

@@ -1,7 +1,9 @@
 """assert_deterministic: bit-identical outputs across runs. Negative controls: a float sum whose
-order follows a work counter left over from the previous launch (shows under the interpreter and
-on a GPU), and programs racing to atomically add into one value (GPU only: the interpreter runs
-programs one at a time)."""
+order follows a work counter left over from the previous launch; programs atomically adding into
+one value, a split-K row sum by atomic_add, and tiles whose writes overlap (under the interpreter
+these show because the runs take the programs in launch, reversed and shuffled order; on a GPU
+because the programs' order varies). Positive controls: the same sums reduced in a fixed order,
+tiles that do not overlap."""
 
 import pytest
 import torch
@@ -104,20 +106,26 @@ def test_an_order_left_to_stale_state_is_caught(make_tensor):
         "Not deterministic: 2 of 2 repeated runs of the same call on the same inputs differ from "
         "the first, bit for bit (a race between programs, an order-dependent atomic sum, or stale "
         "or uninitialised memory read):")
-    assert lines[1] == "run 2 differs from run 1:"
+    # One program per launch: under the interpreter its runs name their (trivial) program order.
+    runs = (["run 2 (programs in reverse order)", "run 1 (programs in launch order)",
+             "run 3 (programs in shuffled order)"] if interpreting() else ["run 2", "run 1", "run 3"])
+    assert lines[1] == f"{runs[0]} differs from {runs[1]}:"
     assert lines[2] == "  result (float32, shape (1,)): 1 / 1 elements differ (100%)"
     assert lines[3].startswith("    farthest apart at index (0,): run 1 ")
     assert "(|difference| " in lines[3]
     assert lines[4] == "    first differing indices: (0,)"
-    assert lines[5] == "run 3 differs from run 1 too: result: 1 / 1 elements differ"
-    assert lines[6].startswith("Seed: seed ")
+    assert lines[5] == f"{runs[2]} differs from run 1 too: result: 1 / 1 elements differ"
+    assert lines[-1].startswith("Seed: seed ")
+    # The same bug with the program order fixed (reorder_programs=False) is still caught: it is
+    # stale state, not order.
+    with pytest.raises(AssertionError, match="run 2 .*differs from run 1"):
+        assert_deterministic(lambda: ticket_sum(x, ticket, reset=False), reorder_programs=False)
 
 
-@pytest.mark.skipif(interpreting(), reason="programs run one at a time under Triton's "
-                    "interpreter, in a fixed order: an atomic race between them cannot show")
 def test_programs_racing_on_one_atomic_sum_are_caught(make_tensor):
-    # 4096 programs add their block's sum into one float32, in the order they arrive.
-    x = make_tensor(1 << 20)
+    # Every program adds its block's sum into one float32, in the order the programs run: on a
+    # GPU the order of arrival, under the interpreter the order each run takes them in.
+    x = make_tensor(1 << 14 if interpreting() else 1 << 20, dist="heavy")
     with pytest.raises(AssertionError, match=r"Not deterministic: \d+ of 9 repeated runs"):
         assert_deterministic(lambda: atomic_sum(x), runs=10)
     assert_deterministic(lambda: tree_sum(x), runs=10)
@@ -168,3 +176,127 @@ def test_bad_arguments_are_named(kwargs, error, match):
         assert_deterministic(lambda: "x")
     with pytest.raises(TypeError, match="nothing to compare"):
         assert_deterministic(lambda: None)
+
+
+@triton.jit
+def _split_k_row_sum_kernel(
+    x_ptr,  # *in* (M, K) row-major
+    out_ptr,  # *out* M float32, zeroed: each of a row's split programs adds its chunk's sum
+    K,
+    stride_m,
+    BLOCK_K: tl.constexpr,
+):
+    row, split = tl.program_id(0), tl.program_id(1)
+    k = split * BLOCK_K + tl.arange(0, BLOCK_K)
+    x = tl.load(x_ptr + row * stride_m + k, mask=k < K, other=0.0)
+    tl.atomic_add(out_ptr + row, tl.sum(x, 0))  # the race: float sums in the programs' order
+
+
+@triton.jit
+def _split_k_partials_kernel(
+    x_ptr,  # *in* (M, K) row-major
+    partial_ptr,  # *out* (M, SPLITS) float32: one partial sum per program, no atomics
+    K,
+    stride_m,
+    SPLITS,
+    BLOCK_K: tl.constexpr,
+):
+    row, split = tl.program_id(0), tl.program_id(1)
+    k = split * BLOCK_K + tl.arange(0, BLOCK_K)
+    x = tl.load(x_ptr + row * stride_m + k, mask=k < K, other=0.0)
+    tl.store(partial_ptr + row * SPLITS + split, tl.sum(x, 0))
+
+
+def split_k_row_sum(x, *, atomic: bool, block_k=64):
+    m, k = x.shape
+    splits = triton.cdiv(k, block_k)
+    if atomic:
+        out = torch.zeros(m, dtype=torch.float32, device=x.device)
+        _split_k_row_sum_kernel[(m, splits)](x, out, k, x.stride(0), BLOCK_K=block_k)
+        return out
+    partial = torch.empty((m, splits), dtype=torch.float32, device=x.device)
+    _split_k_partials_kernel[(m, splits)](x, partial, k, x.stride(0), splits, BLOCK_K=block_k)
+    return partial.sum(1)  # a fixed order
+
+
+@triton.jit
+def _prefix_tiles_kernel(
+    x_ptr,  # *in* n elements
+    out_ptr,  # *out* n elements
+    n,
+    STEP: tl.constexpr,  # where each program's tile starts; STEP < BLOCK: tiles overlap
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * STEP + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    # Each tile writes its own running sum: where tiles overlap, two programs write different
+    # values into one element, and the last to run wins.
+    tl.store(out_ptr + offs, tl.cumsum(x, 0), mask=offs < n)
+
+
+def prefix_tiles(x, out, *, step, block=32):
+    _prefix_tiles_kernel[(triton.cdiv(x.numel(), step),)](x, out, x.numel(), STEP=step, BLOCK=block)
+    return out
+
+
+def test_a_split_k_atomic_row_sum_is_caught_and_its_fixed_order_twin_passes(make_tensor):
+    x = make_tensor((16, 1024), dist="heavy")
+    with pytest.raises(AssertionError) as info:
+        assert_deterministic(lambda: split_k_row_sum(x, atomic=True))
+    text = str(info.value)
+    assert "Not deterministic: " in text and "result (float32, shape (16,)): " in text
+    if interpreting():
+        assert "run 2 (programs in reverse order) differs from run 1 (programs in launch order):" in text
+        assert "a repeat in launch order matches run 1: the result depends on the order the " \
+               "programs run in" in text
+    assert_deterministic(lambda: split_k_row_sum(x, atomic=False))
+
+
+def test_overlapping_writes_are_caught_and_tiles_that_do_not_overlap_pass(make_tensor):
+    x = make_tensor(1000)
+    out = make_tensor.poisoned_like(x)
+    with pytest.raises(AssertionError, match=r"outputs\[0\] \(float32, shape \(1000,\)\): \d+ / 1000 "
+                                             r"elements differ"):
+        assert_deterministic(lambda: prefix_tiles(x, out, step=24), outputs=[out])
+    assert_deterministic(lambda: prefix_tiles(x, out, step=32), outputs=[out])
+
+
+@pytest.mark.skipif(not interpreting(), reason="the interpreter's program orders")
+def test_under_the_interpreter_the_order_is_what_exposes_them(make_tensor):
+    # With the programs in launch order every run (reorder_programs=False), as the interpreter
+    # runs them by itself, both races pass: the program orders are what catch them on CPU.
+    x = make_tensor((16, 1024), dist="heavy")
+    assert_deterministic(lambda: split_k_row_sum(x, atomic=True), reorder_programs=False)
+    y = make_tensor(1000)
+    out = make_tensor.poisoned_like(y)
+    assert_deterministic(lambda: prefix_tiles(y, out, step=24), outputs=[out], reorder_programs=False)
+
+
+def test_a_passing_check_says_what_the_interpreter_could_not_check(pytester, run_interpreted):
+    pytester.makepyfile(test_k="""
+        import torch
+        from pytest_triton import assert_deterministic
+        from tests.correctness.test_determinism import tree_sum
+
+        def test_k(make_tensor):
+            x = make_tensor(4096)
+            assert_deterministic(lambda: tree_sum(x))
+
+        def test_no_kernel(make_tensor):
+            x = make_tensor(8)
+            assert_deterministic(lambda: x * 2, runs=2)
+    """)
+    import pathlib
+    result = run_interpreted("-rP", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
+                             "-o", f"pythonpath={pathlib.Path(__file__).parents[2]}")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines([
+        "*- pytest-triton correctness -*",
+        "assert_deterministic: 3 runs bit-identical, each launch's programs run in launch, "
+        "reverse and shuffled order (Triton's interpreter runs them one at a time); races "
+        "between programs running at the same time cannot be checked on CPU (each program runs "
+        "whole before the next): a GPU run checks them",
+    ])
+    result.stdout.fnmatch_lines([
+        "assert_deterministic: 2 runs bit-identical, no interpreted kernel launch was seen, so no "
+        "program order was varied; races between programs*"])

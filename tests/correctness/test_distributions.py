@@ -18,9 +18,12 @@ def _rowsum_fp16_accumulator(x):
 
 
 def _softmax_without_max(x):
-    """The bug: exp(x) / sum(exp(x)) without subtracting the row's max first."""
-    e = torch.exp(x)
-    return e / e.sum(-1, keepdim=True)
+    """The bug: exp(x) / sum(exp(x)) without subtracting the row's max first. Computed in float64
+    and rounded once, so that only the bug's own failure (overflow of exp) can fail it: in float32
+    its rounding alone sat at the tolerance's edge, and whether "normal" caught it depended on
+    torch's thread count (it did under pytest-xdist)."""
+    e = torch.exp(x.double())
+    return (e / e.sum(-1, keepdim=True)).to(x.dtype)
 
 
 BUGS = {

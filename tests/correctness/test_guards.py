@@ -59,7 +59,8 @@ def test_outside_a_test_check_guards_and_assert_close_find_the_write(outside_a_t
         "  after its end: 1 element at offset +0 past the last element (+0 = element 10, byte 40 "
         "from the start); written: 7.5",
         "  (guards: 128 elements = 512 bytes of poison on each side, in the same allocation; "
-        "writes farther out: --triton-sanitize memcheck)",
+        "writes farther out: not checked on CPU, where one may crash the process (a supervised "
+        "run fails the test that crashed); on a GPU, --triton-sanitize memcheck finds them)",
     ]
     ints = m(4, torch.int32, poison=True)
     _clobber(ints, -3, 0)
@@ -190,3 +191,17 @@ def test_kernels_writing_past_an_end_fail_and_a_correct_one_passes(pytester, run
         "out-of-bounds write: 2 elements outside the poisoned buffer (int64, shape (10,)) *",
         "  after its end: 2 elements at offsets +0, +1 past the last element *; written: -1, -1",
     ])
+
+
+def test_the_hint_for_writes_beyond_the_guards_names_what_can_run_where_the_buffer_lives():
+    # On CPU the hint named --triton-sanitize memcheck, which needs a CUDA GPU.
+    from pytest_triton.correctness import guards
+
+    def hint(device):
+        g = guards.Guarded(torch.empty(8, device=device), 2, 4, (4,), (1,), 0, "here")
+        return guards._farther_out(g)
+
+    assert hint("cpu").startswith("not checked on CPU")
+    assert "memcheck" in hint("cpu") and "on a GPU" in hint("cpu")
+    if torch.cuda.is_available():
+        assert hint("cuda") == "--triton-sanitize memcheck"

@@ -31,6 +31,14 @@ def scale_kernel(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def softplus_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # exp overflows to inf for large x, which the where() then discards: correct on a GPU, silent
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(x))), mask=offs < n)
+
+
+@triton.jit
 def promote_kernel(x_ptr, out_ptr, scale):
     tl.store(out_ptr, tl.load(x_ptr) * scale)
 

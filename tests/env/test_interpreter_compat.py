@@ -650,3 +650,32 @@ def test_library_kernels_fail_without_compat(monkeypatch):
     finally:
         if before:
             ic.install()
+
+
+# ---- quiet_float_errors ----------------------------------------------------------------------------
+
+
+def check_quiet_float_errors():
+    import warnings
+
+    x = torch.tensor([-3.0, 0.5, 25.0, 1e4, -1e4], dtype=torch.float32)  # exp(1e4) overflows
+    out = torch.empty_like(x)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        lib.softplus_kernel[(1, )](x, out, 5, BLOCK=8)
+    torch.testing.assert_close(out, torch.nn.functional.softplus(x))
+    numpy_warnings = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+    assert not numpy_warnings, numpy_warnings
+
+
+def test_quiet_float_errors(compat):
+    check_quiet_float_errors()
+    import numpy as np
+    with np.errstate(over="warn"), pytest.warns(RuntimeWarning, match="overflow"):
+        np.exp(np.float32(1e4))  # outside a launch NumPy's settings are the caller's
+
+
+def test_quiet_float_errors_needed(without):
+    without("quiet_float_errors")
+    with pytest.raises(AssertionError, match="overflow encountered in exp"):
+        check_quiet_float_errors()

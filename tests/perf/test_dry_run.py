@@ -164,3 +164,31 @@ def test_the_gate_holds_under_xdist(pytester):
     result.assert_outcomes(skipped=3)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["3 perf targets UNCHECKED (needs a CUDA GPU): the run FAILS*"])
+
+
+def test_a_perf_test_with_an_interpreter_gap_still_checks_its_triton_bench_arguments(dry):
+    # It was skipped at setup, so a wrong triton_bench call in it waited for the GPU job.
+    body = """
+        import pytest
+        from pytest_triton import perf_target
+        @pytest.mark.interpreter_gap("inline_asm")
+        @perf_target(gbps=100)
+        def test_gap(triton_bench):
+            triton_bench(lambda: 1 / 0, bytes=1)  # fn would meet the gap: never called
+        @pytest.mark.interpreter_gap("inline_asm")
+        @perf_target(gbps=100)
+        def test_gap_wrong(triton_bench): triton_bench(lambda: None)  # no bytes= for gbps
+        @pytest.mark.interpreter_gap("inline_asm")
+        @perf_target(gbps=100)
+        def test_gap_body(triton_bench):
+            raise RuntimeError("the body itself needs inline asm")
+    """
+    result = dry(body, "-rsf")
+    result.assert_outcomes(skipped=2, failed=1)
+    result.stdout.fnmatch_lines([
+        "SKIPPED [[]1[]] test_k.py:*: interpreter gap: Triton's interpreter cannot run inline "
+        "assembly (its triton_bench arguments were checked; fn was not run)",
+        "SKIPPED [[]1[]] test_k.py:*: interpreter gap: Triton's interpreter cannot run inline "
+        "assembly (the body stopped before triton_bench: RuntimeError)",
+        "FAILED test_k.py::test_gap_wrong - PerfTargetError*"])
+    assert "test_gap_wrong: gbps=100 needs triton_bench(..., bytes=...)" in result.stdout.str()

@@ -76,3 +76,99 @@ def test_a_process_started_under_the_lock_runs_under_it():
                              timeout=20)
     assert out.returncode == 0 and out.stdout.strip() == "in", out.stderr
     assert gpulock.HELD_ENV not in os.environ  # restored after the hold
+
+
+def test_tests_that_hold_the_gpu_alone_go_first(monkeypatch):
+    # Taken late, a perf (or triton_exclusive) test waits for every test in flight while the
+    # other workers wait behind it at the gate; first, it waits for the workers' first tests.
+    from types import SimpleNamespace as NS
+
+    items = [NS(name=n, alone=n.startswith("perf")) for n in ("a", "perf1", "b", "c", "perf2")]
+    monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.alone))
+    gpulock.order(items)
+    assert [it.name for it in items] == ["perf1", "perf2", "a", "b", "c"]
+    monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
+    items.reverse()
+    gpulock.order(items)
+    assert [it.name for it in items] == ["c", "b", "a", "perf2", "perf1"]
+
+
+def test_a_wait_past_its_bound_names_who_holds_the_gpu():
+    ready = threading.Event()
+    release = threading.Event()
+
+    def holder():  # another worker's perf test, holding the GPU alone
+        with gpulock.hold("0", exclusive=True, nodeid="tests/test_k.py::test_perf_holder"):
+            ready.set()
+            release.wait(5)
+
+    t = threading.Thread(target=holder, daemon=True)
+    t.start()
+    assert ready.wait(5)
+    start = time.monotonic()
+    with pytest.raises(gpulock.GPUWaitTimeout) as exc:
+        with gpulock.hold("0", exclusive=False, wait_s=0.3):
+            pass
+    release.set()
+    t.join(5)
+    assert 0.3 <= time.monotonic() - start < 3
+    assert "held by: tests/test_k.py::test_perf_holder" in str(exc.value)
+    assert "exclusively" in str(exc.value) and "--triton-gpu-wait" in str(exc.value)
+    assert gpulock.holders("0") == []  # the holder's record went with its hold
+
+
+# Under xdist on a CPU machine the lock is off (no GPU); the inner runs pretend a GPU for it.
+LOCK_ON = """
+from pytest_triton.process import gpulock
+gpulock._wanted = lambda item: ("fake0", False)
+"""
+HOLDER = """
+import os, sys, time
+os.environ["PYTEST_XDIST_TESTRUNUID"] = sys.argv[1]
+from pytest_triton.process import gpulock
+with gpulock.hold("fake0", True, nodeid="elsewhere.py::test_holding_the_gpu"):
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def gpu_held_elsewhere(pytester):
+    """A process holding the inner run's GPU lock for the whole test: a stand-in worker whose
+    perf test never ends. Yields the --testrunuid the inner run must use."""
+    uid = f"locktest-{os.getpid()}-{time.time_ns()}"
+    # a process of its own: not under this test's lock, nor an xdist worker of the outer run
+    env = {k: v for k, v in os.environ.items()
+           if k != gpulock.HELD_ENV and not k.startswith("PYTEST_XDIST")}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uid], stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        yield uid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("bound", ["--triton-gpu-wait", "--timeout"])
+def test_a_failed_wait_for_the_gpu_fails_its_test_not_the_run(pytester, gpu_held_elsewhere, bound):
+    # Seen on the H100 with -n 12 --timeout 150: pytest-timeout fired while a worker waited for
+    # the lock inside the plugin's runtest hook, xdist took the worker for crashed and its
+    # controller stopped with an INTERNALERROR. The wait now happens in the test's setup.
+    pytest.importorskip("xdist")
+    if bound == "--timeout":
+        pytest.importorskip("pytest_timeout")
+    pytester.makeconftest(LOCK_ON)
+    pytester.makepyfile("def test_a(): pass\ndef test_b(): pass\n")
+    limits = ["--triton-gpu-wait", "1"] if bound == "--triton-gpu-wait" else \
+        ["--timeout", "2", "--triton-gpu-wait", "60"]
+    result = pytester.runpytest_subprocess("-n", "2", f"--testrunuid={gpu_held_elsewhere}",
+                                           "-p", "no:cacheprovider", "-rE", *limits)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(errors=2)
+    if bound == "--triton-gpu-wait":
+        result.stdout.fnmatch_lines([
+            "*pytest-triton: waited * s for GPU fake0 (shared), held by: "
+            "elsewhere.py::test_holding_the_gpu (pid *, exclusively, for * s)*"])
+    else:
+        result.stdout.fnmatch_lines(["*Timeout (>2.0s) from pytest-timeout*"])

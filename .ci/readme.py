@@ -1,0 +1,62 @@
+"""What .ci/run takes from the README, verbatim, so that CI runs what a user reads.
+
+    python .ci/readme.py setup        the commands of "Set up and test", one per line
+    python .ci/readme.py first-test   the test file of "Your first kernel test"
+    python .ci/readme.py job cpu      the `run:` steps of the CI recipe's cpu job, one per line
+    python .ci/readme.py job gpu      ... of its gpu job, less `nvidia-smi` (no GPU here)
+
+Each fails loudly when the README no longer has what it looks for.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+def section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end < 0 else text[start:end]
+
+
+def fenced(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+
+
+def setup(text: str) -> list[str]:
+    block = fenced(section(text, "## Set up and test"), "bash")[0]
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def first_test(text: str) -> str:
+    return fenced(section(text, "## Your first kernel test"), "python")[0]
+
+
+def job(text: str, name: str) -> list[str]:
+    recipe = fenced(section(text, "## Use it in your kernel project"), "yaml")[0]
+    jobs = re.split(r"^  (\w+):\n", recipe.split("\njobs:\n", 1)[1], flags=re.M)
+    steps = dict(zip(jobs[1::2], jobs[2::2]))[name]
+    runs = re.findall(r"^      - run: (.*)$", steps, re.M)
+    if not runs:
+        raise SystemExit(f"README: the CI recipe's {name} job has no run steps")
+    return [r for r in runs if r.strip() != "nvidia-smi"]
+
+
+def main(argv: list[str]) -> None:
+    text = README.read_text()
+    if argv[:1] == ["setup"]:
+        print("\n".join(setup(text)))
+    elif argv[:1] == ["first-test"]:
+        sys.stdout.write(first_test(text))
+    elif argv[:1] == ["job"] and len(argv) == 2:
+        print("\n".join(job(text, argv[1])))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
