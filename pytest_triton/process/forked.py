@@ -183,6 +183,10 @@ def _run(config: pytest.Config, session: pytest.Session, items: list[pytest.Item
     # that write the run's files do so at the session's end, which this process never reaches.
     config.pluginmanager.set_blocked("terminalreporter")
     config.option.setupshow = False
+    # pytest-reportlog writes each report as it comes: here, and again when it is replayed
+    report_log = getattr(config, "_report_log_plugin", None)
+    if report_log is not None:
+        config.pluginmanager.unregister(report_log)
     supervisor = config.pluginmanager.get_plugin("triton-supervisor")
     if supervisor is not None:  # this process is the child now: it runs the tests itself
         config.pluginmanager.unregister(supervisor)

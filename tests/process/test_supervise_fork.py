@@ -1,6 +1,7 @@
 """Supervision under Triton's interpreter forks its children after collection (no second start-up),
 and falls back to a fresh process where a fork is not safe."""
 
+import json
 import os
 import shutil
 import signal
@@ -216,3 +217,22 @@ def test_a_per_test_timeout_times_each_test_after_a_lost_context(pytester, top_l
     result.stdout.fnmatch_lines(["pytest-triton: test_lost.py::test_bad lost this process's CUDA "
                                  "context; the remaining 3 tests run in a fresh process"])
     assert "INTERNALERROR" not in out and "Timeout" not in out
+
+
+def test_report_log_has_each_report_once(pytester, top_level):
+    # pytest-reportlog writes each report as it arrives: a forked child has its plugin too, and
+    # must not write the reports the parent writes again when it replays them.
+    pytest.importorskip("pytest_reportlog")
+    pytester.makepyfile(test_rl=STORE_FAR + textwrap.dedent("""
+        def test_before(): pass
+        def test_segfaults(make_tensor):
+            _store_far[(1,)](make_tensor(16), 1 << 44)
+        def test_after(): pass
+    """))
+    result, out = top_level("--report-log=log.jsonl")
+    result.assert_outcomes(passed=2, failed=1)
+    reports = [(r["nodeid"], r["when"]) for r in map(json.loads, (pytester.path / "log.jsonl")
+               .read_text().splitlines()) if r["$report_type"] == "TestReport"]
+    assert reports == [("test_rl.py::test_before", w) for w in ("setup", "call", "teardown")] + [
+        ("test_rl.py::test_segfaults", "setup"), ("test_rl.py::test_segfaults", "call")] + [
+        ("test_rl.py::test_after", w) for w in ("setup", "call", "teardown")]
