@@ -10,7 +10,7 @@ from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome
 from .perf import session as perf
-from .process import child, crash, gpufaults, gpulock, supervise, xdistfaults
+from .process import child, crash, forked, gpufaults, gpulock, supervise, xdistfaults
 from .report import benchbridge, plot, summary
 
 
@@ -29,6 +29,9 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    # Before anything else runs (a CUDA driver, a conftest): a thread started after this rules
+    # out a forked supervised child
+    forked.note_threads(early_config)
     # Before any conftest or test module imports a kernel: @triton.jit reads TRITON_INTERPRET then.
     early_config.stash[state.RUNTIME_KEY] = runtime.decide(early_config)
 

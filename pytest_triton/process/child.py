@@ -1,7 +1,9 @@
 """The supervised child: a pytest process that runs the test ids its parent lists and reports
 every event (collection, reports, warnings, its own end) to the parent as JSON lines, which the
 parent replays into its session (continuation.py). A child writes none of the run's outputs and
-shows nothing on the terminal: the parent does both, with every result."""
+shows nothing on the terminal: the parent does both, with every result. The child is either a
+fresh `python -m pytest` (configured here through --triton-child) or a fork of the parent made
+after collection (forked.py), which registers the same Reporter."""
 
 from __future__ import annotations
 
@@ -37,11 +39,15 @@ def configure(config: pytest.Config) -> None:
 
 
 class Reporter:
-    def __init__(self, config: pytest.Config, child_dir: str):
+    """`pending`: the test ids to run, given by a forked child; a fresh one reads them from DIR."""
+
+    def __init__(self, config: pytest.Config, child_dir: str, pending: list[str] | None = None):
         self.config = config
         self.dir = child_dir
-        with open(os.path.join(child_dir, "pending.txt"), encoding="utf-8") as f:
-            self.pending = [line for line in f.read().splitlines() if line]
+        if pending is None:
+            with open(os.path.join(child_dir, "pending.txt"), encoding="utf-8") as f:
+                pending = [line for line in f.read().splitlines() if line]
+        self.pending = pending
         self._out = open(os.path.join(child_dir, "events.jsonl"), "a", encoding="utf-8")
         self._faults = None
 
@@ -51,11 +57,18 @@ class Reporter:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # After pytest's own faulthandler set-up (a forked child calls it itself)
+        self.watch_faults()
+
+    def watch_faults(self) -> None:
+        """A crash's traceback goes to a file, which the parent puts in the test's report."""
         import faulthandler
 
-        # After pytest's own faulthandler set-up: a crash's traceback goes to the parent's report.
         self._faults = open(os.path.join(self.dir, "faulthandler.txt"), "w")
         faulthandler.enable(file=self._faults, all_threads=False)
+
+    def collected(self, nodeids: list[str]) -> None:
+        self._emit(event="collected", ids=nodeids)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config,
@@ -66,7 +79,7 @@ class Reporter:
         items[:] = keep
         if dropped:
             config.hook.pytest_deselected(items=dropped)
-        self._emit(event="collected", ids=[it.nodeid for it in keep])
+        self.collected([it.nodeid for it in keep])
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -93,7 +106,9 @@ class Reporter:
     def pytest_keyboard_interrupt(self, excinfo) -> None:
         """pytest.exit() and KeyboardInterrupt both end here (wrap_session): tell the parent, so
         that it stops as this process does instead of taking the exit for a crash."""
-        value = excinfo.value
+        self.interrupted(excinfo.value)
+
+    def interrupted(self, value: BaseException) -> None:
         if isinstance(value, pytest.exit.Exception):
             self._emit(event="interrupted", kind="exit", message=value.msg,
                        returncode=value.returncode)

@@ -18,6 +18,7 @@ import pytest
 
 from .. import state
 from ..env import childcmd, seeding
+from . import forked
 from .crash import crash_message, faulthandler_frames, signal_text
 
 COLLECT_FAILED_KEY = pytest.StashKey[set]()  # config: node ids whose collection failed here
@@ -25,13 +26,16 @@ COLLECT_FAILED_KEY = pytest.StashKey[set]()  # config: node ids whose collection
 
 class Continuation:
     """Runs `items` (in order) in child pytest processes until each has a result: a child that
-    dies takes one test with it, and the next child starts after that test."""
+    dies takes one test with it, and the next child starts after that test. With fork=True each
+    child is a fork of this process (forked.py), else a fresh `python -m pytest`."""
 
-    def __init__(self, config: pytest.Config, session: pytest.Session, items: list[pytest.Item]):
+    def __init__(self, config: pytest.Config, session: pytest.Session, items: list[pytest.Item],
+                 fork: bool = False):
         self.config = config
         self.session = session
         self.items = {it.nodeid: it for it in items}
         self.pending = [it.nodeid for it in items]
+        self.fork = fork
 
     def run(self) -> None:
         workdir = tempfile.mkdtemp(prefix="pytest-triton-")
@@ -81,9 +85,13 @@ class Continuation:
                      else "No tests remained after it.")
             dump = faulthandler_frames(child.faulthandler_path, str(item.path))
             when = _crashed_phase(child.phases)
+            # what the test printed before it died (a forked child's capture is readable here)
+            sections = [(f"Captured {name} {when}", text)
+                        for name, text in zip(("stdout", "stderr"), child.captured) if text]
             self._report(nodeid, when, crash_message(self.config, nodeid, how, after, dump),
-                         started=True, triton_crash={"nodeid": nodeid, "when": when, "how": how,
-                                                     "exit_status": child.returncode})
+                         started=True, sections=sections,
+                         triton_crash={"nodeid": nodeid, "when": when, "how": how,
+                                       "exit_status": child.returncode})
             done.add(nodeid)
             if tr is not None and remaining > 0:
                 tr.write_line(f"pytest-triton: the test process died in {nodeid} ({how}); "
@@ -97,23 +105,26 @@ class Continuation:
         remaining = [n for n in self.pending if n not in done]
         if len(remaining) == len(self.pending):
             status = signal_text(child.returncode)
+            how = ("It was forked from this process after collection." if child.cmd is None
+                   else f"Its command: {shlex.join(child.cmd)}")
             for nodeid in remaining:
                 self._report(nodeid, "setup", "not run: the continuation process (pytest-triton) "
                              f"ended ({status}) before running this test; what it printed is above. "
-                             f"Its command: {shlex.join(child.cmd)}")
+                             f"{how}")
             self.pending = []
             return False
         self.pending = remaining
         return True
 
-    def _report(self, nodeid: str, when: str, longrepr: str, started: bool = False, **extra) -> None:
+    def _report(self, nodeid: str, when: str, longrepr: str, started: bool = False,
+                sections: list[tuple[str, str]] | None = None, **extra) -> None:
         item = self.items[nodeid]
         hook = self.config.hook
         if not started:
             hook.pytest_runtest_logstart(nodeid=nodeid, location=item.location)
         rep = pytest.TestReport(nodeid, item.location, {k: 1 for k in item.keywords}, "failed",
-                                longrepr, when, sections=[], duration=0.0, user_properties=[],
-                                **extra)
+                                longrepr, when, sections=sections or [], duration=0.0,
+                                user_properties=[], **extra)
         hook.pytest_runtest_logreport(report=rep)
         hook.pytest_runtest_logfinish(nodeid=nodeid, location=item.location)
 
@@ -139,7 +150,8 @@ class _ChildRun:
         os.makedirs(child_dir)
         self.events_path = os.path.join(child_dir, "events.jsonl")
         self.faulthandler_path = os.path.join(child_dir, "faulthandler.txt")
-        self.cmd = parent.command(child_dir)
+        self.cmd = None if parent.fork else parent.command(child_dir)
+        self.captured = ("", "")  # stdout, stderr a forked child captured and left unread
         self.collected: set[str] | None = None
         self.finished: list[str] = []
         self.current: str | None = None  # started, not finished
@@ -151,10 +163,15 @@ class _ChildRun:
         self._read = 0  # bytes of events.jsonl replayed
 
     def run(self) -> None:
-        with open(os.path.join(self.dir, "pending.txt"), "w", encoding="utf-8") as f:
-            f.write("\n".join(self.parent.pending) + "\n")
         open(self.events_path, "wb").close()
-        proc = subprocess.Popen(self.cmd, cwd=str(self.parent.config.invocation_params.dir))
+        parent = self.parent
+        if parent.fork:
+            proc = forked.start(parent.config, parent.session,
+                                [parent.items[n] for n in parent.pending], self.dir)
+        else:
+            with open(os.path.join(self.dir, "pending.txt"), "w", encoding="utf-8") as f:
+                f.write("\n".join(parent.pending) + "\n")
+            proc = subprocess.Popen(self.cmd, cwd=str(parent.config.invocation_params.dir))
         try:
             self._follow(proc)
         except KeyboardInterrupt:
@@ -169,6 +186,8 @@ class _ChildRun:
             if proc.poll() is None:
                 proc.kill()
             self.returncode = proc.wait()
+            if parent.fork:
+                self.captured = forked.take_capture(parent.config)
 
     def _follow(self, proc: subprocess.Popen) -> None:
         """Replay the child's events as it writes them, until it exits (from where an earlier

@@ -2,8 +2,10 @@
 
 Without pytest-xdist, after a lost CUDA context the remaining tests run in a fresh pytest process
 (continuation.py), told which test ids remain (child.py). --triton-supervise runs every test in
-such a child from the start, so that a crash is contained too: the test that was running when
-the child died fails with the signal, and a new child runs the rest. Under pytest-xdist,
+a child from the start, so that a crash is contained too: the test that was running when the
+child died fails with the signal, and a new child runs the rest. Under Triton's interpreter that
+child is a fork of this process made after collection (forked.py: supervision then costs
+milliseconds, not a second start-up); elsewhere a fresh process. Under pytest-xdist,
 xdistfaults.py retires a worker whose context is lost, and explains a worker's crash.
 """
 
@@ -15,12 +17,13 @@ import sys
 import pytest
 
 from .. import options, state
-from . import gpufaults
+from . import forked, gpufaults
 from .continuation import COLLECT_FAILED_KEY, Continuation, the_remaining
 
 
 def configure(config: pytest.Config) -> None:
     """In the process that runs the tests itself (not a child, a worker or xdist's controller)."""
+    forked.note_threads(config)  # if pytest_load_initial_conftests did not (-p registration)
     config.pluginmanager.register(_Supervisor(config), "triton-supervisor")
 
 
@@ -79,14 +82,14 @@ def _started_as_pytest() -> bool:
 
 
 class _Supervisor:
-    """Without xdist: once this process's context is lost (or from the first test, with
-    --triton-supervise), the remaining tests run in child processes instead of here."""
+    """Without xdist: once this process's context is lost (or from the first test, when
+    supervised), the remaining tests run in child processes instead of here."""
 
     def __init__(self, config: pytest.Config):
         self.config = config
         self.supervise, self.why = supervision(config)
         self.auto = options.get(config, "triton_supervise") == "auto"
-        self.took_over = False
+        self.handed_over: list[pytest.Item] = []  # after a lost context: the tests a child runs
 
     def _line(self) -> str:
         return (f"pytest-triton: tests run in a supervised child process ({self.why}): a test "
@@ -112,24 +115,63 @@ class _Supervisor:
                           f"pytest-triton: not supervised although under Triton's interpreter: "
                           f"{held} (--triton-supervise=on supervises anyway, without them)")
 
+    # The children run from pytest_runtestloop, outside every test's hook wrappers: run from the
+    # protocol of the test where they take over, that test's wrappers (a pytest-timeout timer,
+    # the warnings catcher) would stay open around the whole rest of the run, and the timer
+    # would fail it.
+
+    @pytest.hookimpl(tryfirst=True, specname="pytest_runtestloop")
+    def pytest_runtestloop_supervised(self, session: pytest.Session):
+        """Supervised from the start: by fork where it is safe (the children are forked from
+        here, after collection, and this process runs no test), else in fresh processes."""
+        config = self.config
+        if not self.supervise or not session.items or config.option.collectonly or (
+                session.testsfailed and not config.option.continue_on_collection_errors):
+            return None  # pytest's own loop: nothing to run, or it stops the run
+        why_not = forked.unusable(config, own_process=_started_as_pytest() and not os.environ.get(
+            "PYTEST_CURRENT_TEST"))
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if why_not is not None and tr is not None and state.get(config).runtime.interpret:
+            tr.write_line(f"pytest-triton: the supervised child is a fresh pytest process, not a "
+                          f"fork of this one: {why_not}")
+        if why_not is None:
+            forked.prepare(session)
+        Continuation(config, session, list(session.items), fork=why_not is None).run()
+        _stop_if_asked(session)
+        return True
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session):
+        done = yield
+        if self.handed_over:  # a test lost the CUDA context: the rest runs in fresh processes
+            Continuation(self.config, session, self.handed_over).run()
+            _stop_if_asked(session)
+        return done
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
-        if self.took_over:
-            return True  # run, or reported, by a child
+        if self.handed_over:
+            return True  # to be run by a child, after pytest's loop
         fault = gpufaults.lost(item.config)
-        if fault is None and not self.supervise:
+        if fault is None:
             return None
-        self.took_over = True
         session = item.session
         rest = session.items[session.items.index(item):] if item in session.items else [item]
+        self.handed_over = rest
+        _teardown_all(session)
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if fault is not None:
-            _teardown_all(session)
-            if tr is not None:
-                tr.write_line(f"pytest-triton: {fault['nodeid']} lost this process's CUDA context; "
-                              f"{the_remaining(len(rest))} in a fresh process{_held_memory()}")
-        Continuation(self.config, session, rest).run()
+        if tr is not None:
+            tr.write_line(f"pytest-triton: {fault['nodeid']} lost this process's CUDA context; "
+                          f"{the_remaining(len(rest))} in a fresh process{_held_memory()}")
         return True
+
+
+def _stop_if_asked(session: pytest.Session) -> None:
+    """As pytest's own loop ends after a test that stopped the run (-x, --maxfail, --sw)."""
+    if session.shouldfail:
+        raise session.Failed(session.shouldfail)
+    if session.shouldstop:
+        raise session.Interrupted(session.shouldstop)
 
 
 def _held_memory() -> str:
