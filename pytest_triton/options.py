@@ -81,7 +81,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_supervise", "flag", "auto",
            "run the tests in a child process that is replaced when it dies, so that a test which "
            "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "
-           "costs one more interpreter start and collection. auto (the default): on under "
+           "under the interpreter the child is forked after collection (nearly free), elsewhere "
+           "a fresh pytest process. auto (the default): on under "
            "Triton's interpreter in a run of its own, started as pytest or python -m pytest (not "
            "under -n, --pdb, --trace, --setup-*, log_cli, inside another test, nor when a test "
            "uses pytest-benchmark or record_testsuite_property/record_xml_attribute). The value "
