@@ -39,9 +39,12 @@ for step in ${*:-perf suite thirdparty checks sweeps}; do
       grep -E "measurements:|GPU settings|passed|failed" "$LOGS/perf.log" | tail -4 ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
-      # takes ~50 s alone (the explain ncu child), under -n 8 contention up to ~2x that
-      run suite "$(cap 300)" "\`python3 -m pytest -q -n 8 --timeout 150 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
-        python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 --durations 15 -rfE > "$LOGS/suite.log" 2>&1
+      # takes ~50 s alone (the explain ncu child), under contention up to ~2x that. 12 workers
+      # on the machine's 16 cores.
+      # suite.xml: every test's phases and times, for the durations of the whole suite.
+      run suite "$(cap 340)" "\`python3 -m pytest -q -n 12 --timeout 150 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
+        python3 -m pytest -q -p no:cacheprovider -n 12 --timeout 150 --durations 15 -rfE \
+          --junitxml "$LOGS/suite.xml" > "$LOGS/suite.log" 2>&1
       tail -3 "$LOGS/suite.log" ;;
     thirdparty)
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$LOGS/pip.log" 2>&1

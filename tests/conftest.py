@@ -6,10 +6,14 @@ import pytest
 # to register the namespace c10d_functional): in one process (python -m pytest, as .ci/run runs
 # it) tests/diagnose's inner runs made every later torch.testing.assert_close fail. Imported here,
 # in the outermost run, it stays.
+# torch._inductor likewise (its test_operators module registers the _inductor_test library):
+# torch.profiler and torch._dynamo import it at their first use, which on a GPU machine fell
+# inside an inner run, and tests/diagnose's profiler_imported fixture then failed to import it.
 try:
     import torch.distributed.tensor  # noqa: F401
 except (ImportError, RuntimeError):  # a torch built without distributed support
     pass
+import torch._inductor  # noqa: E402, F401
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +45,25 @@ def run_interpreted(pytester, monkeypatch):
 
     def run(*args):
         return pytester.runpytest("--triton-interpret", *args)
+
+    return run
+
+
+@pytest.fixture
+def run_interpreted_fresh(pytester, monkeypatch, run_interpreted):
+    """run_interpreted for an inner test that imports kernels from this process's own modules
+    (tests.correctness.*). Where this process interprets (no GPU), as run_interpreted. On a GPU
+    machine those kernels were decorated for the compiler when this process imported them, and
+    in-process they would compile and be launched on CPU tensors: the inner run is a process of
+    its own, with TRITON_INTERPRET=1 from its start, as a CPU machine's run is."""
+    import os
+
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return run_interpreted
+
+    def run(*args):
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        return pytester.runpytest_subprocess("--triton-interpret", *args)
 
     return run
 

@@ -191,18 +191,19 @@ def test_plain(make_tensor):
 """
 
 
-def _run_portable(pytester, run_interpreted, *args):
+def _run_portable(pytester, run, *args):
+    # run: run_interpreted_fresh (test_portable imports _double_kernel from this module)
     import pathlib
 
     pytester.makepyfile(test_portable=PORTABLE)
-    return run_interpreted("-rA", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
-                           "-o", f"pythonpath={pathlib.Path(__file__).parents[2]}", *args)
+    return run("-rA", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
+               "-o", f"pythonpath={pathlib.Path(__file__).parents[2]}", *args)
 
 
-def test_an_interpreter_run_says_it_checked_one_of_the_configs(pytester, run_interpreted):
+def test_an_interpreter_run_says_it_checked_one_of_the_configs(pytester, run_interpreted_fresh):
     # It checked 1 of 3 configs under the interpreter and said nothing: the buggy config 1
     # (WRITE=False) passed unseen.
-    result = _run_portable(pytester, run_interpreted, "test_portable.py::test_portable",
+    result = _run_portable(pytester, run_interpreted_fresh, "test_portable.py::test_portable",
                            "--junitxml", "junit.xml")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
@@ -221,9 +222,9 @@ def test_an_interpreter_run_says_it_checked_one_of_the_configs(pytester, run_int
     assert 'name="triton.configs_checked" value="_double_kernel: 1 of 3 (interpreter)"' in junit
 
 
-def test_all_configs_checks_every_config_under_the_interpreter(pytester, run_interpreted):
+def test_all_configs_checks_every_config_under_the_interpreter(pytester, run_interpreted_fresh):
     # The keyword and the option check all three, pinned one at a time: config 1's bug fails.
-    result = _run_portable(pytester, run_interpreted)
+    result = _run_portable(pytester, run_interpreted_fresh)
     result.assert_outcomes(passed=3, failed=1)
     result.stdout.fnmatch_lines(["*1 of 3 configs of _double_kernel fail this check*",
                                  "*config 1 of 3: BLOCK=32, WRITE=False, num_warps=2, num_stages=1*"])
@@ -233,18 +234,18 @@ def test_all_configs_checks_every_config_under_the_interpreter(pytester, run_int
     # configs= is the test's own choice: said in its section, not in the run's summary line
     result.stdout.fnmatch_lines(["assert_every_config: checked 1 of 3 configs of _double_kernel "
                                  "(interpreter); configs= chose them; not checked: *"])
-    option = _run_portable(pytester, run_interpreted, "test_portable.py::test_portable",
+    option = _run_portable(pytester, run_interpreted_fresh, "test_portable.py::test_portable",
                            "--triton-all-configs")
     option.assert_outcomes(failed=1)
     option.stdout.fnmatch_lines(["*config 1 of 3: BLOCK=32, WRITE=False*"])
     assert "left 2 configs unchecked" not in option.stdout.str()
 
 
-def test_the_perf_json_records_the_configs_each_test_checked(pytester, run_interpreted):
+def test_the_perf_json_records_the_configs_each_test_checked(pytester, run_interpreted_fresh):
     import json
 
-    result = _run_portable(pytester, run_interpreted, "test_portable.py::test_portable", "--triton-perf",
-                           "--triton-perf-allow-unchecked", "--triton-perf-json", "perf.json")
+    result = _run_portable(pytester, run_interpreted_fresh, "test_portable.py::test_portable",
+                           "--triton-perf", "--triton-perf-allow-unchecked", "--triton-perf-json", "perf.json")
     result.assert_outcomes(passed=1)
     doc = json.loads((pytester.path / "perf.json").read_text())
     assert doc["configs_checked"] == [{

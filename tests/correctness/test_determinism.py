@@ -272,7 +272,8 @@ def test_under_the_interpreter_the_order_is_what_exposes_them(make_tensor):
     assert_deterministic(lambda: prefix_tiles(y, out, step=24), outputs=[out], reorder_programs=False)
 
 
-def test_a_passing_check_says_what_the_interpreter_could_not_check(pytester, run_interpreted):
+def test_a_passing_check_says_what_the_interpreter_could_not_check(pytester, run_interpreted_fresh):
+    # fresh: test_k imports tree_sum from this module
     pytester.makepyfile(test_k="""
         import torch
         from pytest_triton import assert_deterministic
@@ -287,7 +288,7 @@ def test_a_passing_check_says_what_the_interpreter_could_not_check(pytester, run
             assert_deterministic(lambda: x * 2, runs=2)
     """)
     import pathlib
-    result = run_interpreted("-rP", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
+    result = run_interpreted_fresh("-rP", "-p", "no:cacheprovider", "--rootdir", str(pytester.path),
                              "-o", f"pythonpath={pathlib.Path(__file__).parents[2]}")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines([

@@ -321,9 +321,13 @@ def test_bev_pool_speed(make_tensor, triton_bench):
     # onto a 1 x 360 x 360 grid; here a tenth of the points.
     points, shape = (300, (1, 1, 16, 16)) if triton_bench.dry_run else (200_000, (1, 1, 360, 360))
     feats, geom, starts, lengths = _bev_inputs(make_tensor, points, 80, shape, torch.float32)
-    out_bytes = 80 * 4 * shape[2] * shape[3]
+    # What the call moves: bev_pool zero-fills its output (torch.zeros, one write of the grid),
+    # then its kernel reads every point and writes each occupied cell once (one per interval).
+    zero_fill = 80 * 4 * shape[2] * shape[3]
+    cells_written = starts.numel() * 80 * 4
     triton_bench(lambda: bev_pool(feats, geom, starts, lengths, *shape),
-                 bytes=feats.nbytes + geom.nbytes + starts.nbytes + lengths.nbytes + out_bytes,
+                 bytes=feats.nbytes + geom.nbytes + starts.nbytes + lengths.nbytes + zero_fill
+                 + cells_written,
                  baseline=lambda: _torch_bev_pool(feats, geom, shape))
 
 
