@@ -23,7 +23,8 @@ run() {  # run STEP SECONDS TITLE CMD...: one step under a limit, its rc and wal
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 2>&1
 {
   date -u +"date (UTC): %Y-%m-%d %H:%M"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || cat .commit 2>/dev/null || echo unknown)"
+  # .commit first: the GPU machine's copy of the tree can carry an older .git than the files
+  echo "commit: $(cat .commit 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem,power.limit,temperature.gpu --format=csv
   python3 -c "import sys, torch, triton, pytest, pytest_benchmark, numpy; print('python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| numpy', numpy.__version__, '| pytest', pytest.__version__, '| pytest-benchmark', pytest_benchmark.__version__)"
 } > "$OUT/env.txt"
@@ -39,12 +40,13 @@ for step in ${*:-perf suite thirdparty checks sweeps}; do
       grep -E "measurements:|GPU settings|passed|failed" "$LOGS/perf.log" | tail -4 ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
-      # takes ~50 s alone (the explain ncu child), under contention up to ~2x that. 12 workers
-      # on the machine's 16 cores.
-      # suite.xml: every test's phases and times, for the durations of the whole suite.
-      run suite "$(cap 340)" "\`python3 -m pytest -q -n 12 --timeout 150 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
-        python3 -m pytest -q -p no:cacheprovider -n 12 --timeout 150 --durations 15 -rfE \
-          --junitxml "$LOGS/suite.xml" > "$LOGS/suite.log" 2>&1
+      # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a
+      # wait for the GPU (in setup, while the tests that hold it alone run first) is bounded by
+      # --triton-gpu-wait, and fails naming the holders. 14 workers on the machine's 16 cores.
+      # suite.xml: every test's time, setup included, for the durations of the whole suite.
+      run suite "$(cap 360)" "\`python3 -m pytest -q -n 14 --timeout 150 -o timeout_func_only=true --triton-gpu-wait 240 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
+        python3 -m pytest -q -p no:cacheprovider -n 14 --timeout 150 -o timeout_func_only=true \
+          --triton-gpu-wait 240 --durations 15 -rfE --junitxml "$LOGS/suite.xml" > "$LOGS/suite.log" 2>&1
       tail -3 "$LOGS/suite.log" ;;
     thirdparty)
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >> "$LOGS/pip.log" 2>&1

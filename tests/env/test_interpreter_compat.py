@@ -597,6 +597,32 @@ def test_autotune_one_config_fails_without_fix(without):
         run_tuned_add(100)
 
 
+def test_the_autotune_probe_never_asks_the_driver_to_time(monkeypatch):
+    # On a GPU machine the driver's timer initialises CUDA, after which a supervised child can no
+    # longer be forked from the process (seen under --triton-interpret on an H100: every child was
+    # a fresh process). The probe must answer without it.
+    from triton.runtime.driver import driver
+
+    from pytest_triton.env import compat_autotune
+
+    asked = []
+
+    class Recorder:
+        def __getattr__(self, name):
+            asked.append(name)
+            raise AttributeError(name)
+
+    before = ic.installed()
+    ic.uninstall()  # the probe asks Triton's own autotuner, as before the fix is installed
+    monkeypatch.setattr(driver, "_active", Recorder())  # reset_active() would make a real one
+    try:
+        assert compat_autotune.needs_autotune_one_config()
+    finally:
+        if before:
+            ic.install()
+    assert asked == []
+
+
 def test_autotune_pin_config_and_assert_every_config(compat):
     from pytest_triton.correctness.configs import assert_every_config, pin_config
 

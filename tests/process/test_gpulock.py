@@ -94,27 +94,40 @@ def test_tests_that_hold_the_gpu_alone_go_first(monkeypatch):
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
+    # Both sides in threads of their own, on a GPU id of their own: under xdist on a GPU, this
+    # test's thread holds the real GPU's lock, and a hold nested in it does not wait.
+    gpu = "fake-wait-bound"
     ready = threading.Event()
     release = threading.Event()
 
     def holder():  # another worker's perf test, holding the GPU alone
-        with gpulock.hold("0", exclusive=True, nodeid="tests/test_k.py::test_perf_holder"):
+        with gpulock.hold(gpu, exclusive=True, nodeid="tests/test_k.py::test_perf_holder"):
             ready.set()
             release.wait(5)
+
+    raised = []
+
+    def waiter():
+        try:
+            with gpulock.hold(gpu, exclusive=False, wait_s=0.3):
+                pass
+        except gpulock.GPUWaitTimeout as exc:
+            raised.append(exc)
 
     t = threading.Thread(target=holder, daemon=True)
     t.start()
     assert ready.wait(5)
     start = time.monotonic()
-    with pytest.raises(gpulock.GPUWaitTimeout) as exc:
-        with gpulock.hold("0", exclusive=False, wait_s=0.3):
-            pass
+    w = threading.Thread(target=waiter, daemon=True)
+    w.start()
+    w.join(5)
     release.set()
     t.join(5)
     assert 0.3 <= time.monotonic() - start < 3
-    assert "held by: tests/test_k.py::test_perf_holder" in str(exc.value)
-    assert "exclusively" in str(exc.value) and "--triton-gpu-wait" in str(exc.value)
-    assert gpulock.holders("0") == []  # the holder's record went with its hold
+    assert len(raised) == 1, "the wait did not time out"
+    assert "held by: tests/test_k.py::test_perf_holder" in str(raised[0])
+    assert "exclusively" in str(raised[0]) and "--triton-gpu-wait" in str(raised[0])
+    assert gpulock.holders(gpu) == []  # the holder's record went with its hold
 
 
 # Under xdist on a CPU machine the lock is off (no GPU); the inner runs pretend a GPU for it.
