@@ -40,6 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
     config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
     config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
+    config.addinivalue_line("markers", markers.NO_GPU_HELP)
     config.addinivalue_line("markers", poison.MARKER_HELP)
     options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)

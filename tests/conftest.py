@@ -16,6 +16,16 @@ except (ImportError, RuntimeError):  # a torch built without distributed support
 import torch._inductor  # noqa: E402, F401
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """A test whose inner run is interpreted uses no GPU: on a GPU machine under xdist it takes
+    no GPU lock (triton_no_gpu), and runs while the tests that hold the GPU alone do. Before the
+    plugin orders the tests by their lock (tryfirst)."""
+    for item in items:
+        if {"run_interpreted", "run_interpreted_fresh"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.triton_no_gpu)
+
+
 @pytest.fixture(autouse=True)
 def _calibration_cache(tmp_path, monkeypatch):
     """Measured ceilings are cached on disk per device fingerprint: each test gets its own cache,

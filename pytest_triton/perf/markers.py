@@ -34,6 +34,12 @@ EXCLUSIVE_HELP = (
     "worker's test runs on that GPU meanwhile), as perf tests are; for tests that time things."
 )
 
+NO_GPU_HELP = (
+    "triton_no_gpu: the test does not use the GPU (say, it runs kernels under the interpreter in "
+    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a perf test has the "
+    "GPU to itself, and it is ordered right after those tests."
+)
+
 FRACTIONS = ("bandwidth_frac", "tflops_frac")
 POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
 TARGETS = FRACTIONS + POSITIVE

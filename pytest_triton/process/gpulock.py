@@ -1,10 +1,11 @@
 """Under pytest-xdist, a perf test never shares its GPU with another worker's tests.
 
 Every test holds a shared lock on its GPU; a perf test (or one marked triton_exclusive, such as
-a test of timing code) holds it exclusively. A writer-preference gate keeps a waiting perf test
-from being starved by a stream of short correctness tests: a test passes through the gate
-(briefly, shared) before taking its lock, and a perf test holds the gate exclusively while it
-waits for, and holds, the GPU.
+a test of timing code) holds it exclusively, and one marked triton_no_gpu (it does not use the
+GPU: its kernels run under the interpreter, in a subprocess) holds none. A writer-preference
+gate keeps a waiting perf test from being starved by a stream of short correctness tests: a test
+passes through the gate (briefly, shared) before taking its lock, and a perf test holds the gate
+exclusively while it waits for, and holds, the GPU.
 
 The lock is taken at the start of the test's setup and given back after its teardown, inside the
 test's own phases: a wait that fails (longer than --triton-gpu-wait, or stopped by
@@ -174,33 +175,36 @@ def hold(gpu_id: str, exclusive: bool, *, wait_s: float | None = None, nodeid: s
             os.environ[HELD_ENV] = outer
 
 
-def _wanted(item: pytest.Item) -> tuple[str, bool] | None:
-    """(GPU id, exclusive) where `item` must hold its GPU: under xdist, on a GPU."""
+def _wanted(item: pytest.Item) -> tuple[str, bool | None] | None:
+    """(GPU id, exclusive) where the lock is on (under xdist, on a GPU), else None. exclusive is
+    None for a test marked triton_no_gpu: it takes no lock at all."""
     rt = state.get(item.config).runtime
     if rt.interpret or rt.gpu_id is None or not os.environ.get("PYTEST_XDIST_WORKER") \
             or os.name != "posix":
         return None
+    if item.get_closest_marker("triton_no_gpu") is not None:
+        return rt.gpu_id, None
     perf = state.get(item.config).perf and item.stash.get(markers.TARGET_KEY, None) is not None
     return rt.gpu_id, perf or item.get_closest_marker("triton_exclusive") is not None
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Under xdist on a GPU: the tests that hold the GPU alone first, in their own order. Taken
-    later, each waits for every test in flight to end (the slowest of up to N workers' tests)
-    while every other worker waits behind it at the gate: a convoy that, with two such tests in
-    the project's own suite, left 8 workers idle for minutes on an H100. First, they wait for
-    the workers' first tests only."""
+    """Under xdist on a GPU: the tests that hold the GPU alone first, then those that do not use
+    it, each group in its own order. Taken later, a test that holds the GPU alone waits for every
+    test in flight to end (the slowest of up to N workers' tests) while every other worker waits
+    behind it at the gate: a convoy that, with two such tests in the project's own suite, left 8
+    workers idle for minutes on an H100. First, they wait for the workers' first tests only, and
+    the tests that take no lock keep the other workers busy meanwhile."""
     if not items or _wanted(items[0]) is None:
         return
-    alone = [it for it in items if _wanted(it)[1]]
-    if alone:
-        items[:] = alone + [it for it in items if not _wanted(it)[1]]
+    rank = {True: 0, None: 1, False: 2}
+    items.sort(key=lambda it: rank[_wanted(it)[1]])  # stable: each group keeps its order
 
 
 def acquire(item: pytest.Item) -> None:
     """At the start of the test's setup: take its GPU. A failed wait fails the test's setup."""
     wanted = _wanted(item)
-    if wanted is None:
+    if wanted is None or wanted[1] is None:
         return
     gpu_id, exclusive = wanted
     wait_s = options.get_float(item.config, "triton_gpu_wait", minimum=0.0)

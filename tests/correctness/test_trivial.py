@@ -95,12 +95,15 @@ WRONG_LINE = NATURAL_TESTS.lstrip("\n").splitlines().index(
         "def test_wrong_swiglu_on_inputs_whose_output_is_zero(make_tensor):")) + 1
 
 
-def test_correct_kernels_pass_at_every_seed_and_a_trivial_test_fails(pytester, run_interpreted):
+def test_correct_kernels_pass_at_every_seed_and_a_trivial_test_fails(pytester, request):
     # Before the rule moved to the test, 7 of these 30 seeds failed a correct kernel (on CPU).
     pytester.makepyfile(test_natural=NATURAL_TESTS)
     # In-process, the inner kernels are interpreted only where this process started interpreted:
     # Triton's own @jit functions (tl.max, tl.sum) were built at import. On a GPU they run there.
-    run = pytester.runpytest if torch.cuda.is_available() else run_interpreted
+    # (run_interpreted is asked for only off a GPU: a test that requests it is taken for one that
+    # uses no GPU, tests/conftest.py)
+    run = pytester.runpytest if torch.cuda.is_available() else request.getfixturevalue(
+        "run_interpreted")
     for seed in SEEDS:
         result = run("-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",
                      "--triton-seed", str(seed))

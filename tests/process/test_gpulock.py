@@ -81,16 +81,19 @@ def test_a_process_started_under_the_lock_runs_under_it():
 def test_tests_that_hold_the_gpu_alone_go_first(monkeypatch):
     # Taken late, a perf (or triton_exclusive) test waits for every test in flight while the
     # other workers wait behind it at the gate; first, it waits for the workers' first tests.
+    # The tests that use no GPU come next: they keep the other workers busy meanwhile.
     from types import SimpleNamespace as NS
 
-    items = [NS(name=n, alone=n.startswith("perf")) for n in ("a", "perf1", "b", "c", "perf2")]
+    names = ("a", "perf1", "cpu1", "b", "c", "perf2", "cpu2")
+    alone = {"perf1": True, "perf2": True, "cpu1": None, "cpu2": None}
+    items = [NS(name=n, alone=alone.get(n, False)) for n in names]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.alone))
     gpulock.order(items)
-    assert [it.name for it in items] == ["perf1", "perf2", "a", "b", "c"]
+    assert [it.name for it in items] == ["perf1", "perf2", "cpu1", "cpu2", "a", "b", "c"]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
-    assert [it.name for it in items] == ["c", "b", "a", "perf2", "perf1"]
+    assert [it.name for it in items] == ["c", "b", "a", "cpu2", "cpu1", "perf2", "perf1"]
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
@@ -185,3 +188,32 @@ def test_a_failed_wait_for_the_gpu_fails_its_test_not_the_run(pytester, gpu_held
             "elsewhere.py::test_holding_the_gpu (pid *, exclusively, for * s)*"])
     else:
         result.stdout.fnmatch_lines(["*Timeout (>2.0s) from pytest-timeout*"])
+
+
+# The real gpulock._wanted, with the run's runtime made a GPU's (a stand-in id): the inner tests
+# use no fixture, so nothing else reads it.
+STAND_IN_GPU = """
+import dataclasses
+import pytest
+from pytest_triton import state
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    st = state.get(config)
+    st.runtime = dataclasses.replace(st.runtime, interpret=False, gpu_id="fake0")
+"""
+
+
+def test_a_test_marked_triton_no_gpu_takes_no_lock(pytester, gpu_held_elsewhere):
+    # While another worker's perf test has the GPU to itself, a test that does not use the GPU
+    # runs; an unmarked one waits (here past its bound): the negative control.
+    pytest.importorskip("xdist")
+    pytester.makeconftest(STAND_IN_GPU)
+    pytester.makepyfile("import pytest\n"
+                        "@pytest.mark.triton_no_gpu\ndef test_cpu(): pass\n"
+                        "def test_gpu(): pass\n")
+    result = pytester.runpytest_subprocess("-n", "2", f"--testrunuid={gpu_held_elsewhere}",
+                                           "-p", "no:cacheprovider", "-rE", "--triton-gpu-wait", "1")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_gpu*",
+                                 "pytest-triton: waited * s for GPU fake0 (shared)*"])

@@ -13,6 +13,8 @@ import pytest
 
 from .test_faults import INJECT, STORE_FAR
 
+pytestmark = pytest.mark.triton_no_gpu  # every run here is under the interpreter, of its own
+
 # Each import of the test module and each test's process, written down: a forked child imports
 # nothing again; a fresh `python -m pytest` child imports and collects the module once more.
 PIDS = '''
