@@ -23,7 +23,8 @@ def perf_section(path, cmd):
     doc = json.load(open(path))
     env, dev = doc["environment"], doc["device"] or {}
     first, _, rest = cmd.partition("\n")
-    out = [f"### `{first}`" if first else "### perf run", ""]
+    title = first if first.startswith("`") else f"`{first}`"  # final_run.sh's lines quote it
+    out = [f"### {title}" if first else "### perf run", ""]
     if rest.strip():
         out += [rest.strip(), ""]
     out.append(f"- device: {dev.get('name')} ({dev.get('sms')} SMs, {dev.get('sku')}), driver {dev.get('driver')}")
@@ -105,7 +106,16 @@ def thirdparty_section(text, runs):
     keep = [ln for ln in lines if ln.startswith(("FAILED", "ERROR", "XFAIL", "SKIPPED"))]
     tail = [ln for ln in lines[-2:] if ln.strip()]
     head = runs.get("thirdparty", ["the third-party suite (tests/thirdparty)"])
-    return [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + keep + tail + ["```", ""]
+    table = []  # the plugin's perf table of the library kernels, as the run printed it
+    if any("pytest-triton perf =" in ln for ln in lines):
+        i = next(i for i, ln in enumerate(lines) if "pytest-triton perf =" in ln)
+        for ln in lines[i + 1:]:
+            if ln.startswith("GPU settings") or ln.startswith("==="):
+                break
+            table.append(ln)
+    return ([f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + keep + tail
+            + ["```", ""] + (["The library kernels' perf table:", "", "```"] + table + ["```", ""]
+                             if table else []))
 
 
 def geomean_section(doc):

