@@ -107,23 +107,15 @@ def run_shape(sw, b, h, s, d, causal, dtype, variant, candidates, group):
                                             config=config), o)
 
 
+def _label(r) -> str:
+    # The default's config differs per shape (autotuned): one entry for all its rows.
+    return "default" if r["variant"] == "default" else f"{r['variant']} {r['config']}"
+
+
 def _by_candidate(sw) -> dict:
-    """Per (group, variant and config): geomean and worst speedup over the group's shapes, and
-    how many of them it ran correctly (a candidate short of all shapes is marked)."""
-    shapes: dict = {}
-    for r in sw.rows:
-        shapes.setdefault(r["group"], set()).add(r["shape"])
-    out: dict = {}
-    for r in sw.rows:
-        # The default's config differs per shape (autotuned): one entry for all its rows.
-        label = "default" if r["variant"] == "default" else f"{r['variant']} {r['config']}"
-        entry = out.setdefault(r["group"], {}).setdefault(label, [])
-        if r["status"] == "ok" and r["x_torch"]:
-            entry.append(r["x_torch"])
-    return {group: {label: {"geomean": sc._geomean(xs), "worst": min(xs, default=None),
-                            "shapes_ok": len(xs), "shapes": len(shapes[group])}
-                    for label, xs in cands.items()}
-            for group, cands in out.items()}
+    """Per (group, variant and config): sweep_compute.by_candidate (a candidate short of all
+    shapes is marked in the report)."""
+    return sc.by_candidate(sw, _label)
 
 
 def report(sw) -> dict:

@@ -398,6 +398,23 @@ def _geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
+def by_candidate(sw, label) -> dict:
+    """Per (group, candidate): geomean and worst x over the group's shapes (shape and dtype), and
+    how many of them it ran correctly. label(row) names a row's candidate."""
+    shapes: dict = {}
+    for r in sw.rows:
+        shapes.setdefault(r["group"], set()).add((r["shape"], r["dtype"]))
+    out: dict = {}
+    for r in sw.rows:
+        entry = out.setdefault(r["group"], {}).setdefault(label(r), [])
+        if r["status"] == "ok" and r["x_torch"]:
+            entry.append(r["x_torch"])
+    return {group: {name: {"geomean": _geomean(xs), "worst": min(xs, default=None),
+                           "shapes_ok": len(xs), "shapes": len(shapes[group])}
+                    for name, xs in cands.items()}
+            for group, cands in out.items()}
+
+
 def _is_default(row) -> bool:
     return row["variant"] == "plan" or row["variant"].startswith("default")
 

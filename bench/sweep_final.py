@@ -294,24 +294,17 @@ def phase_memory(sw):
 
 # --- report -----------------------------------------------------------------------------------
 
+def _label(r) -> str:
+    """A row's candidate: its variant, with its config where the variant's config is its own
+    choice (the defaults and plans choose theirs per shape)."""
+    if r["config"] in (None, "-") or r["variant"].startswith(
+            ("default", "plan", "tma(prev", "softmax default", "persistent default")):
+        return r["variant"]
+    return f"{r['variant']} {r['config']}"
+
+
 def _by_candidate(sw) -> dict:
-    """Per (group, variant and config): geomean and worst x over the group's shapes, and how
-    many of them it ran correctly."""
-    shapes: dict = {}
-    for r in sw.rows:
-        shapes.setdefault(r["group"], set()).add((r["shape"], r["dtype"]))
-    out: dict = {}
-    for r in sw.rows:
-        label = r["variant"] if r["config"] in (None, "-") or r["variant"].startswith(
-            ("default", "plan", "tma(prev", "softmax default", "persistent default")) \
-            else f"{r['variant']} {r['config']}"
-        entry = out.setdefault(r["group"], {}).setdefault(label, [])
-        if r["status"] == "ok" and r["x_torch"]:
-            entry.append(r["x_torch"])
-    return {group: {label: {"geomean": sc._geomean(xs), "worst": min(xs, default=None),
-                            "shapes_ok": len(xs), "shapes": len(shapes[group])}
-                    for label, xs in cands.items()}
-            for group, cands in out.items()}
+    return sc.by_candidate(sw, _label)
 
 
 def report(sw) -> dict:

@@ -60,15 +60,15 @@ def run_interpreted(pytester, monkeypatch):
 
 
 @pytest.fixture
-def run_interpreted_fresh(pytester, monkeypatch, run_interpreted):
+def run_interpreted_fresh(request, pytester, monkeypatch, run_interpreted):
     """run_interpreted for an inner test that imports kernels from this process's own modules
     (tests.correctness.*). Where this process interprets (no GPU), as run_interpreted. On a GPU
     machine those kernels were decorated for the compiler when this process imported them, and
     in-process they would compile and be launched on CPU tensors: the inner run is a process of
     its own, with TRITON_INTERPRET=1 from its start, as a CPU machine's run is."""
-    import os
+    from pytest_triton import state
 
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    if state.get(request.config).runtime.interpret:
         return run_interpreted
 
     def run(*args):

@@ -3,11 +3,10 @@ interpreter. For each fix, a check that passes with every fix installed, and the
 failing with every fix but that one (skipped where the installed Triton does not need the fix).
 bf16 results are compared with torch's bit for bit."""
 
-import importlib
-import os
-
 import pytest
 import torch
+import triton.language.standard as tl_standard
+from triton.runtime.interpreter import InterpretedFunction
 
 from pytest_triton.env import interpreter_compat as ic
 
@@ -15,29 +14,14 @@ from pytest_triton.env import interpreter_compat as ic
 # triton.language is first imported. On a GPU machine this process imported it for the compiler, so
 # an interpreted kernel that calls it fails ("Cannot call @triton.jit'd outside of the scope of a
 # kernel"): not a gap of the fixes tested here. They are for runs without a GPU, where the plugin
-# sets TRITON_INTERPRET=1 before triton is imported; the CPU suite runs this module.
-if not isinstance(importlib.import_module("triton.language.standard").sigmoid,
-                  importlib.import_module("triton.runtime.interpreter").InterpretedFunction):
+# sets TRITON_INTERPRET=1 before triton is imported; the CPU suite runs this module, whose library
+# kernels are then decorated for the interpreter as well.
+if not isinstance(tl_standard.sigmoid, InterpretedFunction):
     pytest.skip("triton.language was imported for the compiler in this process (a GPU run): "
                 "these interpreter fixes are tested where the interpreter is on from the start "
                 "(the CPU suite)", allow_module_level=True)
 
-
-def _import_interpreted(name):
-    # Triton picks interpreter or compiler when a kernel is decorated: the library is imported
-    # with TRITON_INTERPRET=1 so that its kernels are interpreted on a GPU machine as well.
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        return importlib.import_module(name)
-    finally:
-        if before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = before
-
-
-lib = _import_interpreted(f"{__package__}._library")
+from . import _library as lib  # noqa: E402
 
 
 @pytest.fixture
