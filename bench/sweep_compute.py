@@ -49,7 +49,8 @@ def _parse_args(known_only: bool = False):
     sweep_attention.py, which reuse the timing, checking and report helpers): the options they
     share (--smoke, --max-time, --budget), the importer's own (and its -h) left to it."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], add_help=not known_only)
-    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    if not known_only:  # an importer's --phases are its own
+        p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     add_shared_options(p, budget=150.0)
     return p.parse_known_args()[0] if known_only else p.parse_args()
 

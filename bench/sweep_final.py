@@ -55,11 +55,30 @@ SHARES = {"matmul": 0.2, "attention": 0.35, "conv": 0.2, "memory": 0.25}
 def _parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    p.add_argument("--ws", choices=("with", "without", "only"), default="with",
+                   help="attention: the warp-specialized candidates with the others (default), "
+                        "without them, or only them")
+    p.add_argument("--attention-candidate", type=int, default=None,
+                   help="attention: only this candidate of each head dim's list (an index)")
+    p.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
+    p.add_argument("--attention-variant", choices=("tma", "tma_device"), default="tma",
+                   help="attention: the variant the candidates run on (tma_device: descriptors "
+                        "made in the kernel, which Hopper's warp specialization needs)")
+    p.add_argument("--attention-shapes", type=int, nargs="+", default=None,
+                   help="attention: only these of ATTENTION_SHAPES (indices)")
+    p.add_argument("--causal", choices=("both", "no", "yes"), default="both")
+    p.add_argument("--watchdog", type=float, default=0,
+                   help="seconds after which every thread's stack is printed and the process "
+                        "exits (a kernel that never finishes, a compile that never ends)")
     sc.add_shared_options(p, budget=200.0)
     return p.parse_args()
 
 
 ARGS = _parse_args()
+if ARGS.watchdog:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(ARGS.watchdog, exit=True)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -163,19 +182,28 @@ def run_attention(sw, b, h, s, d, causal, group):
     case = sc.Case("attention", f"B{b}_H{h}_S{s}_D{d}_causal{int(causal)}", torch.float16,
                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                    at.attention_flops(q, causal=causal), at.attention_bytes(q), group)
-    sw.try_variant(case, "default", None, lambda: at.attention(q, k, v, causal=causal, out=o),
-                   o, at.attention_kernel_for(q, k, v))
-    variant = "tma" if mm.tma_available(DEVICE) else "pointer"
-    for config in ATTENTION_CANDIDATES[d]:
+    if ARGS.ws != "only" and ARGS.attention_candidate is None:
+        sw.try_variant(case, "default", None,
+                       lambda: at.attention(q, k, v, causal=causal, out=o), o,
+                       at.attention_kernel_for(q, k, v))
+    variant = ARGS.attention_variant if mm.tma_available(DEVICE) else "pointer"
+    for i, config in enumerate(ATTENTION_CANDIDATES[d]):
+        ws = bool(config.kwargs.get("WARP_SPECIALIZE"))
+        if (ARGS.attention_candidate not in (None, i) or (ws and ARGS.ws == "without")
+                or (not ws and ARGS.ws == "only")):
+            continue
+        print(f"-- attention candidate {i}: {sc.cfg_str(config)}", flush=True)
         sw.try_variant(case, variant, config,
                        lambda config=config: at.attention(q, k, v, causal=causal, out=o,
                                                           variant=variant, config=config), o)
 
 
 def phase_attention(sw):
-    for d in (128, 64):
-        for b, h, s in ATTENTION_SHAPES:
-            for causal in (False, True):
+    shapes = [ATTENTION_SHAPES[i] for i in ARGS.attention_shapes or range(len(ATTENTION_SHAPES))]
+    causals = {"both": (False, True), "no": (False,), "yes": (True,)}[ARGS.causal]
+    for d in ARGS.head_dims:
+        for b, h, s in shapes:
+            for causal in causals:
                 run_attention(sw, b, h, s, d, causal, f"attention_d{d}_fp16")
 
 
@@ -190,6 +218,8 @@ def run_conv(sw, c_in, k_out, hw, group):
     case = sc.Case("conv2d", f"3x3_C{c_in}_K{k_out}_H{hw}", torch.float16,
                    lambda: F.conv2d(x, w, padding=1), cv.conv2d_flops(x, w, padding=1),
                    cv.conv2d_bytes(x, w, padding=1), group)
+    sw.try_variant(case, "default", None, lambda: cv.conv2d(x, w, padding=1, out=y), y,
+                   cv.conv2d_kernel_for(x, w, padding=1))
     for variant in ("tma", "tma_nhwc"):
         if not mm.tma_available(DEVICE):
             break
@@ -229,9 +259,11 @@ def run_softmax(sw, cols, dtype, group):
     sw.try_variant(case, "persistent default", None,
                    lambda: softmax.softmax_persistent(x, out=out), out,
                    softmax.SOFTMAX_PERSISTENT_TUNER)
-    looped = [{"NUM_STAGES": 2}, {"NUM_STAGES": 3},
-              {"BLOCK_N": 2048, "num_warps": 8, "NUM_STAGES": 3},
-              {"NUM_STAGES": 3, "programs_per_sm": 2}]
+    # The looped path, as softmax_persistent took it before the split rows: 16 warps, evict_first
+    loop = {"SPLIT": False, "num_warps": 16, "EVICT": True, "programs_per_sm": None}
+    looped = [{**loop, "NUM_STAGES": 2}, {**loop, "NUM_STAGES": 3},
+              {**loop, "BLOCK_N": 2048, "num_warps": 8, "NUM_STAGES": 3},
+              {**loop, "NUM_STAGES": 3, "programs_per_sm": 2}]
     split = {"SPLIT": True, "BLOCK_N": 4096, "num_warps": 4, "EVICT": False}
     if SMOKE:  # the interpreter's split chunk is the whole row; loops of 64-column steps
         looped = [{"BLOCK_N": 64, **c} for c in looped[:2]]

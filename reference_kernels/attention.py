@@ -73,7 +73,7 @@ from ._tuning import autotune_kwargs
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = 1.4426950408889634
-VARIANTS = ("pointer", "tma")
+VARIANTS = ("pointer", "tma", "tma_device")
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
 # they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
@@ -85,7 +85,8 @@ FALLBACK_VARIANT = "pointer"
 def _set_tma_block_shapes(nargs: dict) -> None:
     """Autotuner pre-hook: a host-side descriptor's block shape is the tile of the config run."""
     q_desc = nargs.get("q_desc")
-    if q_desc is None:  # the pointer kernel
+    if TensorDescriptor is None or not isinstance(q_desc, TensorDescriptor):
+        # the pointer kernel, or descriptors the kernel makes (variant "tma_device")
         return
     d = nargs["HEAD_DIM"]
     q_desc.block_shape = [nargs["BLOCK_M"], d]
@@ -372,12 +373,14 @@ def _attention_kernel(
 
 @triton.jit
 def _attention_tma_kernel(
-    q_desc,  # descriptor of Q as (B*H*S) x HEAD_DIM (contiguous), block [BLOCK_M, HEAD_DIM]
-    k_desc,  # descriptor of K as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM]
-    v_desc,  # descriptor of V as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM]
+    q_desc,  # descriptor of Q as (B*H*S) x HEAD_DIM (contiguous), block [BLOCK_M, HEAD_DIM];
+             # DEVICE_DESC: Q itself (contiguous), whose descriptor the kernel makes
+    k_desc,  # descriptor of K as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM] (or K)
+    v_desc,  # descriptor of V as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM] (or V)
     o_ptr,  # *out* B x H x S x HEAD_DIM, strides (stride_ob, stride_oh, stride_os, stride_od)
     H,  # heads
     S,  # sequence length (queries and keys)
+    n_rows,  # B*H*S: the rows of the (B*H*S) x HEAD_DIM views (DEVICE_DESC)
     qk_scale,  # sm_scale * log2(e)
     stride_ob, stride_oh, stride_os, stride_od,
     HEAD_DIM: tl.constexpr,
@@ -386,7 +389,16 @@ def _attention_tma_kernel(
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
     WARP_SPECIALIZE: tl.constexpr = False,  # one warp-specialized loop over the keys (Hopper)
     EVEN_N: tl.constexpr = False,  # S is a multiple of BLOCK_N (set by the launcher)
+    DEVICE_DESC: tl.constexpr = False,  # q_desc, k_desc, v_desc are tensors: make descriptors
 ):
+    if DEVICE_DESC:  # variant "tma_device": descriptors made here, in global scratch memory
+        rows = n_rows
+        q_desc = tl.make_tensor_descriptor(q_desc, [rows, HEAD_DIM], [HEAD_DIM, 1],
+                                           [BLOCK_M, HEAD_DIM])
+        k_desc = tl.make_tensor_descriptor(k_desc, [rows, HEAD_DIM], [HEAD_DIM, 1],
+                                           [BLOCK_N, HEAD_DIM])
+        v_desc = tl.make_tensor_descriptor(v_desc, [rows, HEAD_DIM], [HEAD_DIM, 1],
+                                           [BLOCK_N, HEAD_DIM])
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
     row0 = bh * S  # this (batch, head)'s first row in the (B*H*S) x HEAD_DIM views
@@ -416,7 +428,21 @@ def _autotuned(kernel):
 
 # One autotuner per variant, each with its own cache of chosen configs.
 _AUTOTUNED = {"pointer": _autotuned(_attention_kernel),
-              "tma": _autotuned(_attention_tma_kernel)}
+              "tma": _autotuned(_attention_tma_kernel),
+              "tma_device": _autotuned(_attention_tma_kernel)}
+
+
+def _scratch(size: int, alignment: int, stream):
+    """Global scratch memory for descriptors made in a kernel (Triton's allocator protocol)."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _ensure_allocator() -> None:
+    """Variant "tma_device" makes its descriptors in global scratch memory, which Triton asks
+    its allocator for at launch: torch's, unless the caller set one."""
+    current = getattr(triton.runtime._allocation, "_allocator", None)
+    if current is None or type(current.get()).__name__ == "NullAllocator":
+        triton.set_allocator(_scratch)
 
 
 def _check_operands(q, k, v, out, where: str):
@@ -456,10 +482,13 @@ def _choose_variant(q, k, v, variant: str | None) -> str:
         return DEFAULT_VARIANT if _tma_problem(q, k, v) is None else FALLBACK_VARIANT
     if variant not in VARIANTS:
         raise ValueError(f"attention: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
-    if variant == "tma":
+    if variant in ("tma", "tma_device"):
         problem = _tma_problem(q, k, v)
+        if variant == "tma_device" and not hasattr(tl, "make_tensor_descriptor"):
+            problem = "this Triton cannot make tensor descriptors in a kernel"
         if problem is not None:
-            raise ValueError(f"attention: variant='tma' cannot take these operands: {problem}")
+            raise ValueError(f"attention: variant={variant!r} cannot take these operands: "
+                             f"{problem}")
     return variant
 
 
@@ -475,8 +504,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               variant: str | None = None, config: triton.Config | None = None) -> torch.Tensor:
     """softmax(q @ k^T * sm_scale, masked when causal) @ v over (B, H, S, D) tensors.
 
-    sm_scale (> 0) defaults to 1/sqrt(D). variant: "pointer" or "tma" (default: DEFAULT_VARIANT
-    where TMA can take the operands, else FALLBACK_VARIANT). config: a triton.Config (BLOCK_M,
+    sm_scale (> 0) defaults to 1/sqrt(D). variant: "pointer", "tma" (host-side descriptors) or
+    "tma_device" (descriptors made in the kernel; Triton's warp specialization of the key loop,
+    config WARP_SPECIALIZE=True, runs on Hopper only with these); default DEFAULT_VARIANT where
+    TMA can take the operands, else FALLBACK_VARIANT. config: a triton.Config (BLOCK_M,
     BLOCK_N; BLOCK_M a multiple of BLOCK_N) to launch instead of the tuned one.
     """
     out = _check_operands(q, k, v, out, "attention")
@@ -492,14 +523,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"attention: sm_scale={sm_scale!r} must be a positive finite number")
     if out.numel() == 0:
         return out
+    meta = {"HEAD_DIM": D, "CAUSAL": bool(causal)}
     if chosen == "tma":
         # Block shapes are placeholders until the config's pre-hook sets them.
         descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v)]
-        args = (*descs, out, H, S, scale * LOG2E, *out.stride())
+        args = (*descs, out, H, S, B * H * S, scale * LOG2E, *out.stride())
+    elif chosen == "tma_device":
+        if q.is_cuda:
+            _ensure_allocator()
+        args = (q, k, v, out, H, S, B * H * S, scale * LOG2E, *out.stride())
+        meta["DEVICE_DESC"] = True
     else:
         args = (q, k, v, out, H, S, scale * LOG2E, *q.stride(), *k.stride(), *v.stride(),
                 *out.stride())
-    meta = {"HEAD_DIM": D, "CAUSAL": bool(causal)}
 
     def grid(m):
         return (triton.cdiv(S, m["BLOCK_M"]), B * H)
@@ -527,7 +563,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if chosen == "tma":
         _set_tma_block_shapes({"q_desc": args[0], "k_desc": args[1], "v_desc": args[2],
                                **meta, **kw})
-    kernel = _attention_tma_kernel if chosen == "tma" else _attention_kernel
+    kernel = _attention_kernel if chosen == "pointer" else _attention_tma_kernel
     kernel[grid(kw)](*args, **meta, **kw)
     return out
 

@@ -28,7 +28,8 @@ Three kernels:
   once, the way the perf tests time (`_plan`): these layers run for 10-40 us, where
   Triton's autotuner timing is dominated by host launch overhead, and a cost model ranked the
   candidates wrongly.
-- `_conv2d_nhwc_kernel` (variant "tma_nhwc", Hopper; not the default until measured): stride 1,
+- `_conv2d_nhwc_kernel` (variant "tma_nhwc", Hopper; the default of a padded conv where its
+  timed plan beats the TMA kernel's, see _faster_tma_variant): stride 1,
   any padding, dilation and output size, channels_last operands. Output tiles are TILE_H x
   TILE_W pixels of one image, and x is read through a 4-D (N, H, W, C) descriptor: the input
   pixels of a tile under one tap are one box, shifted by the tap, whose part outside the image
@@ -43,6 +44,8 @@ The output is NCHW-shaped in channels_last memory, like torch's for a channels_l
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import triton
@@ -369,10 +372,14 @@ INTERPRETER_TMA_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K":
 # tensor cores (a box of one row reshapes in place); taller tiles reach them from registers
 # (Triton 3.6, sm_90: one ldmatrix pass per step, no spills). Shared memory (Triton 3.6, sm_90,
 # BLOCK_K 64): 8 x 16 x 128 in 4 stages 115 KB, 16 x 16 x 128 in 3 115 KB, 8 x 16 x 256 in 3
-# 131 KB, 8 x 8 x 128 in 4 90 KB; registers 107-186. Not yet measured on a GPU: the sweep
-# (bench/final_run.sh sweeps) times each against cuDNN and the "tma" plan at ResNet-50's layers.
-_NHWC_TILES = ((8, 16, 128, 8, 4), (16, 8, 128, 8, 4), (16, 16, 128, 8, 3), (8, 16, 256, 8, 3),
-               (8, 16, 64, 4, 4), (16, 16, 64, 8, 4), (8, 8, 128, 4, 4), (1, 64, 64, 4, 4))
+# 131 KB, 8 x 8 x 128 in 4 90 KB; registers 107-186.
+# Measured (bench/sweep_final.py, H100, 2026-11-25, Triton 3.6, ResNet-50's 3x3 layers at batch
+# 32, fp16, x cuDNN; the "tma" plan 0.65-0.68x on each): 56 x 56 x 64 best at 1 x 64 x 64 (0.754;
+# 8 x 16 x 64 0.686), 28 x 28 x 128 at 8 x 16 x 128 (0.815; 16 x 8 0.809, 8 x 8 0.681), 14 x 14 x
+# 256 at 8 x 8 x 128 (0.726; 8 x 16 0.660), 7 x 7 x 512 at 8 x 8 x 128 only 0.486 (the "tma"
+# plan's 0.651 stays its default: _faster_tma_variant). Never the best, so not timed: 16 x 16 x
+# 128 in 3 stages (0.45-0.79), 8 x 16 x 256 in 3 (0.52), 8 x 16 x 64 and 16 x 16 x 64 (0.53-0.69).
+_NHWC_TILES = ((8, 16, 128, 8, 4), (16, 8, 128, 8, 4), (8, 8, 128, 4, 4), (1, 64, 64, 4, 4))
 
 # Under the interpreter: 4 x 4 pixels by 16 channels, so that the tests' small images span
 # several tiles in each direction.
@@ -451,6 +458,8 @@ def _nhwc_candidates(P: int, Q: int, K: int, C: int) -> list[triton.Config]:
 
 
 _PLANS: dict = {}  # (variant, device, shapes, padding, dilation, dtype) -> the fastest
+_PLAN_MS: dict = {}  # the same keys -> the fastest plan's median ms, where it was timed
+_VARIANT_CHOICES: dict = {}  # (None, device, ...) -> the faster of "tma" and "tma_nhwc"
 
 
 def _plan_key(variant, x, weight, padding, dilation):
@@ -488,8 +497,43 @@ def _plan(variant, x, weight, bias, out, padding, dilation) -> triton.Config:
         except OutOfResources:  # more shared memory than this GPU has: not a plan here
             continue
         timings.append((ms, cfg))
-    _PLANS[key] = min(timings, key=lambda t: t[0])[1] if timings else default
+    best = min(timings, key=lambda t: t[0]) if timings else None
+    _PLANS[key] = best[1] if best else default
+    if best:
+        _PLAN_MS[key] = best[0]
     return _PLANS[key]
+
+
+def _tunable(x, weight) -> bool:
+    """Whether this conv's plans are timed (see _plan): on a GPU, outside a graph capture, of
+    TUNE_MIN_FLOPS or more."""
+    N, C, H, W = x.shape
+    K, _, R, S = weight.shape
+    return (not interpreting() and 2 * N * H * W * K * C * R * S >= TUNE_MIN_FLOPS
+            and not torch.cuda.is_current_stream_capturing())
+
+
+def _faster_tma_variant(x, weight, bias, out, padding, dilation) -> str:
+    """The default of a masked conv both TMA kernels take (3x3 with padding 1, stride 1): the
+    variant whose timed plan is the faster on this GPU, once per shape; "tma" where nothing is
+    timed. The NHWC kernel's larger tiles won 3 of ResNet-50's four 3x3 layers on the H100, by
+    10-20% (0.74-0.82x cuDNN against 0.66-0.68x), and lost the 7 x 7 one (0.49x against 0.65x:
+    64-pixel tiles of a 49-pixel image), bench/sweep_final.py, 2026-11-25, Triton 3.6."""
+    key = _plan_key(None, x, weight, padding, dilation)
+    if key in _VARIANT_CHOICES:
+        return _VARIANT_CHOICES[key]
+    if not _tunable(x, weight):
+        return "tma"
+    ms = {v: _plan_ms(v, x, weight, bias, out, padding, dilation) for v in ("tma", "tma_nhwc")}
+    _VARIANT_CHOICES[key] = min(ms, key=lambda v: (ms[v], v != "tma"))
+    return _VARIANT_CHOICES[key]
+
+
+def _plan_ms(variant, x, weight, bias, out, padding, dilation) -> float:
+    """The median ms of the variant's plan for this conv (planned now if it never was); inf
+    where none was timed."""
+    _plan(variant, x, weight, bias, out, padding, dilation)
+    return _PLAN_MS.get(_plan_key(variant, x, weight, padding, dilation), math.inf)
 
 
 class _PlanReport:
@@ -501,7 +545,10 @@ class _PlanReport:
 
     @property
     def best_config(self):
-        return _PLANS.get(_plan_key(*self._args))
+        variant, x, weight, padding, dilation = self._args
+        if variant is None:  # the default of a masked conv: whichever TMA variant it chose
+            variant = _VARIANT_CHOICES.get(_plan_key(None, x, weight, padding, dilation), "tma")
+        return _PLANS.get(_plan_key(variant, x, weight, padding, dilation))
 
 
 def _pair(value, name: str) -> tuple[int, int]:
@@ -675,6 +722,15 @@ def _choose_variant(x, weight, stride, padding, dilation, out, variant: str | No
     return variant
 
 
+def _either_tma(x, weight, stride, padding, out, variant, chosen) -> bool:
+    """Whether the default (variant None) is the faster of the two TMA kernels: a masked conv
+    (taps in the padding) that both take."""
+    R, S = weight.shape[2:]
+    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
+    return (variant is None and chosen == "tma" and masked
+            and _nhwc_problem(x, weight, stride, out) is None)
+
+
 def conv2d_kernel_for(x: torch.Tensor, weight: torch.Tensor, *, stride=1, padding=0,
                       dilation=1, variant: str | None = None):
     """What `conv2d(x, weight, ...)` launches, for reports: the autotuned kernel, or for the TMA
@@ -685,6 +741,8 @@ def conv2d_kernel_for(x: torch.Tensor, weight: torch.Tensor, *, stride=1, paddin
     chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
     if chosen == "matmul":
         return matmul_kernel_for(*_gemm_operands(x, weight))
+    if _either_tma(x, weight, stride, padding, out, variant, chosen):
+        return _PlanReport(None, x, weight, padding, dilation)
     if chosen in ("tma", "tma_nhwc"):
         return _PlanReport(chosen, x, weight, padding, dilation)
     return _conv2d_kernel
@@ -750,8 +808,9 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     channels_last memory. variant: "tma" (stride 1, same-size output, channels_last operands, C
     a multiple of 16, K of 8; Hopper), "tma_nhwc" (the same but any output size: stride 1,
     channels_last, C a multiple of 16, K of 8; Hopper), "implicit_gemm" (any conv), or "matmul"
-    (1x1, stride 1, no padding, channels_last x and out); default "tma" where it applies, else
-    "implicit_gemm". config: a triton.Config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M; for "tma"
+    (1x1, stride 1, no padding, channels_last x and out); default "tma" where it applies (for a
+    padded conv the NHWC kernel also takes, the faster on this GPU of "tma" and "tma_nhwc",
+    timed once per shape), else "implicit_gemm". config: a triton.Config (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M; for "tma"
     optionally SPLIT_K and A_TMA; for "tma_nhwc" TILE_H, TILE_W, BLOCK_N, BLOCK_K, GROUP_M) to
     launch instead of the planned or autotuned one.
     """
@@ -759,6 +818,8 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
     if out.numel() == 0:
         return out
+    if config is None and _either_tma(x, weight, stride, padding, out, variant, chosen):
+        chosen = _faster_tma_variant(x, weight, bias, out, padding, dilation)
     N, C, H, W = x.shape
     K, _, R, S = weight.shape
     if chosen == "tma":

@@ -484,22 +484,18 @@ def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> d
     partial buffer at 1/64 of the rows (its write and read cost ~3% of the traffic) while
     giving every SM many programs; the row sums loop in 4096-column steps.
 
-    Where the time goes (issue 23; BENCHMARKS.md, 256 MB tensors: median 0.70 of the copy
-    ceiling on the H100, 0.58 on the H200, target 0.75). Wide rows (16K, 64K: 52-56% of copy on
-    the H100, 46-55% on the H200) read x and dy twice, once for the row sums and once for dx:
-    5 tensor-sized transfers for the 3 counted, so they cannot pass 0.6 of the ceiling however
-    fast they stream. Whole rows (1K, 4K: 71-86% H100, 59-82% H200) are latency-bound: a
-    program issues one tile's loads, reduces it (barriers), stores dx, and only then loads the
-    next, so an SM has its 2 programs' tiles in flight, and the H200, 1.43x the bandwidth per
-    SM, needs 1.43x the bytes in flight (its lower fractions say so). Candidates, all off by
-    default until measured (bench/final_run.sh sweeps): NUM_STAGES (SUMS_NUM_STAGES for the row
-    sums) > 1 pipelines the row loops through shared memory (Triton 3.6, sm_90: 32-98 KB per
-    program at 3 stages, the default's code unchanged at 1); programs_per_sm 3-4; band_bytes
-    runs the wide rows' two kernels band by band, each band's x and dy within band_bytes (the
-    sweep takes half and a quarter of the device's L2), so that the second read comes from L2:
-    3 transfers from DRAM instead of 5, for two launches per band and their tails. (Rows read
-    once, split over programs that exchange their row sums as the forward's do, would need
-    neither: not built.)
+    Measured (bench/sweep_final.py, H100, 2026-11-25, Triton 3.6, 256 MB tensors, fraction of
+    torch.add(x, dy), which moves the same bytes): whole rows in 16-bit dtypes pipelined over
+    NUM_STAGES=3 (the tiles of the next rows copied into shared memory while this one is
+    reduced: ~48 KB a program) 0.835 at 1K and 0.846 at 4K columns, against 0.713 and 0.809 in
+    one stage (2 stages 0.774 and 0.784, 4 programs per SM 0.70); float32 1K rows 0.858 at 1, 2
+    or 3 stages alike, so they keep one. Wide rows (16K, 64K) read x and dy twice, once for the
+    row sums and once for dx: 5 tensor-sized transfers for the 3 counted, so they cannot pass 0.6
+    of the ceiling however fast they stream (measured 0.52-0.56; pipelining the row sums
+    SUMS_NUM_STAGES=3 0.52-0.57; bands of half or a quarter of L2, so that the second read
+    comes from L2, 0.18-0.38: two launches per band and their tails cost more than they save).
+    Rows read once, split over programs that exchange their row sums as the forward's do, are
+    what would lift them: not built.
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     if block <= FUSED_BWD_MAX_COLS:
@@ -508,7 +504,8 @@ def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> d
         num_warps = 4 if tile <= 1024 else 8 if tile <= 4096 else 16
         return {"BLOCK_N": block, "ROWS": rows, "num_warps": num_warps, "programs_per_sm": 2,
                 "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8,
-                "NUM_STAGES": 1, "SUMS_NUM_STAGES": 1, "band_bytes": None}
+                "NUM_STAGES": 1 if dtype == torch.float32 else 3, "SUMS_NUM_STAGES": 1,
+                "band_bytes": None}
     return {"BLOCK_N": 1024, "ROWS": 4, "num_warps": 8, "programs_per_sm": 2,
             "rows_per_chunk": 64, "SUMS_BLOCK_N": 4096, "sums_num_warps": 8, "NUM_STAGES": 1,
             "SUMS_NUM_STAGES": 1, "band_bytes": None}

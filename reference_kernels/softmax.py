@@ -329,18 +329,15 @@ def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     programs: 2751 GB/s, and capped at 56 (maxnreg; no spill), 9 programs: 2844. Under the
     interpreter, which runs programs one at a time, a chunk is the whole row: a program cannot
     wait for one that runs after it.
-    softmax_persistent's looped path: 4096-column steps over 16 warps, 8 values per thread (at 16
-    per thread Triton 3.6's ptxas spills in the loop); programs_per_sm=None sizes the grid so
-    that the rows in flight fill about half of L2 (_rows.looped_grid), for the second read.
-    It is the straggler of the suite (issue 23): 64K 16-bit columns at 0.66 of the copy ceiling
-    on the H100 and 0.54 on the H200 (target 0.85). Likely cause, bytes in flight: the loop is
-    not pipelined (NUM_STAGES=1), so a program has one 8 KB step in flight, and the grid's ~200
-    programs (half of L2 in 128 KB rows) put ~12 KB per SM, where bandwidth x latency asks for
-    ~18 KB per SM on the H100 and ~29 KB on the H200 (3.0 and 4.2 TB/s over 132 SMs at ~0.8
-    us): 12/18 and 12/29 are the measured fractions, near enough. Candidates, configs only
-    until measured (bench/final_run.sh sweeps): NUM_STAGES 2-3 (the loops pipelined through
-    shared memory: 2-3 steps in flight per program), 2048-column steps on 8 warps over 3
-    stages, and the split rows softmax takes (one read: SPLIT=True, 4096-column chunks).
+    softmax_persistent's rows wider than SINGLE_PASS_MAX_COLS take softmax's split rows too (no
+    persistent grid: a row's chunks exchange their statistics). Its looped path (one program per
+    row, two passes; config SPLIT=False, or BLOCK_N below the row) was the straggler of issue 23:
+    64K 16-bit columns at 0.66 of the copy ceiling on the H100, 0.54 on the H200, the loop's few
+    bytes in flight per SM. Measured at 2048 x 65536 fp16 (bench/sweep_final.py, H100,
+    2026-11-25, Triton 3.6, fraction of a copy of x): the looped path 0.696 (NUM_STAGES 2: 0.468,
+    3: 0.642, 3 over 2 programs per SM: 0.700, 2048-column steps on 8 warps in 3 stages: 0.541)
+    against the split rows 0.869 (4096-column chunks on 4 warps) and 0.929 (softmax's timed
+    choice, 8192 columns capped at 80 registers).
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
@@ -361,9 +358,6 @@ def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
         num_warps = 4 if tile <= 2048 else 8 if tile <= 8192 else 32 if persistent else 16
         return {**base, "BLOCK_N": block, "ROWS": rows, "num_warps": num_warps,
                 "programs_per_sm": max(1, 32 // num_warps)}
-    if persistent:
-        return {**base, "BLOCK_N": 4096, "ROWS": 1, "num_warps": 16, "EVICT": True,
-                "programs_per_sm": None}
     return {**base, "BLOCK_N": block if interpreting() else 4096, "ROWS": 1, "num_warps": 4,
             "SPLIT": True, "programs_per_sm": None}
 
@@ -502,8 +496,9 @@ def softmax_persistent(x: torch.Tensor, *, out: torch.Tensor | None = None,
     """softmax(x, dim=-1) on a persistent grid of programs_per_sm programs per SM.
 
     Tiles of rows come from a launch-wide counter (NUM_STAGES=1), or with NUM_STAGES > 1 from a
-    grid-stride loop pipelined through shared memory; rows wider than SINGLE_PASS_MAX_COLS loop
-    in one program each (config as for softmax).
+    grid-stride loop pipelined through shared memory; rows wider than SINGLE_PASS_MAX_COLS are
+    split over programs as softmax splits them (faster than one looping program per row: see
+    softmax_config), or with config SPLIT=False loop in one program each (config as for softmax).
     """
     x2, y2, out = _as_rows(x, out, "softmax_persistent")
     cfg = _choose(x2, y2, config, True, "softmax_persistent")

@@ -29,7 +29,7 @@ def _dot_dtype(dtype: torch.dtype) -> None:
 
 
 def _need_variant(variant: str, device: torch.device) -> None:
-    if variant == "tma" and not tma_available(device):
+    if variant != "pointer" and not tma_available(device):
         if interpreting():
             skip_interpreter_gap("tensor_descriptor")
         pytest.skip("TMA needs Triton >= 3.4 and a Hopper (sm_90) or newer GPU")

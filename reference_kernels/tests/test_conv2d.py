@@ -386,3 +386,35 @@ def test_conv2d_tma_rejects_bad_arguments(make_tensor, triton_device, call, matc
     x, weight, _ = conv2d_inputs(make_tensor, 1, 32, 6, 6, 8, 3, 3, dtype=torch.float16)
     with pytest.raises(ValueError, match=match):
         call(x, weight)
+
+
+# --- the default of a padded conv: the faster of the two TMA kernels, timed once per shape ------
+
+@pytest.mark.parametrize("faster", ["tma", "tma_nhwc"])
+def test_conv2d_default_takes_the_faster_tma_variant(make_tensor, triton_device, monkeypatch,
+                                                     faster):
+    # Timings stand in for the GPU's (the interpreter times nothing): the default must launch
+    # the variant whose plan was faster, and only that one, with a correct result; a 1x1
+    # unpadded conv (no masks) stays on the TMA kernel without timing anything.
+    _need_tma(triton_device)
+    ms = {"tma": 1.0, "tma_nhwc": 2.0} if faster == "tma" else {"tma": 2.0, "tma_nhwc": 1.0}
+    timed, launched = [], []
+    monkeypatch.setattr(cv, "_VARIANT_CHOICES", {})
+    monkeypatch.setattr(cv, "_tunable", lambda x, w: True)
+    monkeypatch.setattr(cv, "_plan_ms", lambda variant, *args: timed.append(variant) or ms[variant])
+    for name in ("_conv2d_tma", "_conv2d_nhwc"):
+        real = getattr(cv, name)
+        monkeypatch.setattr(cv, name, lambda *a, real=real, name=name: launched.append(name)
+                            or real(*a))
+    x, weight, bias = conv2d_inputs(make_tensor, 2, 16, 9, 7, 24, 3, 3, dtype=torch.float16,
+                                    bias=True)
+    y = conv2d(x, weight, bias, padding=1)
+    _check(y, x, weight, bias, padding=1)
+    assert sorted(timed) == ["tma", "tma_nhwc"]
+    assert launched == ["_conv2d_" + ("tma" if faster == "tma" else "nhwc")]
+    conv2d(x, weight, bias, padding=1)  # the choice is kept: nothing timed again
+    assert len(timed) == 2
+    timed.clear()
+    x1, w1, _ = conv2d_inputs(make_tensor, 2, 32, 5, 6, 16, 1, 1, dtype=torch.float16)
+    _check(conv2d(x1, w1), x1, w1, None)
+    assert timed == [] and launched[-1] == "_conv2d_tma"

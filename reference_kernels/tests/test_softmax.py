@@ -19,8 +19,8 @@ from . import controls
 
 LAUNCHERS = [pytest.param(softmax, id="tiled"), pytest.param(softmax_persistent, id="persistent")]
 DTYPE_PARAMS = [pytest.param(d, id=str(d).removeprefix("torch.")) for d in DTYPES]
-# Odd widths and heights; 1 x 65536 takes the looped path with the default config, 65536 x 1
-# packs 8192 rows into each tile.
+# Odd widths and heights; 1 x 65536 takes the split path with the default config (one chunk per
+# row under the interpreter), 65536 x 1 packs 8192 rows into each tile.
 SHAPES = [(1, 1), (1, 127), (3, 129), (127, 129), (129, 127), (5, 1025), (2, 4097), (1, 65536),
           (65536, 1)]
 # The looped path on small rows: 32-column steps, so 129 columns end in a 1-column block.
