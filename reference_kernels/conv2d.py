@@ -811,8 +811,8 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     (1x1, stride 1, no padding, channels_last x and out); default "tma" where it applies (for a
     padded conv the NHWC kernel also takes, the faster on this GPU of "tma" and "tma_nhwc",
     timed once per shape), else "implicit_gemm". config: a triton.Config (BLOCK_M, BLOCK_N,
-    BLOCK_K, GROUP_M; for "tma" optionally SPLIT_K and A_TMA; for "tma_nhwc" TILE_H, TILE_W, BLOCK_N, BLOCK_K, GROUP_M) to
-    launch instead of the planned or autotuned one.
+    BLOCK_K, GROUP_M; for "tma" optionally SPLIT_K and A_TMA; for "tma_nhwc" TILE_H, TILE_W,
+    BLOCK_N, BLOCK_K, GROUP_M) to launch instead of the planned or autotuned one.
     """
     out = _check_operands(x, weight, bias, stride, padding, dilation, out)
     chosen = _choose_variant(x, weight, stride, padding, dilation, out, variant)
