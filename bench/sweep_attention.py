@@ -1,4 +1,4 @@
-"""Sweep attention's warp specialization and tiles against torch's SDPA, on the GPU.
+"""Sweep attention's tiles against torch's SDPA, on the GPU.
 
     python3 bench/sweep_attention.py                   # D 128, then D 64, fp16, within --budget s
     python3 bench/sweep_attention.py --dtypes fp16 bf16 --head-dims 128
@@ -7,7 +7,8 @@
 At every shape of test_attention_speed (reference_kernels/tests/test_compute_perf.py: B, H, S in
 (32, 16, 1024), (8, 16, 4096), (2, 16, 16384), causal and not), per head dim: the default (the
 autotuned launch `attention` makes, TMA on Hopper) and each candidate config of the TMA kernel
-(reference_kernels/attention.py: tiles, stages, warps, and its WARP_SPECIALIZE option).
+(reference_kernels/attention.py: tiles, stages, warps; its WARP_SPECIALIZE option, swept here
+before, was removed: see the module's docstring).
 Each is run once on an output poisoned with NaN, checked against SDPA's output (max |out - sdpa|
 / max |sdpa|, WRONG above sweep_compute.MAX_ERR), then timed with the perf tests' own timer
 (pytest_triton.perf.timing.measure: cold L2, SDPA interleaved), so that "x torch" is the ratio
@@ -60,32 +61,22 @@ if SMOKE:
     SHAPES = [(1, 2, 40)]
 
 
-def _cfg(bm, bn, stages, warps, ws=False):
-    kw = {"BLOCK_M": bm, "BLOCK_N": bn}
-    if ws:
-        kw["WARP_SPECIALIZE"] = True
-    return triton.Config(kw, num_stages=stages, num_warps=warps)
+def _cfg(bm, bn, stages, warps):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages, num_warps=warps)
 
 
 # Per head dim, after the default: the shipped first candidate as a config (the baseline each
 # candidate is judged against), then (issue 23, what gets Triton's FlashAttention kernels to
 # SDPA's speed on Hopper):
-# - WARP_SPECIALIZE (Triton's automatic warp specialization, Triton's tutorial's Hopper path for
-#   non-causal attention): a producer warp and two consumer warpgroups of 4 warps, 128 query rows
-#   split between them, 2-3 stages of K and V (the tutorial's test config is 128 x 64, 2 stages,
-#   4 warps). Compiled for sm_90 with Triton 3.6 (no GPU): 12 warps, 168 registers, no spills;
-#   D 128: 128 x 128 over 2 stages 180 KB of shared memory, 128 x 64 over 2 115 KB, over 3
-#   148 KB (128 x 128 over 3: 246 KB, left out). Causal rows too: one masked loop then.
 # - D 128 at 64 x 64 over 2 stages and 4 warps: 80 KB and 138 registers, so two programs share
 #   an SM and one's softmax runs while the other's products do (the 3-stage tile the default
 #   tunes to at S = 1024 needs 113 KB: one per SM).
 CANDIDATES = {
-    128: [_cfg(128, 128, 3, 8), _cfg(128, 128, 2, 4, ws=True), _cfg(128, 64, 2, 4, ws=True),
-          _cfg(128, 64, 3, 4, ws=True), _cfg(64, 64, 2, 4)],
-    64: [_cfg(128, 64, 4, 8), _cfg(128, 64, 2, 4, ws=True), _cfg(128, 128, 2, 4, ws=True)],
+    128: [_cfg(128, 128, 3, 8), _cfg(64, 64, 2, 4)],
+    64: [_cfg(128, 64, 4, 8)],
 }
-if SMOKE:  # the interpreter's blocks, each option once
-    CANDIDATES = {d: [_cfg(32, 16, 1, 4), _cfg(32, 16, 1, 4, ws=True)] for d in (64, 128)}
+if SMOKE:  # the interpreter's blocks
+    CANDIDATES = {d: [_cfg(32, 16, 1, 4)] for d in (64, 128)}
 
 
 @sc._guarded

@@ -149,9 +149,8 @@ if SMOKE:
 def cfg_str(cfg) -> str:
     """'128x256x64/2 s3 w8 aT' for a triton.Config (8x16px:128x64: conv2d's tma_nhwc tile of
     8 x 16 pixels by 128 channels, 64 per step; /2: SPLIT_K, /2+fx: summed by matmul's
-    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; attention's ws:
-    WARP_SPECIALIZE; r168: maxnreg), a launch dict, or a LaunchTuner's best_config text
-    ('BLOCK_M: 64, ...'); '-' for none."""
+    in-kernel fixup; aT/aC: A loaded by TMA or by masked copies; r168: maxnreg), a launch dict,
+    or a LaunchTuner's best_config text ('BLOCK_M: 64, ...'); '-' for none."""
     if cfg is None:
         return "-"
     if isinstance(cfg, str):  # reference_kernels/_tuning.py's "key: value, ..." text
@@ -172,9 +171,8 @@ def cfg_str(cfg) -> str:
     split = f"/{kw['SPLIT_K']}" if kw.get("SPLIT_K", 1) > 1 else ""
     a_load = {True: " aT", False: " aC"}.get(kw.get("A_TMA"), "")
     fixup = "+fx" if kw.get("FIXUP") and kw.get("SPLIT_K", 1) > 1 else ""  # matmul's fixup
-    flags = " ws" if kw.get("WARP_SPECIALIZE") else ""
     regs = f" r{cfg.maxnreg}" if getattr(cfg, "maxnreg", None) else ""
-    return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}{flags}{regs}"
+    return f"{dims}{split}{fixup} s{cfg.num_stages} w{cfg.num_warps}{a_load}{regs}"
 
 
 def _short(exc: BaseException) -> str:
@@ -455,8 +453,8 @@ def print_table(sw, summary):
         best = max(ok, key=lambda r: r["x_torch"]) if ok else None
         for r in sorted(rows, key=lambda r: (r["x_torch"] is None, -(r["x_torch"] or 0))):
             print(("* " if r is best else "  ") + _line(r))
-    print("\nGeometric-mean speedup over torch (perf tests: conv_resnet50 0.7, attention 0.85; "
-          "matmul_m128 is part of the LLM sweep, 0.85 over 12 shapes):")
+    print("\nGeometric-mean speedup over torch (the perf tests' targets: "
+          "reference_kernels/tests/test_compute_perf.py):")
     for group, s in summary.items():
         def num(v):
             return f"{v:.3f}" if v is not None else "-"

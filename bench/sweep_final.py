@@ -18,10 +18,9 @@ pytest_triton.perf.timing.measure, with the baseline interleaved):
              autotuner that now holds 128x128x64 in 5 stages, against the 128x256x64
              persistent launch it used to pick.
   attention  D128 (the six test_attention_speed shapes, fp16): the default, the shipped
-             128 x 128 tile, Triton's warp specialization (WARP_SPECIALIZE: 128 x 128 over 2
-             stages, 128 x 64 over 2 and 3, 4-warp consumer groups), and 64 x 64 over 2 stages
-             (two programs per SM); D64: the default and warp-specialized 128 x 64 and
-             128 x 128, 2 stages.
+             128 x 128 tile and 64 x 64 over 2 stages (two programs per SM); D64: the default
+             and the shipped 128 x 64 tile. (Triton's warp specialization, swept here on
+             2026-11-25, was removed from the kernel: see reference_kernels/attention.py.)
   conv       ResNet-50's four 3x3 layers at batch 32 (fp16) against cuDNN: the "tma" plan (the
              default), the "tma_nhwc" plan (its candidates timed once per layer), and each
              "tma_nhwc" candidate.
@@ -55,15 +54,9 @@ SHARES = {"matmul": 0.2, "attention": 0.35, "conv": 0.2, "memory": 0.25}
 def _parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-    p.add_argument("--ws", choices=("with", "without", "only"), default="with",
-                   help="attention: the warp-specialized candidates with the others (default), "
-                        "without them, or only them")
     p.add_argument("--attention-candidate", type=int, default=None,
                    help="attention: only this candidate of each head dim's list (an index)")
     p.add_argument("--head-dims", type=int, nargs="+", default=[128, 64])
-    p.add_argument("--attention-variant", choices=("tma", "tma_device"), default="tma",
-                   help="attention: the variant the candidates run on (tma_device: descriptors "
-                        "made in the kernel, which Hopper's warp specialization needs)")
     p.add_argument("--attention-shapes", type=int, nargs="+", default=None,
                    help="attention: only these of ATTENTION_SHAPES (indices)")
     p.add_argument("--causal", choices=("both", "no", "yes"), default="both")
@@ -99,6 +92,7 @@ MATMUL_LARGE = [(1024, 14336, 4096, torch.float16), (1024, 4096, 4096, torch.flo
                 (1024, 4096, 14336, torch.float16)]
 ATTENTION_SHAPES = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 CONV_LAYERS = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)]  # (C, K, H=W)
+CONV_1X1 = [(256, 64, 56), (64, 256, 56), (512, 128, 28), (1024, 256, 14)]
 CONV_BATCH = 32
 SOFTMAX_COLS = 65536
 LAYERNORM_BWD = [(1024, torch.float16), (4096, torch.float16), (16384, torch.float16),
@@ -108,6 +102,7 @@ if SMOKE:
     MATMUL_LARGE = [(300, 40, 72, torch.float16)]
     ATTENTION_SHAPES = [(1, 2, 40)]
     CONV_LAYERS = [(16, 16, 6)]
+    CONV_1X1 = [(32, 16, 6)]
     CONV_BATCH = 2
     SOFTMAX_COLS = 256
     LAYERNORM_BWD = [(64, torch.float32), (256, torch.float32)]
@@ -119,9 +114,8 @@ def _mm_config(launch: dict) -> triton.Config:
     return triton.Config(kw, num_stages=launch["num_stages"], num_warps=launch["num_warps"])
 
 
-def _attn(bm, bn, stages, warps, ws=False):
-    kw = {"BLOCK_M": bm, "BLOCK_N": bn, **({"WARP_SPECIALIZE": True} if ws else {})}
-    return triton.Config(kw, num_stages=stages, num_warps=warps)
+def _attn(bm, bn, stages, warps):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages, num_warps=warps)
 
 
 # --- matmul -----------------------------------------------------------------------------------
@@ -166,13 +160,11 @@ def phase_matmul(sw):
 # --- attention --------------------------------------------------------------------------------
 
 ATTENTION_CANDIDATES = {
-    128: [_attn(128, 128, 3, 8), _attn(128, 128, 2, 4, ws=True), _attn(128, 64, 2, 4, ws=True),
-          _attn(128, 64, 3, 4, ws=True), _attn(64, 64, 2, 4)],
-    64: [_attn(128, 64, 2, 4, ws=True), _attn(128, 128, 2, 4, ws=True)],
+    128: [_attn(128, 128, 3, 8), _attn(64, 64, 2, 4)],
+    64: [_attn(128, 64, 4, 8)],
 }
 if SMOKE:
-    ATTENTION_CANDIDATES = {128: [_attn(32, 16, 1, 4), _attn(32, 16, 1, 4, ws=True)],
-                            64: [_attn(32, 16, 1, 4, ws=True)]}
+    ATTENTION_CANDIDATES = {128: [_attn(32, 16, 1, 4)], 64: [_attn(32, 16, 1, 4)]}
 
 
 @sc._guarded
@@ -182,15 +174,13 @@ def run_attention(sw, b, h, s, d, causal, group):
     case = sc.Case("attention", f"B{b}_H{h}_S{s}_D{d}_causal{int(causal)}", torch.float16,
                    lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                    at.attention_flops(q, causal=causal), at.attention_bytes(q), group)
-    if ARGS.ws != "only" and ARGS.attention_candidate is None:
+    if ARGS.attention_candidate is None:
         sw.try_variant(case, "default", None,
                        lambda: at.attention(q, k, v, causal=causal, out=o), o,
                        at.attention_kernel_for(q, k, v))
-    variant = ARGS.attention_variant if mm.tma_available(DEVICE) else "pointer"
+    variant = "tma" if mm.tma_available(DEVICE) else "pointer"
     for i, config in enumerate(ATTENTION_CANDIDATES[d]):
-        ws = bool(config.kwargs.get("WARP_SPECIALIZE"))
-        if (ARGS.attention_candidate not in (None, i) or (ws and ARGS.ws == "without")
-                or (not ws and ARGS.ws == "only")):
+        if ARGS.attention_candidate not in (None, i):
             continue
         print(f"-- attention candidate {i}: {sc.cfg_str(config)}", flush=True)
         sw.try_variant(case, variant, config,
@@ -235,9 +225,25 @@ def run_conv(sw, c_in, k_out, hw, group):
                                                        variant="tma_nhwc", config=config), y)
 
 
+@sc._guarded
+def run_conv_1x1(sw, c_in, k_out, hw, group):
+    x, w, _ = cv.conv2d_inputs(sw.make, CONV_BATCH, c_in, hw, hw, k_out, 1, 1,
+                               dtype=torch.float16)
+    y = torch.empty((CONV_BATCH, k_out, hw, hw), dtype=x.dtype, device=DEVICE,
+                    memory_format=torch.channels_last)
+    case = sc.Case("conv2d", f"1x1_C{c_in}_K{k_out}_H{hw}", torch.float16,
+                   lambda: F.conv2d(x, w), cv.conv2d_flops(x, w), cv.conv2d_bytes(x, w), group)
+    sw.try_variant(case, "default", None, lambda: cv.conv2d(x, w, out=y), y,
+                   cv.conv2d_kernel_for(x, w))
+    sw.try_variant(case, "matmul", None, lambda: cv.conv2d(x, w, out=y, variant="matmul"), y,
+                   cv.conv2d_kernel_for(x, w, variant="matmul"))
+
+
 def phase_conv(sw):
     for c_in, k_out, hw in CONV_LAYERS:
         run_conv(sw, c_in, k_out, hw, "conv_resnet50_3x3")
+    for c_in, k_out, hw in CONV_1X1:  # the GEMM layers: the TMA plan or the matmul module's
+        run_conv_1x1(sw, c_in, k_out, hw, "conv_resnet50_1x1")
 
 
 # --- memory -----------------------------------------------------------------------------------

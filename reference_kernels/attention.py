@@ -34,16 +34,18 @@ speed); the lazy rescale's cross-warp branch per block cost more than the multip
 (128 x 128: 0.696 against 0.827 without it on the H100). They were removed
 rather than kept off by default: no shape wanted them, and they were most of the loop's code.
 
-One option a config may set instead (off in the tuned configs until bench/sweep_attention.py
-shows where it pays; exact up to rounding): WARP_SPECIALIZE, Triton's automatic warp
-specialization of the key loop (tl.range(warp_specialize=True), Triton >= 3.5 on Hopper, enabled
-there by Triton's tutorial for non-causal attention): a producer warp issues the TMA loads and
-the compiler splits the rows over two consumer warpgroups of num_warps each, FlashAttention-3's
-structure without hand-written barriers. Compiled for sm_90 with Triton 3.6 (no GPU): 12 warps,
-168 registers, no spills at D 128 for 128 x 128 and 128 x 64 tiles over 2-3 stages (128 x 128 over
-3 stages asks for 246 KB: it cannot launch). The pass asserts on a specialized loop followed by
-another loop and gives up on one followed by a single step, so with WARP_SPECIALIZE one loop
-visits every visible key, masked unless no key block crosses S (non-causal, EVEN_N).
+Also removed, measured (2026-11-25, bench/sweep_final.py, H100, D128, non-causal, x SDPA at
+S = 1024, 4096, 16384): Triton's automatic warp specialization of the key loop
+(tl.range(warp_specialize=True), FlashAttention-3's producer/consumer structure chosen by the
+compiler). With the host-side descriptors of the "tma" variant, every warp-specialized config
+tried (128 x 128 over 2 stages, 128 x 64 over 2 and 3, 4-warp consumer groups; D64 128 x 64 and
+128 x 128) compiled and then never finished on the GPU (the process waited in
+torch.cuda.synchronize until killed: Triton's Hopper warp specialization partitions data only
+with descriptors made in the kernel, triton-lang/triton#7658). With descriptors made in the
+kernel (tl.make_tensor_descriptor) it ran and was right, and slower than the default:
+128 x 128 over 2 stages 0.734 / 0.837 / 0.851 against the default's 0.768 / 0.841 / 0.858,
+128 x 64 0.68-0.78, D64 128 x 64 0.60-0.71 against 0.92-0.95; the same descriptors without
+specialization 0.793 against the host descriptors' 0.849 (S = 4096). No shape wanted it.
 Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
 into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
 fp16/bf16.
@@ -73,7 +75,7 @@ from ._tuning import autotune_kwargs
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = 1.4426950408889634
-VARIANTS = ("pointer", "tma", "tma_device")
+VARIANTS = ("pointer", "tma")
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
 # they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
@@ -85,8 +87,7 @@ FALLBACK_VARIANT = "pointer"
 def _set_tma_block_shapes(nargs: dict) -> None:
     """Autotuner pre-hook: a host-side descriptor's block shape is the tile of the config run."""
     q_desc = nargs.get("q_desc")
-    if TensorDescriptor is None or not isinstance(q_desc, TensorDescriptor):
-        # the pointer kernel, or descriptors the kernel makes (variant "tma_device")
+    if q_desc is None:  # the pointer kernel
         return
     d = nargs["HEAD_DIM"]
     q_desc.block_shape = [nargs["BLOCK_M"], d]
@@ -108,8 +109,8 @@ def _attention_configs() -> dict[int, list[triton.Config]]:
     candidate. Two candidates per head dim cost two compiles per head dim and causal flag in the
     3-minute perf run.
     """
-    def cfg(bm, bn, stages, warps, **options):  # options: WARP_SPECIALIZE=True
-        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **options}, num_stages=stages,
+    def cfg(bm, bn, stages, warps):
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages,
                              num_warps=warps, pre_hook=_set_tma_block_shapes)
 
     return {64: [cfg(128, 64, 4, 8), cfg(64, 64, 3, 4)],
@@ -269,23 +270,11 @@ def _attention_block(
     CAUSAL: tl.constexpr,
     TMA: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,  # Triton's automatic warp specialization of the loop
 ):
-    if WARP_SPECIALIZE:
-        # Triton >= 3.5 on Hopper: a producer warp issues the TMA loads and the loop's work is
-        # split by rows over consumer warpgroups of num_warps each (FlashAttention-3's
-        # structure, chosen by the compiler); one accumulator buffer, as Triton's tutorial
-        # runs it.
-        for start_n in tl.range(start, end, BLOCK_N, warp_specialize=True,
-                                disallow_acc_multi_buffer=True):
-            acc, m_i, l_i = _attention_step(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
-                                            stride_vn, offs_m, offs_n, start_n, S, qk_scale,
-                                            MASKED, CAUSAL, TMA)
-    else:
-        for start_n in range(start, end, BLOCK_N):
-            acc, m_i, l_i = _attention_step(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
-                                            stride_vn, offs_m, offs_n, start_n, S, qk_scale,
-                                            MASKED, CAUSAL, TMA)
+    for start_n in range(start, end, BLOCK_N):
+        acc, m_i, l_i = _attention_step(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                        stride_vn, offs_m, offs_n, start_n, S, qk_scale, MASKED,
+                                        CAUSAL, TMA)
     return acc, m_i, l_i
 
 
@@ -299,29 +288,18 @@ def _attend(
     HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
-    EVEN_N: tl.constexpr,  # S is a multiple of BLOCK_N: no key block crosses S
 ):
     """(acc, l): the unnormalised output rows and their softmax sums, over every visible key."""
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, HEAD_DIM), dtype=tl.float32)
     unmasked_end, masked_end = _key_ranges(block_m, S, CAUSAL, BLOCK_M, BLOCK_N)
-    if WARP_SPECIALIZE:
-        # One loop over every visible key: Triton 3.6's warp specialization fails on a loop
-        # followed by another loop (the pass asserts) and gives up on one followed by a step
-        # (compiled for sm_90, no GPU), so the tail or the causal diagonal cannot have its own.
-        # Masked unless no key block crosses S (non-causal, EVEN_N), as the tutorial's loop.
-        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
-                                         stride_vn, offs_m, offs_n, 0, masked_end, S, qk_scale,
-                                         CAUSAL or not EVEN_N, CAUSAL, TMA, BLOCK_N, True)
-    else:
-        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
-                                         stride_vn, offs_m, offs_n, 0, unmasked_end, S,
-                                         qk_scale, False, CAUSAL, TMA, BLOCK_N, False)
-        acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
-                                         stride_vn, offs_m, offs_n, unmasked_end, masked_end, S,
-                                         qk_scale, True, CAUSAL, TMA, BLOCK_N, False)
+    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                     stride_vn, offs_m, offs_n, 0, unmasked_end, S, qk_scale,
+                                     False, CAUSAL, TMA, BLOCK_N)
+    acc, m_i, l_i = _attention_block(acc, m_i, l_i, q, k_src, v_src, kv_row, stride_kn,
+                                     stride_vn, offs_m, offs_n, unmasked_end, masked_end, S,
+                                     qk_scale, True, CAUSAL, TMA, BLOCK_N)
     return acc, l_i
 
 
@@ -342,8 +320,6 @@ def _attention_kernel(
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
-    WARP_SPECIALIZE: tl.constexpr = False,  # one warp-specialized loop over the keys (Hopper)
-    EVEN_N: tl.constexpr = False,  # S is a multiple of BLOCK_N (set by the launcher)
 ):
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
@@ -364,8 +340,7 @@ def _attention_kernel(
     v_ptrs = v_ptr + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
 
     acc, l_i = _attend(q, k_ptrs, v_ptrs, 0, stride_ks, stride_vs, offs_m, offs_n, S, qk_scale,
-                       block_m, CAUSAL, False, HEAD_DIM, BLOCK_M, BLOCK_N, WARP_SPECIALIZE,
-                       EVEN_N)
+                       block_m, CAUSAL, False, HEAD_DIM, BLOCK_M, BLOCK_N)
     acc = acc / l_i[:, None]
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
     tl.store(o_ptrs, acc.to(o_ptr.dtype.element_ty), mask=m_ok[:, None])
@@ -373,32 +348,19 @@ def _attention_kernel(
 
 @triton.jit
 def _attention_tma_kernel(
-    q_desc,  # descriptor of Q as (B*H*S) x HEAD_DIM (contiguous), block [BLOCK_M, HEAD_DIM];
-             # DEVICE_DESC: Q itself (contiguous), whose descriptor the kernel makes
-    k_desc,  # descriptor of K as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM] (or K)
-    v_desc,  # descriptor of V as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM] (or V)
+    q_desc,  # descriptor of Q as (B*H*S) x HEAD_DIM (contiguous), block [BLOCK_M, HEAD_DIM]
+    k_desc,  # descriptor of K as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM]
+    v_desc,  # descriptor of V as (B*H*S) x HEAD_DIM, block [BLOCK_N, HEAD_DIM]
     o_ptr,  # *out* B x H x S x HEAD_DIM, strides (stride_ob, stride_oh, stride_os, stride_od)
     H,  # heads
     S,  # sequence length (queries and keys)
-    n_rows,  # B*H*S: the rows of the (B*H*S) x HEAD_DIM views (DEVICE_DESC)
     qk_scale,  # sm_scale * log2(e)
     stride_ob, stride_oh, stride_os, stride_od,
     HEAD_DIM: tl.constexpr,
     CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per step; BLOCK_M must be a multiple of it
-    WARP_SPECIALIZE: tl.constexpr = False,  # one warp-specialized loop over the keys (Hopper)
-    EVEN_N: tl.constexpr = False,  # S is a multiple of BLOCK_N (set by the launcher)
-    DEVICE_DESC: tl.constexpr = False,  # q_desc, k_desc, v_desc are tensors: make descriptors
 ):
-    if DEVICE_DESC:  # variant "tma_device": descriptors made here, in global scratch memory
-        rows = n_rows
-        q_desc = tl.make_tensor_descriptor(q_desc, [rows, HEAD_DIM], [HEAD_DIM, 1],
-                                           [BLOCK_M, HEAD_DIM])
-        k_desc = tl.make_tensor_descriptor(k_desc, [rows, HEAD_DIM], [HEAD_DIM, 1],
-                                           [BLOCK_N, HEAD_DIM])
-        v_desc = tl.make_tensor_descriptor(v_desc, [rows, HEAD_DIM], [HEAD_DIM, 1],
-                                           [BLOCK_N, HEAD_DIM])
     block_m = _query_block(CAUSAL)
     bh = tl.program_id(1)
     row0 = bh * S  # this (batch, head)'s first row in the (B*H*S) x HEAD_DIM views
@@ -411,7 +373,7 @@ def _attention_tma_kernel(
     q = q_desc.load([row0 + block_m * BLOCK_M, 0])
 
     acc, l_i = _attend(q, k_desc, v_desc, row0, 0, 0, offs_m, offs_n, S, qk_scale, block_m,
-                       CAUSAL, True, HEAD_DIM, BLOCK_M, BLOCK_N, WARP_SPECIALIZE, EVEN_N)
+                       CAUSAL, True, HEAD_DIM, BLOCK_M, BLOCK_N)
     acc = acc / l_i[:, None]
     # A pointer store, masked at S: a TMA store of the 2-D view would spill into the next head.
     o_ptrs = o_ptr + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od
@@ -428,21 +390,7 @@ def _autotuned(kernel):
 
 # One autotuner per variant, each with its own cache of chosen configs.
 _AUTOTUNED = {"pointer": _autotuned(_attention_kernel),
-              "tma": _autotuned(_attention_tma_kernel),
-              "tma_device": _autotuned(_attention_tma_kernel)}
-
-
-def _scratch(size: int, alignment: int, stream):
-    """Global scratch memory for descriptors made in a kernel (Triton's allocator protocol)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_allocator() -> None:
-    """Variant "tma_device" makes its descriptors in global scratch memory, which Triton asks
-    its allocator for at launch: torch's, unless the caller set one."""
-    current = getattr(triton.runtime._allocation, "_allocator", None)
-    if current is None or type(current.get()).__name__ == "NullAllocator":
-        triton.set_allocator(_scratch)
+              "tma": _autotuned(_attention_tma_kernel)}
 
 
 def _check_operands(q, k, v, out, where: str):
@@ -482,13 +430,10 @@ def _choose_variant(q, k, v, variant: str | None) -> str:
         return DEFAULT_VARIANT if _tma_problem(q, k, v) is None else FALLBACK_VARIANT
     if variant not in VARIANTS:
         raise ValueError(f"attention: variant={variant!r}; expected one of {', '.join(VARIANTS)}")
-    if variant in ("tma", "tma_device"):
+    if variant == "tma":
         problem = _tma_problem(q, k, v)
-        if variant == "tma_device" and not hasattr(tl, "make_tensor_descriptor"):
-            problem = "this Triton cannot make tensor descriptors in a kernel"
         if problem is not None:
-            raise ValueError(f"attention: variant={variant!r} cannot take these operands: "
-                             f"{problem}")
+            raise ValueError(f"attention: variant='tma' cannot take these operands: {problem}")
     return variant
 
 
@@ -504,10 +449,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
               variant: str | None = None, config: triton.Config | None = None) -> torch.Tensor:
     """softmax(q @ k^T * sm_scale, masked when causal) @ v over (B, H, S, D) tensors.
 
-    sm_scale (> 0) defaults to 1/sqrt(D). variant: "pointer", "tma" (host-side descriptors) or
-    "tma_device" (descriptors made in the kernel; Triton's warp specialization of the key loop,
-    config WARP_SPECIALIZE=True, runs on Hopper only with these); default DEFAULT_VARIANT where
-    TMA can take the operands, else FALLBACK_VARIANT. config: a triton.Config (BLOCK_M,
+    sm_scale (> 0) defaults to 1/sqrt(D). variant: "pointer" or "tma" (default: DEFAULT_VARIANT
+    where TMA can take the operands, else FALLBACK_VARIANT). config: a triton.Config (BLOCK_M,
     BLOCK_N; BLOCK_M a multiple of BLOCK_N) to launch instead of the tuned one.
     """
     out = _check_operands(q, k, v, out, "attention")
@@ -523,19 +466,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         raise ValueError(f"attention: sm_scale={sm_scale!r} must be a positive finite number")
     if out.numel() == 0:
         return out
-    meta = {"HEAD_DIM": D, "CAUSAL": bool(causal)}
     if chosen == "tma":
         # Block shapes are placeholders until the config's pre-hook sets them.
         descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), [16, D]) for t in (q, k, v)]
-        args = (*descs, out, H, S, B * H * S, scale * LOG2E, *out.stride())
-    elif chosen == "tma_device":
-        if q.is_cuda:
-            _ensure_allocator()
-        args = (q, k, v, out, H, S, B * H * S, scale * LOG2E, *out.stride())
-        meta["DEVICE_DESC"] = True
+        args = (*descs, out, H, S, scale * LOG2E, *out.stride())
     else:
         args = (q, k, v, out, H, S, scale * LOG2E, *q.stride(), *k.stride(), *v.stride(),
                 *out.stride())
+    meta = {"HEAD_DIM": D, "CAUSAL": bool(causal)}
 
     def grid(m):
         return (triton.cdiv(S, m["BLOCK_M"]), B * H)
@@ -551,19 +489,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
     if missing:
         raise ValueError(f"attention: config lacks {sorted(missing)}")
     config_values("attention", kw, powers_of_two=("BLOCK_M", "BLOCK_N", "num_warps"),
-                  at_least={"BLOCK_M": 16, "BLOCK_N": 16}, positive=("num_stages",),
-                  flags=("WARP_SPECIALIZE",))
+                  at_least={"BLOCK_M": 16, "BLOCK_N": 16}, positive=("num_stages",))
     if kw["BLOCK_M"] % kw["BLOCK_N"]:
         raise ValueError(f"attention: BLOCK_M {kw['BLOCK_M']} must be a multiple of BLOCK_N "
                          f"{kw['BLOCK_N']}")
-    if "EVEN_N" in kw:
-        raise ValueError("attention: EVEN_N is set by the launcher (S % BLOCK_N == 0), not by a "
-                         "config")
-    kw["EVEN_N"] = S % kw["BLOCK_N"] == 0
     if chosen == "tma":
         _set_tma_block_shapes({"q_desc": args[0], "k_desc": args[1], "v_desc": args[2],
                                **meta, **kw})
-    kernel = _attention_kernel if chosen == "pointer" else _attention_tma_kernel
+    kernel = _attention_tma_kernel if chosen == "tma" else _attention_kernel
     kernel[grid(kw)](*args, **meta, **kw)
     return out
 

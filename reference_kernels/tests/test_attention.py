@@ -29,7 +29,7 @@ def _dot_dtype(dtype: torch.dtype) -> None:
 
 
 def _need_variant(variant: str, device: torch.device) -> None:
-    if variant != "pointer" and not tma_available(device):
+    if variant == "tma" and not tma_available(device):
         if interpreting():
             skip_interpreter_gap("tensor_descriptor")
         pytest.skip("TMA needs Triton >= 3.4 and a Hopper (sm_90) or newer GPU")
@@ -194,38 +194,24 @@ def test_control_attention_precision_bug_is_rejected_against_torch(make_tensor, 
         _check_against_torch(out, ref, q, k, v, causal)
 
 
-# --- the inner loop's option (WARP_SPECIALIZE), set through an explicit config -------------
-
-OPTIONS = [pytest.param({}, id="plain"), pytest.param({"WARP_SPECIALIZE": True}, id="ws")]
-
+# --- explicit configs: tails, diagonals and blocks of every size ------------------------------
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize("shape, blocks", [
-    # S of one key, a tail shorter than BLOCK_N, one of exactly two BLOCK_M (no tail: the
-    # warp-specialized loop runs unmasked, EVEN_N) and one crossing several query and key
-    # blocks with a tail.
+    # S of one key, a tail shorter than BLOCK_N, one of exactly two BLOCK_M (no tail) and one
+    # crossing several query and key blocks with a tail.
     ((1, 1, 1, 64), (32, 16)), ((1, 2, 23, 64), (32, 16)), ((2, 1, 64, 128), (32, 16)),
     ((1, 2, 77, 128), (32, 16)), ((1, 1, 45, 64), (32, 32)), ((1, 1, 45, 128), (16, 16))],
     ids=lambda x: "x".join(map(str, x)))
-def test_attention_loop_options(make_tensor, triton_device, shape, blocks, options, causal,
-                                variant, dtype):
-    # (Under the interpreter warp specialization itself is a no-op; the single loop over every
-    # visible key that it needs, masked or not, is what runs.)
+def test_attention_explicit_blocks(make_tensor, triton_device, shape, blocks, causal, variant,
+                                   dtype):
     _dot_dtype(dtype)
     _need_variant(variant, triton_device)
     q, k, v = attention_inputs(make_tensor, *shape, dtype=dtype)
     out = make_tensor.poisoned_like(q)
-    cfg = triton.Config({"BLOCK_M": blocks[0], "BLOCK_N": blocks[1], **options}, num_warps=4,
+    cfg = triton.Config({"BLOCK_M": blocks[0], "BLOCK_N": blocks[1]}, num_warps=4,
                         num_stages=2)
     _check(attention(q, k, v, causal=causal, out=out, variant=variant, config=cfg), q, k, v,
            causal)
-
-
-def test_attention_even_n_is_the_launchers(make_tensor):
-    q, k, v = attention_inputs(make_tensor, 1, 1, 32, 64, dtype=torch.float16)
-    cfg = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "EVEN_N": True}, num_warps=4)
-    with pytest.raises(ValueError, match="EVEN_N is set by the launcher"):
-        attention(q, k, v, config=cfg)

@@ -43,6 +43,21 @@ RESNET50 = [(64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3), (512, 512, 7,
 # (B, H, S) of the attention sweep: one token budget (B*S = 32K) spread over three lengths.
 ATTENTION_BHS = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 
+# The markers, against torch in the same run, cold L2. Issue 23 asked for matmul at 0.98x cuBLAS
+# (every LLM shape 0.90x), conv2d 0.95x cuDNN, attention 1.0x SDPA. What holds on both lent GPUs
+# (BENCHMARKS.md, H100 and H200, Triton 3.6) is stated, with a few percent for run-to-run noise:
+# - matmul LLM shapes: geomean 0.97-0.98x on both, worst shape (M=128, N=K=4096, bandwidth-bound,
+#   where cuBLAS splits K and so do we) 0.84-0.89x: geomean 0.95, every shape 0.80;
+# - square matmul: 0.97-0.99x each;
+# - conv2d: the 1x1 layers ~0.85x, the 3x3 ones 0.65-0.82x (the NHWC kernel's larger tiles from
+#   14 x 14 up, the TMA kernel at 7 x 7): geomean 0.74. What limits the 3x3 layers is their
+#   traffic from L2 (reference_kernels/conv2d.py, _NHWC_TILES);
+# - attention: geomean 0.89-0.90x, D128 0.77-0.86x (Triton 3.6 cannot overlap one block's
+#   softmax with another's products: reference_kernels/attention.py): geomean 0.87.
+LLM_GEOMEAN, LLM_EVERY_SHAPE = 0.95, 0.8
+CONV_GEOMEAN = 0.74
+ATTENTION_GEOMEAN = 0.87
+
 
 def _dry(triton_bench, size: int, by: int) -> int:
     """`size` on a GPU; in a dry run (no GPU: once, untimed, maybe under the interpreter)
@@ -77,7 +92,7 @@ def test_matmul_square_speed(triton_bench, make_tensor, size, dtype):
     _bench_matmul(triton_bench, make_tensor, size, size, size, dtype)
 
 
-@perf_target(geomean_speedup=0.85)
+@perf_target(geomean_speedup=LLM_GEOMEAN, speedup=LLM_EVERY_SHAPE)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_matmul_llm_shapes_speed(triton_bench, make_tensor, dtype):
     for m in LLM_MS:
@@ -114,7 +129,7 @@ def _bench_conv(triton_bench, make_tensor, c, k, hw, rs, *, name=None, baseline=
                         kernel=conv2d_kernel_for(x, w, padding=pad), name=name)
 
 
-@perf_target(geomean_speedup=0.7)
+@perf_target(geomean_speedup=CONV_GEOMEAN)
 def test_conv2d_resnet50_speed(triton_bench, make_tensor):
     for c, k, hw, rs in RESNET50:
         _bench_conv(triton_bench, make_tensor, c, k, hw, rs, name=f"{rs}x{rs}_C{c}_K{k}_H{hw}")
@@ -138,7 +153,7 @@ def _bench_attention(triton_bench, make_tensor, b, h, s, d, causal):
                         name=name)
 
 
-@perf_target(geomean_speedup=0.85)
+@perf_target(geomean_speedup=ATTENTION_GEOMEAN)
 def test_attention_speed(triton_bench, make_tensor):
     for b, h, s in ATTENTION_BHS:
         for d in (64, 128):
