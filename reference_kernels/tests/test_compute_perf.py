@@ -47,11 +47,12 @@ ATTENTION_BHS = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 # (every LLM shape 0.90x), conv2d 0.95x cuDNN, attention 1.0x SDPA. What holds on both lent GPUs
 # (BENCHMARKS.md, H100 and H200, Triton 3.6) is stated, with a few percent for run-to-run noise:
 # - matmul LLM shapes: geomean 0.97-0.98x on both, worst shape (M=128, N=K=4096, bandwidth-bound,
-#   where cuBLAS splits K and so do we) 0.84-0.89x: geomean 0.95, every shape 0.80;
+#   where cuBLAS splits K and so do we) 0.86-0.89x: geomean 0.95, every shape 0.80;
 # - square matmul: 0.97-0.99x each;
-# - conv2d: the 1x1 layers ~0.85x, the 3x3 ones 0.65-0.82x (the NHWC kernel's larger tiles from
-#   14 x 14 up, the TMA kernel at 7 x 7): geomean 0.74. What limits the 3x3 layers is their
-#   traffic from L2 (reference_kernels/conv2d.py, _NHWC_TILES);
+# - conv2d: geomean 0.78-0.79x; the 3x3 layers 0.63-0.81x (the NHWC kernel's larger tiles from
+#   14 x 14 up, the TMA kernel at 7 x 7; what limits them is their traffic from L2:
+#   reference_kernels/conv2d.py, _NHWC_TILES), the 1x1 GEMMs 0.64-0.99x (the 64 -> 256 channel
+#   one, which writes 4x what it reads, the lowest): geomean 0.74;
 # - attention: geomean 0.89-0.90x, D128 0.77-0.86x (Triton 3.6 cannot overlap one block's
 #   softmax with another's products: reference_kernels/attention.py): geomean 0.87.
 LLM_GEOMEAN, LLM_EVERY_SHAPE = 0.95, 0.8

@@ -187,11 +187,18 @@ def test_softmax_speed(make_tensor, triton_bench):
 # -- layer_norm (aten::native_layer_norm and its backward under use_gems) --------------------
 
 LAYER_NORM_INCLUDE = ["layer_norm", "layer_norm_backward"]
+LAYER_NORM_BACKWARD_ROWS_BUG = (
+    "flag_gems 5.0.2 bug: layer_norm_backward takes input.shape[0] as the rows and the rest as "
+    "the normalized size, whatever normalized_shape says (ops/layernorm.py: M = input.shape[0]): "
+    "a (3, 5, 129) input normalized over its last 129 gets the gradients of 3 rows of 645, and "
+    "dw, db of 129 elements are written 645 wide (README.md beside this file)")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("shape", NORM_SHAPES, ids=_ids(NORM_SHAPES))
-def test_layer_norm(make_tensor, shape, dtype):
+def test_layer_norm(make_tensor, request, shape, dtype):
+    if len(shape) > 2:  # the forward's rows are right; its backward's are not
+        request.applymarker(pytest.mark.xfail(strict=True, reason=LAYER_NORM_BACKWARD_ROWS_BUG))
     n = shape[-1]
     x = make_tensor(shape, dtype, dist="heavy")
     w, b = make_tensor(n, dtype), make_tensor(n, dtype)
@@ -247,12 +254,26 @@ def test_cross_entropy_loss_speed(make_tensor, triton_bench):
 # -- mm (aten::mm under use_gems) -------------------------------------------------------------
 
 MM_CASES = [(1, 1, 1), (17, 33, 65), (257, 200, 136), (1000, 4096, 1)]
+HOPPER_GEMV_BUG = (
+    "flag_gems 5.0.2 bug, Hopper: mm with one column (N=1) takes gemv_kernel "
+    "(runtime/backend/_nvidia/hopper/ops/mm.py), which multiplies and sums the 16-bit operands in "
+    "16 bits (tl.sum(a * b[None, :], axis=1) on fp16/bf16 tiles) before adding to its float32 "
+    "accumulator: errors of a few units of 16-bit roundoff of the sum's scale at K=4096, where "
+    "cuBLAS and FlagGems' own GEMM kernels accumulate every product in float32 (README.md)")
+
+
+def _hopper_gemv(n: int, dtype: torch.dtype) -> bool:
+    """Whether FlagGems' Hopper backend runs this mm through its 16-bit gemv (N=1)."""
+    return (n == 1 and dtype in (torch.float16, torch.bfloat16) and torch.cuda.is_available()
+            and torch.cuda.get_device_capability()[0] == 9)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("case", MM_CASES, ids=_ids(MM_CASES))
-def test_mm(make_tensor, case, dtype):
+def test_mm(make_tensor, request, case, dtype):
     m, k, n = case
+    if _hopper_gemv(n, dtype) and k > 1:  # one product per output (K=1) rounds once: exact
+        request.applymarker(pytest.mark.xfail(strict=True, reason=HOPPER_GEMV_BUG))
     a, b = make_tensor((m, k), dtype), make_tensor((k, n), dtype)
     with flag_gems.use_gems(include=["mm"]):
         out = torch.mm(a, b)
