@@ -46,6 +46,15 @@ kernel (tl.make_tensor_descriptor) it ran and was right, and slower than the def
 128 x 128 over 2 stages 0.734 / 0.837 / 0.851 against the default's 0.768 / 0.841 / 0.858,
 128 x 64 0.68-0.78, D64 128 x 64 0.60-0.71 against 0.92-0.95; the same descriptors without
 specialization 0.793 against the host descriptors' 0.849 (S = 4096). No shape wanted it.
+What limits the default at D 128 (0.77-0.86x SDPA on both GPUs, BENCHMARKS.md), from its
+compiled schedule (bench/attention_schedule.py: Triton 3.6, sm_90, 128 x 128 over 3 stages, 8
+warps): in every step the wait after Q K^T lets no tensor-core product stay in flight
+(warp_group_dot_wait with pendings = 0), so the previous block's P V and this block's Q K^T
+both finish before its exponentials start, and a warpgroup's softmax never overlaps its tensor
+cores; FlashAttention-3, behind SDPA on Hopper, overlaps them within a warpgroup and alternates
+two warpgroups. The launch asks for 230400 bytes of shared memory (Q and 3 stages of K and V),
+all a program may have on an H100: no deeper pipeline fits. Both ways to the overlap that
+Triton 3.6 offers, by hand (PIPELINE) and by the compiler (warp specialization), lost above.
 Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
 into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
 fp16/bf16.
