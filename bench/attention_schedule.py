@@ -33,7 +33,7 @@ KEY_OPS = (("ttng.wait_barrier", "wait for K/V (TMA barrier)"),
 
 
 def compile_ttgir(head_dim: int, block_m: int, block_n: int, stages: int, warps: int):
-    fn = attention._attention_tma_kernel
+    fn = attention.KERNELS["tma"]
     desc = f"tensordesc<fp16[{block_n}, {head_dim}]>"
     signature = {"q_desc": f"tensordesc<fp16[{block_m}, {head_dim}]>", "k_desc": desc,
                  "v_desc": desc, "o_ptr": "*fp16", "H": "i32", "S": "i32", "qk_scale": "fp32",

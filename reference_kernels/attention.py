@@ -397,6 +397,9 @@ def _autotuned(kernel):
                            **autotune_kwargs())(kernel)
 
 
+# The kernels by variant, for tools that compile or inspect them (bench/attention_schedule.py).
+KERNELS = {"pointer": _attention_kernel, "tma": _attention_tma_kernel}
+
 # One autotuner per variant, each with its own cache of chosen configs.
 _AUTOTUNED = {"pointer": _autotuned(_attention_kernel),
               "tma": _autotuned(_attention_tma_kernel)}
