@@ -48,7 +48,7 @@ ATTENTION_BHS = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 # (BENCHMARKS.md, H100 and H200, Triton 3.6) is stated, with a few percent for run-to-run noise:
 # - matmul LLM shapes: geomean 0.97-0.98x on both, worst shape (M=128, N=K=4096, bandwidth-bound,
 #   where cuBLAS splits K and so do we) 0.86-0.89x: geomean 0.95, every shape 0.80;
-# - square matmul: 0.97-0.99x each;
+# - square matmul: 0.97-1.00x each;
 # - conv2d: geomean 0.78-0.79x; the 3x3 layers 0.63-0.81x (the NHWC kernel's larger tiles from
 #   14 x 14 up, the TMA kernel at 7 x 7; what limits them is their traffic from L2:
 #   reference_kernels/conv2d.py, _NHWC_TILES), the 1x1 GEMMs 0.64-0.99x (the 64 -> 256 channel
