@@ -199,15 +199,23 @@ def phase_attention(sw):
 
 # --- conv -------------------------------------------------------------------------------------
 
-@sc._guarded
-def run_conv(sw, c_in, k_out, hw, group):
-    x, w, _ = cv.conv2d_inputs(sw.make, CONV_BATCH, c_in, hw, hw, k_out, 3, 3,
+def _conv_case(sw, c_in, k_out, hw, rs, group):
+    """(x, w, y, case) of a same-size rs x rs conv (padding rs // 2) at batch CONV_BATCH, fp16,
+    cuDNN its baseline; y the channels_last output the candidates write."""
+    pad = rs // 2
+    x, w, _ = cv.conv2d_inputs(sw.make, CONV_BATCH, c_in, hw, hw, k_out, rs, rs,
                                dtype=torch.float16)
     y = torch.empty((CONV_BATCH, k_out, hw, hw), dtype=x.dtype, device=DEVICE,
                     memory_format=torch.channels_last)
-    case = sc.Case("conv2d", f"3x3_C{c_in}_K{k_out}_H{hw}", torch.float16,
-                   lambda: F.conv2d(x, w, padding=1), cv.conv2d_flops(x, w, padding=1),
-                   cv.conv2d_bytes(x, w, padding=1), group)
+    case = sc.Case("conv2d", f"{rs}x{rs}_C{c_in}_K{k_out}_H{hw}", torch.float16,
+                   lambda: F.conv2d(x, w, padding=pad), cv.conv2d_flops(x, w, padding=pad),
+                   cv.conv2d_bytes(x, w, padding=pad), group)
+    return x, w, y, case
+
+
+@sc._guarded
+def run_conv(sw, c_in, k_out, hw, group):
+    x, w, y, case = _conv_case(sw, c_in, k_out, hw, 3, group)
     sw.try_variant(case, "default", None, lambda: cv.conv2d(x, w, padding=1, out=y), y,
                    cv.conv2d_kernel_for(x, w, padding=1))
     for variant in ("tma", "tma_nhwc"):
@@ -227,12 +235,7 @@ def run_conv(sw, c_in, k_out, hw, group):
 
 @sc._guarded
 def run_conv_1x1(sw, c_in, k_out, hw, group):
-    x, w, _ = cv.conv2d_inputs(sw.make, CONV_BATCH, c_in, hw, hw, k_out, 1, 1,
-                               dtype=torch.float16)
-    y = torch.empty((CONV_BATCH, k_out, hw, hw), dtype=x.dtype, device=DEVICE,
-                    memory_format=torch.channels_last)
-    case = sc.Case("conv2d", f"1x1_C{c_in}_K{k_out}_H{hw}", torch.float16,
-                   lambda: F.conv2d(x, w), cv.conv2d_flops(x, w), cv.conv2d_bytes(x, w), group)
+    x, w, y, case = _conv_case(sw, c_in, k_out, hw, 1, group)
     sw.try_variant(case, "default", None, lambda: cv.conv2d(x, w, out=y), y,
                    cv.conv2d_kernel_for(x, w))
     sw.try_variant(case, "matmul", None, lambda: cv.conv2d(x, w, out=y, variant="matmul"), y,

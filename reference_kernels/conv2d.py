@@ -428,8 +428,14 @@ def conv2d_tma_candidates(x: torch.Tensor, weight: torch.Tensor, *, padding=0, d
     if variant != "tma":
         raise ValueError(f"conv2d_tma_candidates: variant={variant!r}; expected 'tma' or "
                          "'tma_nhwc'")
-    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
-    return _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device))
+    return _tma_candidates(N * H * W, K, C, R * S, _masked_taps(weight, padding),
+                           sm_count(x.device))
+
+
+def _masked_taps(weight: torch.Tensor, padding) -> bool:
+    """Whether some tap of the filter can fall in the padding (anything but a 1x1 unpadded
+    conv): the TMA kernel then gathers A by masked copies."""
+    return tuple(weight.shape[2:]) != (1, 1) or _pair(padding, "padding") != (0, 0)
 
 
 def _default_tma_config(C: int, K: int, masked: bool) -> triton.Config:
@@ -480,7 +486,7 @@ def _plan(variant, x, weight, bias, out, padding, dilation) -> triton.Config:
     if key in _PLANS:
         return _PLANS[key]
     if variant == "tma":
-        masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
+        masked = _masked_taps(weight, padding)
         default = _default_tma_config(C, K, masked)
         candidates = _tma_candidates(N * H * W, K, C, R * S, masked, sm_count(x.device))
         launch = _conv2d_tma
@@ -488,7 +494,7 @@ def _plan(variant, x, weight, bias, out, padding, dilation) -> triton.Config:
         candidates = _nhwc_candidates(out.shape[2], out.shape[3], K, C)
         default = candidates[0]
         launch = _conv2d_nhwc
-    if 2 * N * H * W * K * C * R * S < TUNE_MIN_FLOPS or torch.cuda.is_current_stream_capturing():
+    if not _tunable(x, weight):
         return default  # (inside a graph capture nothing may be timed)
     timings = []
     for cfg in candidates:
@@ -725,9 +731,7 @@ def _choose_variant(x, weight, stride, padding, dilation, out, variant: str | No
 def _either_tma(x, weight, stride, padding, out, variant, chosen) -> bool:
     """Whether the default (variant None) is the faster of the two TMA kernels: a masked conv
     (taps in the padding) that both take."""
-    R, S = weight.shape[2:]
-    masked = (R, S) != (1, 1) or _pair(padding, "padding") != (0, 0)
-    return (variant is None and chosen == "tma" and masked
+    return (variant is None and chosen == "tma" and _masked_taps(weight, padding)
             and _nhwc_problem(x, weight, stride, out) is None)
 
 
@@ -752,7 +756,7 @@ def _conv2d_tma(x, weight, bias, out, padding, dilation, config):
     N, C, H, W = x.shape
     K, _, R, S = weight.shape
     (ph, pw), (dh, dw) = _pair(padding, "padding"), _pair(dilation, "dilation")
-    masked = (R, S, ph, pw) != (1, 1, 0, 0)
+    masked = _masked_taps(weight, padding)
     if config is None:
         config = _plan("tma", x, weight, bias, out, padding, dilation)
     meta, split = _tma_meta(config, C, masked)

@@ -395,8 +395,6 @@ def softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool
                                  {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 4,
                                   "programs_per_sm": 4, "NUM_STAGES": 3})
         return [base]
-    if block > SINGLE_PASS_MAX_COLS:  # the looped path (sweeps only)
-        return [base]
     if block <= 1024:
         return _tuning.space(base, {"ROWS": tile_rows(1024, block, n_rows), "num_warps": 4},
                              {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 8})
