@@ -35,3 +35,11 @@ def pytest_triton_measured(item, measurement, fn, kernel, compiles):
     """triton_bench timed `fn` for `item` and judged it: `measurement` (a Measurement: timings,
     rates, verdict), `kernel` as the test passed it, `compiles` (what compiled while timing).
     Called in the process that timed it, before the test's verdict; fn may be called again."""
+
+
+@pytest.hookspec
+def pytest_triton_judged(item, record):
+    """After a perf test's body, for a test that measured something: `record` (a PerfRecord) holds
+    its measurements, each judged, and its geomean check when the body ran through. Called in
+    the process that timed them, before the test's failure (if any) is raised; what a listener
+    adds to the record (an explanation) reaches every output."""

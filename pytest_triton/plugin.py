@@ -6,9 +6,9 @@ import pytest
 
 from . import fixtures, hookspec, options, state
 from .correctness import configs, pinning, poison, sanitize, scope
-from .diagnose import breakdown, explain, ncu, profile
+from .diagnose import breakdown, capture, explain, ncu, profile
 from .env import interpreter, runtime, seeding
-from .perf import checklist, dryrun, markers, outcome
+from .perf import checklist, lifecycle, record
 from .perf import session as perf
 from .process import child, crash, forked, gpufaults, gpulock, supervise, xdistfaults
 from .report import benchbridge, plot, summary
@@ -37,10 +37,6 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", markers.PERF_TARGET_HELP)
-    config.addinivalue_line("markers", markers.INTERPRETER_GAP_HELP)
-    config.addinivalue_line("markers", markers.EXCLUSIVE_HELP)
-    config.addinivalue_line("markers", markers.NO_GPU_HELP)
     config.addinivalue_line("markers", poison.MARKER_HELP)
     options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)
@@ -53,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if seeding.drawn_at_random(config) and runtime.xdist_controller(config):
         config.pluginmanager.register(seeding.RandomBaseToWorkers(st.base_seed), "triton-seed-base")
     config.pluginmanager.register(fixtures, "triton-fixtures")
+    config.pluginmanager.register(lifecycle.PerfTests(config), "triton-perf-tests")
     if not hasattr(config, "workerinput"):
         config.pluginmanager.register(configs.ConfigsSummary(config), "triton-configs-summary")
     if rt.interpret:
@@ -62,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
-        perf.configure(config)
+        config.pluginmanager.register(perf.Perf(config), "triton-perf")
         benchbridge.configure(config)
     given = options.perf_only_given(config)
     if given and not st.perf and not hasattr(config, "workerinput"):
@@ -103,34 +100,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             + pinning.header(config))
 
 
-_BAD_MARKERS_KEY = pytest.StashKey[list]()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
-    result = yield
-    items = result if isinstance(result, list) else [result]
-    for item in items:
-        if isinstance(item, pytest.Item):
-            try:
-                markers.validate_item(item, state.get(collector.config).checklist)
-            except markers.PerfTargetError as exc:
-                # gathered: the module's collection fails once, naming every bad marker in it
-                collector.stash.setdefault(_BAD_MARKERS_KEY, []).append(str(exc))
-    return result
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):
-    report = yield
-    bad = collector.stash.get(_BAD_MARKERS_KEY, None)
-    if bad and report.outcome == "passed":
-        report.outcome = "failed"
-        report.longrepr = "\n".join(bad)
-        report.result = []
-    return report
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     sanitize.child_select(config, items)
@@ -147,17 +116,6 @@ def pytest_runtest_setup(item: pytest.Item):
     # before any fixture): a wait that fails is this test's setup error, not the worker's. Given
     # back after the whole teardown (below).
     gpulock.acquire(item)
-    target = item.stash.get(markers.TARGET_KEY, None)
-    if target is not None:  # first: a target the interpreter's gap skips is unchecked too
-        dryrun.setup_item(item, target)
-    gap = item.stash.get(markers.GAP_KEY, None)
-    if gap and state.get(item.config).runtime.interpret:
-        if target is not None and "triton_bench" in getattr(item, "fixturenames", ()):
-            item.stash[perf.GAP_KEY] = gap  # the body's triton_bench still checks its arguments
-        else:
-            # reported at the test's own line, as a skip marker is (not at this hook's), so
-            # that -rs names each test rather than folding them all into one plugin line
-            raise pytest.skip.Exception(gap, _use_item_location=True)
     with poison.during(item):  # fixtures that allocate outputs too
         return (yield)
 
@@ -189,19 +147,18 @@ def pytest_runtest_call(item: pytest.Item):
         result = yield
     scope.finish_call(item)
     sanitize.finish_call(item)
-    if "triton_bench" in getattr(item, "fixturenames", ()):
-        if state.get(item.config).perf:
-            ncu.finish_call(item)
-        dryrun.finish_call(item)  # a dry run's triton_bench never called fails too
-        outcome.finish_call(item)
     return result
 
 
 def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles) -> None:
-    explain.after_measure(item, measurement, fn, kernel, compiles)
+    capture.after_measure(item, measurement, fn, kernel, compiles)
     profile.after_measure(item, measurement, fn)
     breakdown.after_measure(item, measurement, fn)
     benchbridge.record(item, measurement)
+
+
+def pytest_triton_judged(item: pytest.Item, record) -> None:
+    explain.after_judged(item, record)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -211,15 +168,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     poison.annotate_report(item, report)
     pinning.annotate_report(item, report)
     if state.get(item.config).runtime.interpret:
-        interpreter.annotate_report(item, call, report, item.stash.get(perf.GAP_KEY, None))
+        rec = record.of(item)
+        interpreter.annotate_report(item, call, report, rec.gap_stops_body if rec else None)
     if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
         report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
-    if "triton_bench" in getattr(item, "fixturenames", ()):
-        dryrun.annotate_report(item, call, report)
-        if state.get(item.config).perf:
-            outcome.annotate_report(item, call, report)
-            profile.annotate_report(item, report)
-            explain.annotate_report(item, report)
+    if "triton_bench" in getattr(item, "fixturenames", ()) and state.get(item.config).perf:
+        profile.annotate_report(item, report)
+        explain.annotate_report(item, report)
     return report
 
 
@@ -238,4 +193,3 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.get(session.config).perf:
         summary.finish(session.config)
         plot.session_finish(session.config)
-        perf.gate(session)

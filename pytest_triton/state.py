@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -15,8 +14,7 @@ class TritonState:
     runtime: Runtime
     base_seed: int = 0
     checklist: dict[str, dict] = field(default_factory=dict)
-    perf: bool = False  # --triton-perf
-    perf_session: Any = None  # perf.PerfSession, created when --triton-perf is on
+    perf: bool = False  # --triton-perf (its session: perf.session.session(config))
 
 
 STATE_KEY = pytest.StashKey[TritonState]()

@@ -26,8 +26,8 @@ import time
 import pytest
 
 from .. import options, state
-from ..perf import timing, verdict
-from ..perf.session import MEASUREMENTS_KEY
+from ..perf import record, timing
+from ..perf.record import Verdict
 from .hints import Hint
 
 RANGE = "pytest-triton timed call"
@@ -170,11 +170,11 @@ def _syncs_text(syncs: list[dict]) -> str:
     return ", ".join(f"{k} x{v}" if v > 1 else k for k, v in named.items())
 
 
-def assess(call: dict | None, m: dict, triton_fusion: bool) -> tuple[dict | None, list, list]:
-    """(the breakdown with its noise, the hints named first, the hints named last)."""
+def assess(call: dict | None, noise: float | None, triton_fusion: bool) -> tuple[dict | None, list, list]:
+    """(the breakdown with the measurement's noise, the hints named first, the hints named last)."""
     if not call:
         return None, [], []
-    call = {**call, "noise": (m.get("time_ms") or {}).get("noise")}
+    call = {**call, "noise": noise}
     if call.get("error"):
         return call, [], []
     first, last = [], []
@@ -272,7 +272,7 @@ def _profile(config: pytest.Config, fn) -> list[dict] | None:
 def after_measure(item: pytest.Item, m, fn) -> None:
     """Take one call of the measured fn apart, when the measurement will be diagnosed."""
     explain_mode = options.get(item.config, "triton_perf_explain") or "off"
-    if (explain_mode == "off" and m.verdict == verdict.PASS) or m.timings.method == "ncu-child":
+    if (explain_mode == "off" and m.verdict == Verdict.PASS) or m.timings.method == "ncu-child":
         return
     try:
         events = _profile(item.config, fn)
@@ -281,4 +281,4 @@ def after_measure(item: pytest.Item, m, fn) -> None:
         call = analyze(events)
     except Exception as exc:  # noqa: BLE001 - a diagnosis must not fail the test
         call = {"error": f"{type(exc).__name__}: {exc}"}
-    item.stash.setdefault(KEY, {})[len(item.stash[MEASUREMENTS_KEY]) - 1] = call
+    item.stash.setdefault(KEY, {})[len(record.of(item).measurements) - 1] = call

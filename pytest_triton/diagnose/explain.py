@@ -19,50 +19,49 @@ Pure logic on JSON-ready dicts: the CPU suite drives it with fake launches and i
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 
 import pytest
 
-from .. import options, state
-from ..env import launches as launches_mod
-from ..perf import roofline, verdict
+from ..perf import record as perf_record
+from ..perf import roofline
 from ..perf import session as perf_session
-from ..perf.session import MEASUREMENTS_KEY
+from ..perf.record import Measurement, PerfRecord, Verdict
 from . import breakdown
+from .capture import CAPTURES_KEY, mode, timed_launches
 from .hints import Hint, blocks_text, compile_time, fusion, kb, speed, structural
 from .occupancy import occupancy
 
-CAPTURES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> capture record
-DIAGNOSES_KEY = pytest.StashKey[list]()  # per item: the diagnoses, in measurement order
 NCU_KEY = pytest.StashKey[dict]()  # per item: measurement index -> ncu result
-
-def mode(config: pytest.Config) -> str:
-    return options.get(config, "triton_perf_explain") or "off"
 
 
 # --- the roofline position ---------------------------------------------------------------------
 
-def roofline_position(m: dict, operand_bytes: int | None = None) -> dict:
+def roofline_position(m: Measurement, operand_bytes: int | None = None) -> dict:
     """Arithmetic intensity, the bound, and the achieved fraction of the binding ceiling, against
     the datasheet and the measured ceilings. Without bytes=, the intensity is taken over the
     operands' sizes (each tensor passed at launch moved once: the least traffic the kernel
-    needs), where the launches were read."""
-    peaks = m.get("peaks") or {}
-    fl, by = m.get("flops"), m.get("bytes")
-    gbps = m.get("gbps")
+    needs), where the launches were read. The fractions are the record's (perf/verdict.py took
+    them), except a bandwidth over the operands' sizes, which only this diagnosis knows."""
+    peaks = m.peaks or {}
+    fl, by = m.flops, m.bytes
+    gbps = m.gbps
     source = "bytes=" if by else None
-    if fl and not by and operand_bytes:
+    from_operands = bool(fl and not by and operand_bytes)
+    if from_operands:
         by, source = operand_bytes, "operands"
-        gbps = by / m["median_ms"] / 1e6 if m.get("median_ms") else None
+        gbps = by / m.median_ms / 1e6 if m.median_ms else None
     out = {"intensity": fl / by if fl and by else None, "intensity_from": source if fl else None,
            "bound": None, "datasheet": None, "measured": None}
     for src in ("datasheet", "measured"):
-        pos = roofline.position(flops=fl, bytes=by, gbps=gbps, tflops=m.get("tflops"),
+        pos = roofline.position(flops=fl, bytes=by, gbps=gbps, tflops=m.tflops,
                                 peak_gbps=peaks.get(f"dram_gbps_{src}"),
                                 peak_tflops=peaks.get(f"tflops_{src}"))
         if pos is not None:
             pos.pop("intensity")
+            if not (from_operands and pos["bound"] == "memory"):
+                kind = "bandwidth" if pos["bound"] == "memory" else "tflops"
+                pos["fraction"] = (m.fractions.get(kind) or {}).get(src)
         out[src] = pos
         if pos and out["bound"] is None:
             out["bound"] = pos["bound"]
@@ -72,15 +71,6 @@ def roofline_position(m: dict, operand_bytes: int | None = None) -> dict:
     return out
 
 # --- one measurement's diagnosis -----------------------------------------------------------------
-
-def timed_launches(record: dict) -> list[dict]:
-    """The launches that were timed: those of kernel= where it names @triton.jit functions, else
-    every launch fn made."""
-    launches = record.get("launches") or []
-    names = set(record.get("kernel_names") or ())
-    picked = [la for la in launches if la.get("kernel") in names]
-    return picked or launches
-
 
 def _operand_bytes(launch_list: list[dict]) -> int | None:
     sizes = {op["data_ptr"]: op["nbytes"] for la in launch_list for op in la.get("operands") or []}
@@ -100,10 +90,10 @@ def _distinct(launch_list: list[dict]) -> list[tuple[dict, int]]:
     return out
 
 
-def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None,
+def diagnose(m: Measurement, record: dict | None, device, ncu: dict | None = None,
              call: dict | None = None) -> dict:
-    """The diagnosis of measurement `m` (Measurement.to_dict()), from its capture record and the
-    breakdown of one timed call (breakdown.analyze)."""
+    """The diagnosis of measurement `m`, from its capture record and the breakdown of one timed
+    call (breakdown.analyze)."""
     record = record or {}
     timed = timed_launches(record)
     pos = roofline_position(m, _operand_bytes(timed))
@@ -121,7 +111,7 @@ def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None,
             hints += speed(launch, occ, device, tuned or bool(launch.get("autotuner")), n_configs)
     hints += fusion(record.get("launches") or [])
     hints += compile_time(record)
-    call, first, last = breakdown.assess(call, m, any(h.code == "fusion" for h in hints))
+    call, first, last = breakdown.assess(call, m.time.noise, any(h.code == "fusion" for h in hints))
     hints = first + hints + last  # what dominates the call is named first
     unique: list[Hint] = []
     for h in hints:  # one hint of a kind; the same advice for several kernels lists each one's evidence
@@ -130,7 +120,7 @@ def diagnose(m: dict, record: dict | None, device, ncu: dict | None = None,
             unique.append(Hint(h.code, h.message, h.evidence, h.kernel))
         elif h.evidence not in same.evidence:
             same.evidence += "; " + h.evidence
-    return {"nodeid": m.get("nodeid"), "name": m.get("name"), "verdict": m.get("verdict"),
+    return {"nodeid": m.nodeid, "name": m.name, "verdict": m.verdict.value,
             "roofline": pos, "near_ceiling": not slow, "kernels": kernels,
             "all_launches": len(record.get("launches") or []), "autotune": tuners,
             "compiles": record.get("compiles"), "errors": record.get("errors") or [],
@@ -247,78 +237,48 @@ def ncu_lines(ncu: dict) -> list[str]:
     return out
 
 
-# --- the test's life: capture after measuring, diagnose at the report -----------------------------
+# --- the test's life: capture after measuring, diagnose once judged --------------------------------
 
-def after_measure(item: pytest.Item, m, fn, kernel, compiles) -> None:
-    """After triton_bench measured `fn`: read the launches of one more (untimed) call, when the
-    measurement will be diagnosed (--triton-perf-explain, or a verdict other than pass)."""
-    if mode(item.config) == "off" and m.verdict == verdict.PASS:
-        return
-    t0 = time.perf_counter()
-    rt = state.get(item.config).runtime
-    sync = None
-    if not rt.interpret:
-        import torch
-
-        def sync():
-            torch.cuda.synchronize(rt.device)
-    cap = launches_mod.capture(fn, sync)
-    found = [la.to_dict() for la in cap.launches]
-    note = ""
-    if not found and kernel is not None:
-        kernels = kernel if isinstance(kernel, (list, tuple)) else [kernel]
-        for k in kernels:
-            cached = launches_mod.from_cache(k)
-            if cached is not None:
-                found.append(cached.to_dict())
-        note = "fn made no Triton launch the hook saw; kernel='s last compiled kernel shown"
-    tuners = launches_mod.tuners_of(kernel)
-    tuners += [t for t in cap.autotuners if all(t is not u for u in tuners)]
-    captures = item.stash.setdefault(CAPTURES_KEY, {})
-    captures[len(item.stash[MEASUREMENTS_KEY]) - 1] = {
-        "measurement": m.label, "launches": found, "kernel_names": sorted(launches_mod.names_of(kernel)),
-        "autotune": [launches_mod.autotune_record(t) for t in tuners],
-        "compiles": compiles.to_dict() if compiles is not None else None,
-        "errors": cap.errors, "note": note, "cost_s": time.perf_counter() - t0}
-
-
-def diagnoses(item: pytest.Item, payload: dict) -> list[dict]:
-    """Diagnose the measurements of `payload` (outcome.report_payload) that were captured."""
-    device = perf_session.session(item.config).device
-    captures = item.stash.get(CAPTURES_KEY, {})
-    ncu = item.stash.get(NCU_KEY, {})
-    calls = item.stash.get(breakdown.KEY, {})
-    out = []
-    for i, m in enumerate(payload["measurements"]):
-        if i in captures:
-            out.append(diagnose(m, captures[i], device, ncu.get(i), calls.get(i)))
-        else:
-            out.append(None)
-    return out
-
-
-def _wanted(item: pytest.Item, payload: dict, report: pytest.TestReport) -> bool:
+def _wanted(item: pytest.Item, record: PerfRecord) -> bool:
     if mode(item.config) != "off":
         return True
-    bad = ("fail", "inconclusive", "invalid")
-    geo = payload.get("geomean") or {}
-    return any(m["verdict"] in bad for m in payload["measurements"]) or geo.get("verdict") in bad
+    bad = (Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.INVALID)
+    geo = record.geomean.verdict if record.geomean is not None else None
+    return any(m.verdict in bad for m in record.measurements) or geo in bad
+
+
+def after_judged(item: pytest.Item, record: PerfRecord) -> None:
+    """Once the test's measurements were judged: diagnose those that were captured, into the
+    record (the JSON file, the report section and JUnit read it there). With =ncu, Nsight
+    Compute profiles their timed kernels first."""
+    captures = item.stash.get(CAPTURES_KEY, None)
+    if not captures or not _wanted(item, record):
+        return
+    if mode(item.config) == "ncu":
+        from . import ncu  # import time: only --triton-perf-explain=ncu runs Nsight Compute
+
+        item.stash[NCU_KEY] = ncu.profile_item(item, captures)
+    device = perf_session.session(item.config).device
+    ncu_found = item.stash.get(NCU_KEY, {})
+    calls = item.stash.get(breakdown.KEY, {})
+    for i, m in enumerate(record.measurements):
+        if i in captures:
+            m.explain = diagnose(m, captures[i], device, ncu_found.get(i), calls.get(i))
 
 
 def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
-    """On the call report of a perf test: the diagnosis as a report section (shown with its
-    failure, or with -rP), in the payload (the JSON file) and as JUnit properties."""
-    payload = getattr(report, "triton_perf", None)
-    if report.when != "call" or not payload or not _wanted(item, payload, report):
+    """On the call report of a perf test: its diagnoses as a report section (shown with its
+    failure, or with -rP) and as JUnit properties."""
+    record = perf_record.of(item)
+    if report.when != "call" or record is None:
         return
-    diags = diagnoses(item, payload)
     texts = []
-    for m, d in zip(payload["measurements"], diags):
+    for m in record.measurements:
+        d = m.explain
         if d is None:
             continue
-        m["explain"] = d
         texts.append(render(d))
-        prefix = f"triton[{m['name']}]." if m.get("name") else "triton."
+        prefix = f"triton[{m.name}]." if m.name else "triton."
         item.user_properties.append((prefix + "explain.hints",
                                      ",".join(h["code"] for h in d["hints"]) or "none"))
         for k in d["kernels"][:1]:
@@ -342,8 +302,7 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     ps = perf_session.session(config)
     if ps is None or not ps.controller:
         return
-    results = ps.results
-    diagnosed = [(r, m["explain"]) for r in results for m in r["measurements"] if m.get("explain")]
+    diagnosed = [(r, m.explain) for r in ps.records for m in r.measurements if m.explain]
     if mode(config) == "off" and not diagnosed:
         return
     idle = perf_session.nothing_measured(config)

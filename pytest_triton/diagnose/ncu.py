@@ -27,7 +27,7 @@ from .. import state
 from ..env import childcmd, launches, seeding
 from ..env.runtime import find_cuda_tool
 from ..perf.timing import Timings
-from . import explain
+from .capture import timed_launches
 
 CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # in the child: the file its launch lists go to
 SECTIONS = ("SpeedOfLight", "Occupancy", "WarpStateStats")
@@ -87,7 +87,7 @@ def profile_item(item: pytest.Item, captures: dict) -> dict:
     config = item.config
     why = why_unavailable(config)
     if why is None:
-        names = sorted({la["name"] for rec in captures.values() for la in explain.timed_launches(rec)})
+        names = sorted({la["name"] for rec in captures.values() for la in timed_launches(rec)})
         if not names:
             why = "no Triton launch was seen in fn, so there is no kernel to give ncu"
     if why is not None:
@@ -199,13 +199,6 @@ def attribute(kernels: list[dict], order: list[dict], captures: dict, names: lis
             out[i]["unavailable"] = unavailable_reason(output) if not kernels else \
                 "ncu's profiled kernels did not match this measurement's launches"
     return out
-
-
-def finish_call(item: pytest.Item) -> None:
-    """After a perf test's body, before its verdict: with =ncu, profile its timed kernels."""
-    captures = item.stash.get(explain.CAPTURES_KEY, None)
-    if explain.mode(item.config) == "ncu" and captures:
-        item.stash[explain.NCU_KEY] = profile_item(item, captures)
 
 
 # --- the child -------------------------------------------------------------------------------------

@@ -16,10 +16,10 @@ import re
 import pytest
 
 from .. import options, state
-from ..perf.session import MEASUREMENTS_KEY, nothing_measured
+from ..perf import record
+from ..perf.session import nothing_measured, session
 
 CALLS = 3  # calls traced: the first may still show one-time work (allocations), the rest steady
-TRACES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> trace path
 
 
 def directory(config: pytest.Config) -> str | None:
@@ -56,28 +56,25 @@ def after_measure(item: pytest.Item, m, fn) -> None:
             if not rt.interpret:
                 torch.cuda.synchronize(rt.device)
     prof.export_chrome_trace(path)
-
-    item.stash.setdefault(TRACES_KEY, {})[len(item.stash[MEASUREMENTS_KEY]) - 1] = path
+    m.trace = path  # in the record: the JSON file has it too
 
 
 def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
-    """The trace's path in the payload (the JSON file) and as a JUnit property."""
-    payload = getattr(report, "triton_perf", None)
-    traces = item.stash.get(TRACES_KEY, None)
-    if report.when != "call" or not payload or not traces:
+    """Each trace's path as a JUnit property."""
+    rec = record.of(item)
+    if report.when != "call" or rec is None:
         return
-    for i, m in enumerate(payload["measurements"]):
-        if i in traces:
-            m["trace"] = traces[i]
-            prefix = f"triton[{m['name']}]." if m.get("name") else "triton."
-            item.user_properties.append((prefix + "trace", traces[i]))
+    for m in rec.measurements:
+        if m.trace is not None:
+            prefix = f"triton[{m.name}]." if m.name else "triton."
+            item.user_properties.append((prefix + "trace", m.trace))
 
 
 def terminal_summary(tr, config: pytest.Config) -> None:
     """Say so when the run wrote no trace because it measured nothing (no GPU: dry runs)."""
     out = directory(config)
     idle = nothing_measured(config) if out else None
-    ps = state.get(config).perf_session
+    ps = session(config)
     if idle and ps is not None and ps.controller:
         tr.write_line(f"--triton-perf-profile {out}: no trace written: {idle}", yellow=True,
                       bold=True)

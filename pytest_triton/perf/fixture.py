@@ -7,11 +7,11 @@ import pytest
 
 from .. import options, state
 from ..env import dtypes, launches
-from . import stats, verdict
+from . import record, stats, verdict
 from .checklist import NOTES
-from .dryrun import DryCall, DryRun
-from .markers import TARGET_KEY, PerfTarget, PerfTargetError
-from .session import DRY_KEY, GAP_KEY, MEASUREMENTS_KEY, dry_run, ensure_ceilings, session
+from .markers import PerfTarget, PerfTargetError
+from .record import DryCall, Mode, PerfRecord
+from .session import ensure_ceilings, mode, session
 from .timing import Settings, Timings
 
 
@@ -23,17 +23,19 @@ class TritonBench:
         self._request = request
         self._item = request.node
         self._config = request.config
-        self._target: PerfTarget | None = self._item.stash.get(TARGET_KEY, None)
+        rec = record.of(self._item)
+        if rec is None:  # requested by name at run time (request.getfixturevalue), not collected
+            rec = self._item.stash[record.RECORD_KEY] = PerfRecord(self._item.nodeid)
+        if rec.mode is None:
+            rec.mode = mode(self._config)
+        self._record = rec
+        self._target: PerfTarget | None = rec.target
         #: True when this run has no GPU to time on: each call checks its arguments against the
         #: test's targets and calls fn (and baseline) once, untimed, and returns None. A test
         #: picks a small size with it (`n = 4096 if triton_bench.dry_run else 1 << 26`).
-        self.dry_run = dry_run(self._config)
-        if self.dry_run:
-            self._item.stash.setdefault(DRY_KEY, DryRun())
-            return
-        if not state.get(self._config).perf:
+        self.dry_run = rec.mode is Mode.DRY_RUN
+        if rec.mode is Mode.SKIPPED:
             pytest.skip("triton_bench times kernels only with --triton-perf")
-        self._item.stash.setdefault(MEASUREMENTS_KEY, [])
 
     def _error(self, text: str) -> PerfTargetError:
         return PerfTargetError(f"{self._item.nodeid}: {text}")
@@ -92,9 +94,7 @@ class TritonBench:
                 if t.bandwidth_frac is not None and not ps.device.peak_gbps(t.peak)[0]:
                     raise self._error(f"bandwidth_frac with peak={t.peak!r}: {ps.device.label} has "
                                       f"no measured copy ceiling{self._calibration_note()}")
-        calls = self._item.stash[DRY_KEY].calls if self.dry_run \
-            else self._item.stash[MEASUREMENTS_KEY]
-        names = [m.name for m in calls]
+        names = [m.name for m in self._record.calls]
         if names and (name is None or name in names or None in names):
             raise self._error(f"triton_bench called more than once: give each call a distinct "
                               f"name= (got {name!r} after {names!r})")
@@ -104,7 +104,7 @@ class TritonBench:
         """The checks a dry run cannot make: they look the device up."""
         peak = t.peak or options.get(self._config, "triton_perf_peak")
         ceiling = "measured ceilings" if peak == "measured" else "datasheet"
-        found = self._item.stash[DRY_KEY].unverifiable
+        found = self._record.unverifiable
         for key, what in (("tflops_frac", f"the device's {dt} tensor-core peak ({ceiling})"),
                           ("bandwidth_frac", f"the device's DRAM bandwidth ({ceiling})")):
             text = f"{key}: {what}"
@@ -128,14 +128,14 @@ class TritonBench:
                     exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry run "
                                  "(no GPU to time on: called once, untimed)")
                 raise
-        self._item.stash[DRY_KEY].calls.append(DryCall(name, baseline is not None))
+        self._record.dry_calls.append(DryCall(name, baseline is not None))
 
     def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
                  name=None):
         __tracebackhide__ = True
         if self.dry_run:
             self._check_args(fn, bytes, flops, baseline, dtype, name)
-            gap = self._item.stash.get(GAP_KEY, None)
+            gap = self._record.gap_stops_body
             if gap is not None:  # fn would meet the interpreter's gap: checked, not called
                 pytest.skip(f"{gap} (its triton_bench arguments were checked; fn was not run)")
             self._dry_call(fn, baseline, name)
@@ -148,7 +148,7 @@ class TritonBench:
         note = _checklist_note(self._target)
         with launches.watch_compiles() as compiles:
             m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
-        self._item.stash[MEASUREMENTS_KEY].append(m)
+        self._record.measurements.append(m)
         # the diagnoses, the profiler trace and pytest-benchmark's table listen (plugin.py)
         self._config.hook.pytest_triton_measured(item=self._item, measurement=m, fn=fn,
                                                  kernel=kernel, compiles=compiles)

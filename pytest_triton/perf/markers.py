@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass, fields
 
@@ -12,8 +13,8 @@ from ..env.runtime import INTERPRETER_GAPS
 
 perf_target = pytest.mark.perf_target
 
-TARGET_KEY = pytest.StashKey["PerfTarget | None"]()  # per item, parsed at collection
-GAP_KEY = pytest.StashKey["str | None"]()  # per item: the interpreter_gap skip reason
+# per item, parsed at collection: the interpreter_gap marker's skip reason (None: the test runs)
+INTERPRETER_GAP_KEY = pytest.StashKey["str | None"]()
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
@@ -86,6 +87,16 @@ class PerfTarget:
         args += [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
                  if f.name != "name" and getattr(self, f.name) is not None]
         return f"perf_target({', '.join(args)})"
+
+    @classmethod
+    def from_describe(cls, text: str) -> PerfTarget:
+        """The target describe() wrote (a JSON report's "target"), read back."""
+        call = ast.parse(text, mode="eval").body
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "perf_target" and len(call.args) <= 1):
+            raise ValueError(f"not a perf_target(...) description: {text!r}")
+        name = ast.literal_eval(call.args[0]) if call.args else None
+        return cls(name=name, **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
 
 
 def _dtype_name(value, where: str) -> str:
@@ -200,11 +211,12 @@ def interpreter_gap_of(item: pytest.Item) -> str | None:
     return f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}"
 
 
-def validate_item(item: pytest.Item, checklist: dict[str, dict]) -> None:
-    """Parse the item's markers into its stash; PerfTargetError names the test and the argument."""
+def validate_item(item: pytest.Item, checklist: dict[str, dict]) -> PerfTarget | None:
+    """Parse the item's markers (its interpreter gap into its stash) and return its perf_target;
+    PerfTargetError names the test and the argument."""
     target = perf_target_of(item, checklist)
     if target is not None and "triton_bench" not in getattr(item, "fixturenames", ()):
         raise PerfTargetError(f"{item.nodeid}: {target.describe()} on a test that does not use "
                               "the triton_bench fixture: nothing would be measured")
-    item.stash[TARGET_KEY] = target
-    item.stash[GAP_KEY] = interpreter_gap_of(item)
+    item.stash[INTERPRETER_GAP_KEY] = interpreter_gap_of(item)
+    return target

@@ -1,5 +1,5 @@
-"""--triton-perf: the perf session (device, settings, results gathered from reports), the
-plugin's default hooks, measured ceilings, and whether perf bodies are timed, dry-run or skipped."""
+"""--triton-perf: the perf session (the device, the settings, the records gathered from reports),
+whether this process times perf bodies, dry-runs or skips them, and the gate on unchecked ones."""
 
 from __future__ import annotations
 
@@ -9,19 +9,10 @@ import pytest
 
 from .. import options, state
 from ..env import nvml, runtime
-from ..env.device import DeviceInfo, cuda_device_info, with_calibration
-from . import calibrate, stats
-from .timing import measure
-
-MEASUREMENTS_KEY = pytest.StashKey[list]()  # per item: the Measurements its triton_bench took
-UNCHECKED_KEY = pytest.StashKey[str]()  # per item: the target a missing GPU left unchecked
-DRY_KEY = pytest.StashKey["dryrun.DryRun"]()  # per item whose body runs once untimed (no GPU)
-
-
-GEOMEAN_KEY = pytest.StashKey["verdict.Check"]()  # per item: its geomean_speedup check
-# per item: a perf test whose interpreter gap stops its body: triton_bench checks its arguments,
-# then the test skips naming the gap (the dry run still checks what it can)
-GAP_KEY = pytest.StashKey[str]()
+from ..env.device import DeviceInfo, with_calibration
+from . import calibrate
+from .defaults import DefaultHooks, check_device_info
+from .record import Mode, PerfRecord
 
 
 @dataclass
@@ -33,90 +24,30 @@ class PerfSession:
     max_time: float = 2.0
     retries: int = 2
     json_path: str | None = None
-    results: list = field(default_factory=list)  # measurement dicts, gathered from reports
+    records: list[PerfRecord] = field(default_factory=list)  # rebuilt from the tests' reports
     unchecked: list = field(default_factory=list)  # perf tests skipped for want of a GPU
     controller: bool = True  # writes the table and JSON (False on xdist workers)
     calibration: str = ""  # where the device's measured ceilings came from, once looked for
 
 
-def configure(config: pytest.Config) -> None:
-    st = state.get(config)
-    config.pluginmanager.register(_DefaultHooks(), "triton-perf-defaults")
-    config.pluginmanager.register(_ReportCollector(config), "triton-perf-collector")
-    xdist_controller = runtime.xdist_controller(config)
-    info = None
-    if not xdist_controller:  # the workers time; the controller must not start CUDA
-        info = config.hook.pytest_triton_device_info(config=config)
-        _check_device_info(info)
-    if info is not None:
-        info = with_calibration(
-            info, None, options.get(config, "triton_perf_peak") == "measured")
-    retries = options.get_count(config, "triton_perf_retries")
-    real_gpu = info is not None and not st.runtime.interpret
-    st.perf_session = PerfSession(
-        device=info,
-        settings_before=nvml.gpu_settings(st.runtime.device) if real_gpu else {},
-        l2=options.get(config, "triton_perf_l2"),
-        max_time=options.get_float(config, "triton_perf_max_time", minimum=0.01),
-        retries=int(retries),
-        json_path=options.get(config, "triton_perf_json"),
-        # xdist workers and continuation children report to the process that writes the results
-        controller=not hasattr(config, "workerinput") and not runtime.is_child(config),
-    )
-    if info is not None and options.get(config, "triton_perf_calibrate"):
-        ensure_ceilings(config, force=True)
+SESSION_KEY = pytest.StashKey[PerfSession]()  # config: made when --triton-perf is on
 
 
-def _check_device_info(info) -> None:
-    """What pytest_triton_device_info returned, checked once at start-up: every verdict of the
-    run divides by these numbers."""
-    if info is None:
-        return
-    def bad(what: str) -> None:
-        raise pytest.UsageError(f"pytest_triton_device_info returned {what}")
-
-    if not isinstance(info, DeviceInfo):
-        bad(f"a {type(info).__name__}, not a pytest_triton.DeviceInfo")
-    if not isinstance(info.name, str) or not info.name:
-        bad(f"name={info.name!r}: expected the device's name")
-    if isinstance(info.sms, bool) or not isinstance(info.sms, int) or info.sms < 1:
-        bad(f"sms={info.sms!r}: expected the number of SMs, an integer >= 1")
-    if not stats.positive_finite(info.dram_gbps):
-        bad(f"dram_gbps={info.dram_gbps!r}: expected the datasheet DRAM bandwidth, a finite "
-            "number of GB/s > 0")
-    if not isinstance(info.tflops, dict):
-        bad(f"tflops={info.tflops!r}: expected a dict of dtype: TFLOP/s")
-    for k, v in info.tflops.items():
-        if v is not None and not stats.positive_finite(v):
-            bad(f"tflops[{k!r}]={v!r}: expected a finite number of TFLOP/s > 0, or None")
+def session(config: pytest.Config) -> PerfSession | None:
+    """This run's perf session; None without --triton-perf."""
+    return config.stash.get(SESSION_KEY, None)
 
 
-class _DefaultHooks:
-    """The plugin's own implementations of its hooks; a conftest's implementation wins."""
-    @pytest.hookimpl(trylast=True)
-    def pytest_triton_device_info(self, config):
-        rt = state.get(config).runtime
-        if rt.interpret:
-            return None
-        return cuda_device_info(rt.device)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_triton_calibrate(self, config, device):
-        rt = state.get(config).runtime
-        if rt.interpret:
-            return None
-        return calibrate.measure_ceilings(rt.device)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_triton_measure(self, config, request, fn, baseline, settings):
-        return measure(fn, baseline, settings, state.get(config).runtime.device)
-
-
-class _ReportCollector:
-    """Gathers measurements where reports arrive: in-process, or on the xdist controller."""
+class Perf:
+    """--triton-perf: the session, the plugin's default hooks, the records gathered where
+    reports arrive (in-process, or on the xdist controller), and the gate at the end."""
 
     def __init__(self, config: pytest.Config):
         self._config = config
+        config.pluginmanager.register(DefaultHooks(), "triton-perf-defaults")
+        config.stash[SESSION_KEY] = _make_session(config)
+        if session(config).device is not None and options.get(config, "triton_perf_calibrate"):
+            ensure_ceilings(config, force=True)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         ps = session(self._config)
@@ -126,10 +57,37 @@ class _ReportCollector:
             outcome = report.outcome
             if hasattr(report, "wasxfail"):
                 outcome = "xfailed" if report.skipped else "xpassed"
-            ps.results.append({"nodeid": report.nodeid, "outcome": outcome, **payload})
+            ps.records.append(PerfRecord.from_dict({"nodeid": report.nodeid, "outcome": outcome,
+                                                    **payload}))
         unchecked = getattr(report, "triton_unchecked", None)
         if unchecked:
             ps.unchecked.append({"nodeid": report.nodeid, "target": unchecked})
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        gate(session)
+
+
+def _make_session(config: pytest.Config) -> PerfSession:
+    st = state.get(config)
+    info = None
+    if not runtime.xdist_controller(config):  # the workers time; the controller must not start CUDA
+        info = config.hook.pytest_triton_device_info(config=config)
+        check_device_info(info)
+    if info is not None:
+        info = with_calibration(
+            info, None, options.get(config, "triton_perf_peak") == "measured")
+    real_gpu = info is not None and not st.runtime.interpret
+    return PerfSession(
+        device=info,
+        settings_before=nvml.gpu_settings(st.runtime.device) if real_gpu else {},
+        l2=options.get(config, "triton_perf_l2"),
+        max_time=options.get_float(config, "triton_perf_max_time", minimum=0.01),
+        retries=int(options.get_count(config, "triton_perf_retries")),
+        json_path=options.get(config, "triton_perf_json"),
+        # xdist workers and continuation children report to the process that writes the results
+        controller=not hasattr(config, "workerinput") and not runtime.is_child(config),
+    )
 
 
 def ensure_ceilings(config: pytest.Config, *, force: bool = False) -> None:
@@ -152,10 +110,6 @@ def ensure_ceilings(config: pytest.Config, *, force: bool = False) -> None:
     ps.device = with_calibration(info, found, info.use_measured)
 
 
-def session(config: pytest.Config) -> PerfSession:
-    return state.get(config).perf_session
-
-
 def dry_run(config: pytest.Config) -> bool:
     """True where perf-test bodies run once untimed instead of being timed: there is no GPU to
     time on (Triton's interpreter; or --triton-perf without a device). On a GPU without
@@ -169,21 +123,28 @@ def dry_run(config: pytest.Config) -> bool:
     return st.runtime.interpret
 
 
-def gate(session: pytest.Session) -> None:
+def mode(config: pytest.Config) -> Mode:
+    """How this process runs a perf test's body: the one decision, made at each test's setup."""
+    if dry_run(config):
+        return Mode.DRY_RUN
+    return Mode.TIMED if state.get(config).perf else Mode.SKIPPED
+
+
+def gate(run: pytest.Session) -> None:
     """--triton-perf asked for perf to be checked: unchecked targets fail a run that would
     otherwise pass, unless --triton-perf-allow-unchecked."""
-    ps = state.get(session.config).perf_session
+    ps = session(run.config)
     if ps is None or not ps.controller or not ps.unchecked:
         return
-    if options.get(session.config, "triton_perf_allow_unchecked"):
+    if options.get(run.config, "triton_perf_allow_unchecked"):
         return
-    if session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if run.exitstatus == pytest.ExitCode.OK:
+        run.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def unchecked_summary(config: pytest.Config) -> tuple[str, bool] | None:
     """The summary line of unchecked targets and whether they fail the run."""
-    ps = state.get(config).perf_session
+    ps = session(config)
     if ps is None or not ps.unchecked:
         return None
     n = len(ps.unchecked)
@@ -198,8 +159,8 @@ def unchecked_summary(config: pytest.Config) -> tuple[str, bool] | None:
 def nothing_measured(config: pytest.Config) -> str | None:
     """Why this --triton-perf run measured nothing (for the options that act on measurements:
     --triton-perf-explain, --triton-perf-profile), or None when it measured something."""
-    ps = state.get(config).perf_session
-    if ps is None or ps.results:
+    ps = session(config)
+    if ps is None or ps.records:
         return None
     if ps.unchecked:
         n = len(ps.unchecked)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 # z for a two-sided 99% interval: a CI gate takes a verdict on every test of every run, so its
 # intervals must be wide enough that a good kernel is almost never called slow by chance.
@@ -48,6 +48,11 @@ class Summary:
         d = asdict(self)
         d.update(iqr=self.iqr, noise=self.noise, rse=self.rse)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Summary | None:
+        """A summary read back from to_dict() (the derived iqr, noise and rse are dropped)."""
+        return None if d is None else cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
 def positive_finite(value) -> bool:

@@ -1,4 +1,6 @@
-"""From timings to verdicts: throughput, fractions of peak, targets checked against CIs, roofline.
+"""From timings to verdicts, in one place: throughput and fractions of peak (computed once, kept
+in the record), targets checked against CIs, the roofline line, the geomean, and the test's
+outcome (judge) from its record.
 
 Pure logic, no GPU: the CPU test suite drives it through the pytest_triton_measure hook.
 A target passes only when its whole confidence interval clears it, fails only when the whole
@@ -7,116 +9,18 @@ interval misses it, and is otherwise inconclusive (measured again, then failed a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import pytest
 
 from ..env.device import DeviceInfo
 from . import roofline as _roofline
 from . import stats
-from .markers import PerfTarget
+from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
+from .record import Check, Measurement, Mode, PerfRecord, Verdict
 from .timing import Timings
 
-PASS, FAIL, INCONCLUSIVE, INVALID = "pass", "fail", "inconclusive", "invalid"
-_ORDER = (INVALID, FAIL, INCONCLUSIVE, PASS)  # a measurement takes its worst check's verdict
+PASS, FAIL, INCONCLUSIVE, INVALID = Verdict.PASS, Verdict.FAIL, Verdict.INCONCLUSIVE, Verdict.INVALID
 
-
-@dataclass
-class Check:
-    target: str  # e.g. "bandwidth_frac"
-    asked: float
-    achieved: float
-    ci: tuple[float, float]
-    verdict: str
-    message: str
-    short: str = ""  # the target as the summary table shows it, in this device's numbers
-
-
-@dataclass
-class Measurement:
-    nodeid: str
-    name: str | None
-    time: stats.Summary  # ms per call
-    timings: Timings
-    bytes: int | None = None
-    flops: int | None = None
-    dtype: str | None = None
-    baseline: stats.Summary | None = None
-    speedup: stats.Summary | None = None  # baseline / fn, paired per sample
-    config: str | None = None
-    device: dict = field(default_factory=dict)
-    peaks: dict = field(default_factory=dict)
-    checks: list[Check] = field(default_factory=list)
-    roofline: str = ""
-    rounds: int = 1
-
-    @property
-    def label(self) -> str:
-        return f"{self.nodeid}[{self.name}]" if self.name else self.nodeid
-
-    @property
-    def median_ms(self) -> float:
-        return self.time.median
-
-    @property
-    def bandwidth_frac(self) -> float | None:
-        """Achieved fraction of the peak DRAM bandwidth fractions are taken against."""
-        peak = self.peaks.get("dram_gbps")
-        return self.gbps / peak if self.gbps is not None and peak else None
-
-    @property
-    def tflops_frac(self) -> float | None:
-        """Achieved fraction of the dense tensor-core peak of the operands' dtype."""
-        peak = self.peaks.get("tflops")
-        return self.tflops / peak if self.tflops is not None and peak else None
-
-    def fractions(self) -> dict:
-        """{"bandwidth": {"datasheet": f, "measured": f}, "tflops": {...}}: what was achieved as a
-        fraction of each kind of peak (None where there is no such peak or no bytes=/flops=)."""
-        out = {}
-        for kind, achieved in (("bandwidth", self.gbps), ("tflops", self.tflops)):
-            key = "dram_gbps" if kind == "bandwidth" else "tflops"
-            out[kind] = {src: (achieved / self.peaks[f"{key}_{src}"]
-                               if achieved is not None and self.peaks.get(f"{key}_{src}") else None)
-                         for src in ("datasheet", "measured")}
-        return out
-
-    @property
-    def gbps(self) -> float | None:
-        return self.bytes / self.time.median / 1e6 if self.bytes else None
-
-    @property
-    def tflops(self) -> float | None:
-        return self.flops / self.time.median / 1e9 if self.flops else None
-
-    @property
-    def verdict(self) -> str:
-        verdicts = {c.verdict for c in self.checks}
-        for v in _ORDER:
-            if v in verdicts:
-                return v
-        return "measured"
-
-    def to_dict(self, samples: bool = True) -> dict:
-        d = {
-            "nodeid": self.nodeid, "name": self.name, "verdict": self.verdict,
-            "median_ms": self.time.median, "time_ms": self.time.to_dict(),
-            "gbps": self.gbps, "tflops": self.tflops, "bytes": self.bytes, "flops": self.flops,
-            "dtype": self.dtype, "config": self.config, "method": self.timings.method,
-            "l2": self.timings.l2, "calls_per_sample": self.timings.calls_per_sample,
-            "rounds": self.rounds, "throttled": self.timings.throttled,
-            "gpu_before": self.timings.gpu_before, "gpu_after": self.timings.gpu_after,
-            "notes": self.timings.notes, "peaks": self.peaks, "roofline": self.roofline,
-            "fractions": self.fractions(),
-            "baseline_ms": self.baseline.to_dict() if self.baseline else None,
-            "speedup": self.speedup.to_dict() if self.speedup else None,
-            "checks": [asdict(c) for c in self.checks], "device": self.device,
-        }
-        if samples:
-            d["samples_ms"] = self.timings.ms
-            d["baseline_samples_ms"] = self.timings.baseline_ms
-        return d
-
-
-def _judge(asked: float, lo: float, hi: float, higher_is_better: bool = True) -> str:
+def _judge(asked: float, lo: float, hi: float, higher_is_better: bool = True) -> Verdict:
     if not higher_is_better:
         lo, hi, asked = -hi, -lo, -asked
     if lo >= asked:
@@ -142,8 +46,9 @@ def roofline(m: Measurement, device: DeviceInfo) -> str:
         where = f"{pos['intensity']:.3g} FLOP/byte, ridge {pos['ridge']:.3g}"
     else:
         where = "no bytes= given" if pos["bound"] == "compute" else "no flops= given"
-    frac = pos["fraction"]
-    of = "peak bandwidth" if pos["bound"] == "memory" else f"{m.dtype} peak"
+    memory = pos["bound"] == "memory"
+    frac = m.fraction("bandwidth", peak_bw) if memory else m.fraction("tflops", peak_tf)
+    of = "peak bandwidth" if memory else f"{m.dtype} peak"
     return (f"roofline: {pos['bound']}-bound ({where}): {_pct(frac)} of {of}, "
             f"{_roofline.grade(pos['bound'], frac)}")
 
@@ -163,11 +68,24 @@ def _peaks(device: DeviceInfo, dtype: str | None) -> dict:
     return out
 
 
+def _fractions(m: Measurement) -> dict:
+    """What was achieved as a fraction of each kind of peak, datasheet and measured: computed
+    here, once; the table, the JSON, the checks, explain and plot read it."""
+    out = {}
+    for kind, achieved in (("bandwidth", m.gbps), ("tflops", m.tflops)):
+        key = "dram_gbps" if kind == "bandwidth" else "tflops"
+        out[kind] = {src: (achieved / m.peaks[f"{key}_{src}"]
+                           if achieved is not None and m.peaks.get(f"{key}_{src}") else None)
+                     for src in ("datasheet", "measured")}
+    return out
+
+
 def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
              checklist_note: str | None = None) -> None:
-    """Fill m.checks, m.peaks and m.roofline for `target` on `device`."""
+    """Fill m.peaks, m.fractions, m.checks and m.roofline for `target` on `device`."""
     t = m.time
     m.peaks.update(_peaks(device, m.dtype))
+    m.fractions = _fractions(m)
     m.roofline = roofline(m, device)
     m.checks = []
     note = f" [checklist {target.name!r}{': ' + checklist_note if checklist_note else ''}]" \
@@ -178,7 +96,7 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
         datasheet = device.dram_gbps
         if lo > datasheet:
             m.checks.append(Check("bytes", datasheet, gbps, (lo, hi), INVALID,
-                f"invalid measurement: {gbps:.0f} GB/s = {_pct(gbps / datasheet)} of "
+                f"invalid measurement: {gbps:.0f} GB/s = {_pct(m.fraction('bandwidth', datasheet))} of "
                 f"{device.label} peak {datasheet:.0f} GB/s, more than the DRAM can move: the data "
                 "stayed in L2, the kernel skipped work, or bytes= overcounts"))
             return
@@ -209,7 +127,8 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
 
     if target.bandwidth_frac is not None:
         peak_bw, bw_src = device.peak_gbps(target.peak)
-        f, flo, fhi = m.gbps / peak_bw, m.bytes / t.ci_hi / 1e6 / peak_bw, m.bytes / t.ci_lo / 1e6 / peak_bw
+        f = m.fraction("bandwidth", peak_bw)
+        flo, fhi = m.bytes / t.ci_hi / 1e6 / peak_bw, m.bytes / t.ci_lo / 1e6 / peak_bw
         add("bandwidth_frac", target.bandwidth_frac, f, flo, fhi,
             f"{m.gbps:.0f} GB/s = {_pct(f)} of {bw_src} {peak_bw:.0f} GB/s; target "
             f"{_pct(target.bandwidth_frac)} = {target.bandwidth_frac * peak_bw:.0f} GB/s "
@@ -220,13 +139,14 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
     if target.gbps is not None:
         lo, hi = m.bytes / t.ci_hi / 1e6, m.bytes / t.ci_lo / 1e6
         add("gbps", target.gbps, m.gbps, lo, hi,
-            f"{m.gbps:.0f} GB/s = {_pct(m.gbps / peak_bw)} of {bw_src} {peak_bw:.0f} GB/s; "
+            f"{m.gbps:.0f} GB/s = {_pct(m.fraction('bandwidth', peak_bw))} of {bw_src} {peak_bw:.0f} GB/s; "
             f"target {target.gbps:g} GB/s (gbps={target.gbps:g}); 99% CI {lo:.0f}-{hi:.0f} GB/s",
             f">={target.gbps:g} GB/s")
     if target.tflops_frac is not None:
         peak_tf, tf_src = device.peak_tflops(m.dtype, target.peak)
         tf = m.tflops
-        f, flo, fhi = tf / peak_tf, m.flops / t.ci_hi / 1e9 / peak_tf, m.flops / t.ci_lo / 1e9 / peak_tf
+        f = m.fraction("tflops", peak_tf)
+        flo, fhi = m.flops / t.ci_hi / 1e9 / peak_tf, m.flops / t.ci_lo / 1e9 / peak_tf
         add("tflops_frac", target.tflops_frac, f, flo, fhi,
             f"{tf:.1f} TFLOP/s = {_pct(f)} of {tf_src} {peak_tf:.1f} TFLOP/s; target "
             f"{_pct(target.tflops_frac)} = {target.tflops_frac * peak_tf:.1f} TFLOP/s "
@@ -236,7 +156,7 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
     peak_tf, tf_src = device.peak_tflops(m.dtype) if m.dtype else (None, "")
     if target.tflops is not None:
         lo, hi = m.flops / t.ci_hi / 1e9, m.flops / t.ci_lo / 1e9
-        of_peak = f" = {_pct(m.tflops / peak_tf)} of {tf_src} {peak_tf:.1f}" if peak_tf else ""
+        of_peak = f" = {_pct(m.fraction('tflops', peak_tf))} of {tf_src} {peak_tf:.1f}" if peak_tf else ""
         add("tflops", target.tflops, m.tflops, lo, hi,
             f"{m.tflops:.1f} TFLOP/s{of_peak}; target {target.tflops:g} TFLOP/s "
             f"(tflops={target.tflops:g}); 99% CI {lo:.1f}-{hi:.1f}", f">={target.tflops:g} TFLOP/s")
@@ -276,8 +196,93 @@ def build(nodeid: str, name: str | None, timings: Timings, *, bytes=None, flops=
         baseline = stats.summarize(timings.baseline_ms)
         pairs = list(zip(timings.baseline_ms, timings.ms))
         speedup = stats.summarize([b / a for b, a in pairs if a > 0])
+    # the rates, once: everything shown or judged is taken from these
+    gbps = bytes / time.median / 1e6 if bytes else None
+    tflops = flops / time.median / 1e9 if flops else None
     return Measurement(nodeid=nodeid, name=name, time=time, timings=timings, bytes=bytes,
                        flops=flops, dtype=dtype, baseline=baseline, speedup=speedup,
-                       config=config, rounds=rounds,
+                       config=config, rounds=rounds, gbps=gbps, tflops=tflops,
                        device={"name": device.name, "sku": device.sku, "sms": device.sms,
                                "driver": device.driver, "fingerprint": device.fingerprint})
+
+
+# --- the test's outcome ---------------------------------------------------------------------------
+
+def judge(record: PerfRecord) -> BaseException | None:
+    """After a perf test's body: what it ends with, from its record. A timed test fails unless
+    every target of every measurement held (its geomean check is made here, into the record); a
+    dry run ends as a skip naming what stayed unchecked; a test with a target that never called
+    triton_bench fails. None: the test's own outcome stands."""
+    target = record.target
+    if record.mode is Mode.DRY_RUN:
+        return _dry_run_outcome(record)
+    if record.mode is not Mode.TIMED or target is None:
+        return None
+    measurements = record.measurements
+    if not measurements:
+        return _never_called(record)
+    record.geomean = evaluate_geomean(measurements, target)
+    checks = [(m, c) for m in measurements for c in m.checks]
+    if record.geomean is not None:
+        checks.append((None, record.geomean))
+    failed = [(m, c) for m, c in checks if c.verdict in (FAIL, INVALID)]
+    unsure = [(m, c) for m, c in checks if c.verdict == INCONCLUSIVE]
+    if not failed and not unsure:
+        return None
+    lines = []
+    for m, c in failed + unsure:
+        where = f"[{m.name}] " if m is not None and m.name else ""
+        lines.append(f"{c.verdict.value.upper()} {where}{c.target}: {c.message}")
+        if m is not None and m.roofline:
+            lines.append(f"    {m.roofline}")
+    if any(c.verdict == INVALID for _, c in failed):
+        return PerfInvalid("\n".join(lines))
+    hot = [m for m, _ in failed if m is not None and m.timings.throttled]
+    if hot:
+        # measured again while throttled (fixture._measure), and throttled to the last round: the
+        # miss may be the GPU's, not the kernel's, so it proves nothing either way (nor a
+        # negative control's xfail(raises=PerfTargetMissed))
+        reasons = {r for m in hot for g in (m.timings.gpu_before, m.timings.gpu_after)
+                   for r in (g.get("clock_reasons") or [])}
+        why = ", ".join(sorted(reasons)) or "NVML reports throttling"
+        return PerfInconclusive(
+            f"inconclusive: the GPU was throttling in every round of measurement ({why}), so "
+            "this miss may be the GPU's, not the kernel's; let it cool or find what holds its "
+            "clocks down (nvidia-smi -q -d PERFORMANCE)\n" + "\n".join(lines))
+    if failed:
+        return PerfTargetMissed("\n".join(lines))
+    if all(m is None for m, _ in unsure):
+        # only the geomean: its shapes are measured by the test's body, which runs once, so
+        # --triton-perf-retries cannot measure them again
+        return PerfInconclusive(
+            f"inconclusive: the target lies inside the 99% CI of the geometric mean over "
+            f"{len(measurements)} shapes, each measured once (a geomean is not re-measured: the "
+            "test's body runs once; --triton-perf-max-time narrows each shape's CI)\n"
+            + "\n".join(lines))
+    rounds = max(m.rounds for m in measurements)
+    return PerfInconclusive("inconclusive after " + f"{rounds} round{'s' if rounds != 1 else ''} "
+                            "of measurement: the target lies "
+                            "inside the measurement's 99% CI\n" + "\n".join(lines))
+
+
+def _never_called(record: PerfRecord) -> PerfTargetError:
+    would = "would be" if record.mode is Mode.DRY_RUN else "was"
+    return PerfTargetError(f"{record.nodeid}: has {record.target.describe()} but never called "
+                           f"triton_bench, so nothing {would} measured")
+
+
+def _dry_run_outcome(record: PerfRecord) -> BaseException | None:
+    """A dry run that went through ends as a skip naming what stayed unchecked; a perf test
+    that never called triton_bench fails, as it would on the GPU."""
+    target = record.target
+    if not record.dry_calls:
+        return None if target is None else _never_called(record)
+    n = len(record.dry_calls)
+    ran = "fn and baseline" if any(c.baseline for c in record.dry_calls) else "fn"
+    text = (f"dry run, nothing timed (no GPU): {n} triton_bench call{'s' if n > 1 else ''} "
+            f"checked and {ran} run once; targets unchecked: "
+            + (target.describe() if target is not None else "none (no perf_target)"))
+    if record.unverifiable:
+        text += "; needs the device, not checked: " + ", ".join(record.unverifiable)
+    # reported at the test's own line, not at the plugin's
+    return pytest.skip.Exception(text, _use_item_location=True)

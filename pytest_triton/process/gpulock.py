@@ -30,7 +30,7 @@ import time
 import pytest
 
 from .. import options, state
-from ..perf import markers
+from ..perf import record
 
 POLL_S = 0.02  # between tries of a lock another worker holds
 _HELD_KEY = pytest.StashKey[contextlib.ExitStack]()  # item: its hold, from setup to teardown
@@ -184,7 +184,8 @@ def _wanted(item: pytest.Item) -> tuple[str, bool | None] | None:
         return None
     if item.get_closest_marker("triton_no_gpu") is not None:
         return rt.gpu_id, None
-    perf = state.get(item.config).perf and item.stash.get(markers.TARGET_KEY, None) is not None
+    rec = record.of(item)
+    perf = state.get(item.config).perf and rec is not None and rec.target is not None
     return rt.gpu_id, perf or item.get_closest_marker("triton_exclusive") is not None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from .. import state
+from ..perf.session import session
 
 
 class _ReplayClock:
@@ -61,7 +61,7 @@ def record(item: pytest.Item, m) -> None:
         "speedup": m.speedup.median if m.speedup else None,
         "baseline_median_s": m.baseline.median / 1e3 if m.baseline else None,
         "method": m.timings.method, "l2": m.timings.l2, "config": m.config,
-        "gpu": m.device.get("name"), "verdict": m.verdict,
+        "gpu": m.device.get("name"), "verdict": m.verdict.value,
     })
     fixture.pedantic(clock.tick, rounds=len(m.timings.ms), iterations=1, warmup_rounds=0)
 
@@ -71,7 +71,7 @@ class _MachineInfo:
         self._config = config
 
     def pytest_benchmark_update_machine_info(self, config, machine_info):
-        ps = state.get(config).perf_session
+        ps = session(config)
         if ps is not None and ps.device is not None:
             d = ps.device
             machine_info["gpu"] = {"name": d.name, "sku": d.sku, "sms": d.sms,

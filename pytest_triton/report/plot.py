@@ -16,10 +16,11 @@ import os
 
 import pytest
 
-from .. import options, state
+from .. import options
 from ..env import dtypes
 from ..perf import roofline
 from ..perf import session as perf
+from ..perf.record import Measurement
 
 VERDICT_COLOURS = {"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e",
                    "invalid": "#9467bd", "measured": "#7f7f7f"}
@@ -53,7 +54,7 @@ def session_finish(config: pytest.Config) -> None:
     ps = perf.session(config)
     if target is None or ps is None or not ps.controller:
         return
-    points = [m for r in ps.results for m in r["measurements"]]
+    points = [m for r in ps.records for m in r.measurements]
     if not points:
         config.stash[WRITTEN_KEY] = f"roofline not drawn: no measurement in this run ({target})"
         return
@@ -77,45 +78,45 @@ def _title(config: pytest.Config, device, points: list[dict]) -> str:
     import triton
 
     name = device.name if device is not None else \
-        ((points[0].get("device") or {}).get("name") or "no device")
+        (points[0].device.get("name") or "no device")
     return (f"{name} — torch {torch.__version__}, triton {triton.__version__}"
-            f" — L2 {state.get(config).perf_session.l2}")
+            f" — L2 {perf.session(config).l2}")
 
 
-def _short(m: dict) -> str:
-    test = m["nodeid"].split("::")[-1]
+def _short(m: Measurement) -> str:
+    test = m.nodeid.split("::")[-1]
     test = test.removeprefix("test_")
     for suffix in ("_speed", "_is_fast"):
         test = test.replace(suffix + "[", "[")
         test = test.removesuffix(suffix)
-    return test + (f" [{m['name']}]" if m.get("name") else "")
+    return test + (f" [{m.name}]" if m.name else "")
 
 
-def _family(m: dict) -> str:
+def _family(m: Measurement) -> str:
     return _short(m).split("[", 1)[0].split(" ", 1)[0]
 
 
-def _ceilings(device, dtypes: list[str], measurements: list[dict] = ()) -> dict:
+def _ceilings(device, dtypes: list[str], measurements: list[Measurement] = ()) -> dict:
     """{"bw": {src: GB/s}, "tf": {(dtype, src): TFLOP/s}}: from the device where this process
     has one, else from the peaks each measurement carries (an xdist controller has no device)."""
     bw, tf = {}, {}
     for src in ("datasheet", "measured"):
         value = device.peak_gbps(src)[0] if device else None
         for m in measurements:
-            value = value or (m.get("peaks") or {}).get(f"dram_gbps_{src}")
+            value = value or m.peaks.get(f"dram_gbps_{src}")
         if value:
             bw[src] = value
         for dt in dtypes:
             value = device.peak_tflops(dt, src)[0] if device else None
             for m in measurements:
-                if (m.get("dtype") or "float16") == dt:
-                    value = value or (m.get("peaks") or {}).get(f"tflops_{src}")
+                if (m.dtype or "float16") == dt:
+                    value = value or m.peaks.get(f"tflops_{src}")
             if value:
                 tf[(dt, src)] = value
     return {"bw": bw, "tf": tf}
 
 
-def draw(measurements: list[dict], device, target: str, *, title: str = "") -> None:
+def draw(measurements: list[Measurement], device, target: str, *, title: str = "") -> None:
     """Draw the run's roofline PNG to `target` (see the module's doc)."""
     import matplotlib
 
@@ -123,8 +124,8 @@ def draw(measurements: list[dict], device, target: str, *, title: str = "") -> N
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    compute = [m for m in measurements if m.get("flops") and m.get("tflops")]
-    memory = [m for m in measurements if m.get("bytes") and not m.get("flops") and m.get("gbps")]
+    compute = [m for m in measurements if m.flops and m.tflops]
+    memory = [m for m in measurements if m.bytes and not m.flops and m.gbps]
     other = [m for m in measurements if all(m is not x for x in compute + memory)]
     numbered = compute + memory
     number = {id(m): i + 1 for i, m in enumerate(numbered)}
@@ -143,7 +144,7 @@ def draw(measurements: list[dict], device, target: str, *, title: str = "") -> N
 
     counts = {}
     for m in measurements:
-        counts[m["verdict"]] = counts.get(m["verdict"], 0) + 1
+        counts[m.verdict] = counts.get(m.verdict, 0) + 1
     handles = [Line2D([], [], marker="o", ls="", color=c, markersize=8,
                       label=f"{v} ({counts[v]})") for v, c in VERDICT_COLOURS.items() if v in counts]
     handles += [Line2D([], [], color="#333", ls="-", label="datasheet ceiling"),
@@ -158,25 +159,25 @@ def draw(measurements: list[dict], device, target: str, *, title: str = "") -> N
     plt.close(fig)
 
 
-def intensity(m: dict) -> tuple[float | None, str | None]:
+def intensity(m: Measurement) -> tuple[float | None, str | None]:
     """A measurement's FLOP/byte and where it came from: bytes=, or the operands' sizes read by
     --triton-perf-explain."""
-    if m.get("flops") and m.get("bytes"):
-        return m["flops"] / m["bytes"], "bytes="
-    pos = (m.get("explain") or {}).get("roofline") or {}
-    if m.get("flops") and pos.get("intensity"):
+    if m.flops and m.bytes:
+        return m.flops / m.bytes, "bytes="
+    pos = (m.explain or {}).get("roofline") or {}
+    if m.flops and pos.get("intensity"):
         return pos["intensity"], pos.get("intensity_from") or "operands"
     return None, None
 
 
-def _scatter(ax, x, y, m: dict, hollow: bool = False) -> None:
-    colour = VERDICT_COLOURS.get(m["verdict"], "#000")
-    ax.scatter([x], [y], s=44, marker=_marker(m.get("dtype")),
+def _scatter(ax, x, y, m: Measurement, hollow: bool = False) -> None:
+    colour = VERDICT_COLOURS.get(m.verdict, "#000")
+    ax.scatter([x], [y], s=44, marker=_marker(m.dtype),
                facecolor="white" if hollow else colour, edgecolor=colour if hollow else "black",
                linewidths=1.4 if hollow else 0.5, zorder=3)
 
 
-def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
+def _draw_roofline(ax, points: list[Measurement], device, number: dict) -> None:
     ax.set_title("Compute: measurements with flops=, at their arithmetic intensity", fontsize=11)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -190,7 +191,7 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
     placed = [(m, *intensity(m)) for m in points]
     known = [(m, ai, src) for m, ai, src in placed if ai]
     unknown = [m for m, ai, _ in placed if not ai]
-    dtypes = sorted({m.get("dtype") or "float16" for m in points})
+    dtypes = sorted({m.dtype or "float16" for m in points})
     ceil = _ceilings(device, dtypes, points)
     ais = [ai for _, ai, _ in known] or [1.0]
     ridges = [roofline.ridge(tf, ceil["bw"][src]) for (dt, src), tf in ceil["tf"].items()
@@ -199,7 +200,7 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
     hi = max(max(ais), *(ridges or [ais[0]])) * 3
     band = hi * 4 if unknown else hi  # a strip right of the roofline for unknown intensities
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    tops = [m["tflops"] for m in points]
+    tops = [m.tflops for m in points]
     seen = set()
     for (_, src), tf in sorted(ceil["tf"].items(), key=lambda kv: (kv[0][1], kv[0][0])):
         bw = ceil["bw"].get(src)
@@ -212,16 +213,16 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
                 alpha=0.9 if src == "datasheet" else 0.7)
         tops.append(tf)
     for m, ai, src in known:
-        _scatter(ax, ai, m["tflops"], m, hollow=src != "bytes=")
-    pts = [(ai, m["tflops"], number[id(m)]) for m, ai, _ in known]
+        _scatter(ax, ai, m.tflops, m, hollow=src != "bytes=")
+    pts = [(ai, m.tflops, number[id(m)]) for m, ai, _ in known]
     if unknown:
         ax.axvspan(hi * 1.2, band, color="#000", alpha=0.05)
         ax.text((hi * 1.2 * band) ** 0.5, min(tops) / 2.2, "intensity\nunknown\n(no bytes=)",
                 ha="center", va="bottom", fontsize=7.5, color="#555")
         for i, m in enumerate(unknown):
             x = hi * 1.2 * (band / (hi * 1.2)) ** ((i + 0.5) / len(unknown))
-            _scatter(ax, x, m["tflops"], m)
-            pts.append((x, m["tflops"], number[id(m)]))
+            _scatter(ax, x, m.tflops, m)
+            pts.append((x, m.tflops, number[id(m)]))
     _number_points(ax, pts)
     ax.set_xlim(lo, band)
     ax.set_ylim(min(tops) / 3, max(tops) * 1.8)
@@ -238,7 +239,7 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
             "; " + ", ".join(f"{dt} {tf:.0f}" for tf, dt in mine) + " TFLOP/s" if mine else "")
         handles.append(Line2D([], [], color="#333", ls="-" if src == "datasheet" else "--",
                               label=text))
-    handles += _dtype_handles({m.get("dtype") for m in points})
+    handles += _dtype_handles({m.dtype for m in points})
     if any(src != "bytes=" for _, _, src in known):
         handles.append(Line2D([], [], marker="o", ls="", markerfacecolor="white",
                               markeredgecolor="#555", markeredgewidth=1.4,
@@ -248,11 +249,6 @@ def _draw_roofline(ax, points: list[dict], device, number: dict) -> None:
                   bbox_to_anchor=(0.84 if unknown else 1.0, 0.0))
 
 
-def _slope_angle(ax) -> float:
-    # a 45-degree line in log-log data is drawn at the axes' aspect; the label follows loosely
-    return 0.0
-
-
 def _dtype_handles(dtypes: set) -> list:
     from matplotlib.lines import Line2D
 
@@ -260,7 +256,7 @@ def _dtype_handles(dtypes: set) -> list:
                    markeredgecolor="black", label=d) for d in sorted(x for x in dtypes if x)]
 
 
-def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
+def _draw_bandwidth(ax, points: list[Measurement], device, number: dict) -> None:
     ax.set_title("Memory: measurements with bytes= only (GB/s against the bandwidth ceilings)",
                  fontsize=11)
     ax.set_ylabel("achieved GB/s")
@@ -270,17 +266,17 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
                 transform=ax.transAxes, color="#666")
         ax.set_xticks([])
         return
-    families: dict[str, list[dict]] = {}
+    families: dict[str, list[Measurement]] = {}
     for m in points:
         families.setdefault(_family(m), []).append(m)
     x, spans, placed = 0.0, [], []
     for fam, ms in families.items():
         start = x
         for m in ms:
-            ax.scatter([x], [m["gbps"]], s=46, color=VERDICT_COLOURS.get(m["verdict"], "#000"),
-                       marker=_marker(m.get("dtype")), edgecolor="black",
+            ax.scatter([x], [m.gbps], s=46, color=VERDICT_COLOURS.get(m.verdict, "#000"),
+                       marker=_marker(m.dtype), edgecolor="black",
                        linewidths=0.5, zorder=3)
-            placed.append((x, m["gbps"], number[id(m)]))
+            placed.append((x, m.gbps, number[id(m)]))
             x += 1
         spans.append((start, x - 1, fam))
         x += 1.5
@@ -294,7 +290,7 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
     from matplotlib.lines import Line2D
 
     bw = _ceilings(device, [], points)["bw"]
-    top = max(m["gbps"] for m in points)
+    top = max(m.gbps for m in points)
     handles = []
     for src, value in bw.items():
         if value:
@@ -305,7 +301,7 @@ def _draw_bandwidth(ax, points: list[dict], device, number: dict) -> None:
             top = max(top, value)
     ax.set_ylim(0, top * 1.1)
     _number_points(ax, placed, log=False)
-    handles += _dtype_handles({m.get("dtype") for m in points})
+    handles += _dtype_handles({m.dtype for m in points})
     if handles:
         ax.legend(handles=handles, loc="lower center", fontsize=7.5, framealpha=0.95,
                   bbox_to_anchor=(0.5, 0.33), ncol=2)
@@ -336,13 +332,12 @@ def _key_columns(n_lines: int) -> int:
     return max(1, min(4, math.ceil(n_lines / 22)))
 
 
-def _draw_key(ax, numbered: list[dict], number: dict, other: list[dict]) -> None:
+def _draw_key(ax, numbered: list[Measurement], number: dict, other: list[Measurement]) -> None:
     """The numbers' key: test, achieved and verdict, in columns."""
     lines = []
     for m in numbered:
-        achieved = f"{m['tflops']:.0f} TFLOP/s" if m.get("flops") and m.get("tflops") \
-            else f"{m['gbps']:.0f} GB/s"
-        lines.append((f"{number[id(m)]:>3} {_short(m)}  {achieved}", m["verdict"]))
+        achieved = f"{m.tflops:.0f} TFLOP/s" if m.flops and m.tflops else f"{m.gbps:.0f} GB/s"
+        lines.append((f"{number[id(m)]:>3} {_short(m)}  {achieved}", m.verdict))
     if other:
         lines.append((f"not placed (neither bytes= nor flops=, or flops= without bytes=): "
                       f"{', '.join(_short(m) for m in other[:6])}"

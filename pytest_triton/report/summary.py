@@ -14,7 +14,8 @@ from .. import options, state
 from ..correctness import configs
 from ..env import nvml
 from ..env.seeding import drawn_at_random, fixed_seed
-from ..perf.session import dry_run, unchecked_summary
+from ..perf.record import Measurement, PerfRecord, Verdict
+from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
 
 JSON_SCHEMA = "pytest-triton-perf/1"
@@ -51,7 +52,7 @@ def header(config: pytest.Config) -> list[str]:
     lines = [f"pytest-triton: {where}; torch {v['torch']}, triton {v['triton']}",
              f"pytest-triton: seed base {st.base_seed} (--triton-seed){_fixed_seed(config, st)}; "
              f"perf {perf}"]
-    ps = st.perf_session
+    ps = session(config)
     if ps is not None and ps.device is not None:
         d = ps.device
         bw, bw_src = d.peak_gbps()
@@ -94,43 +95,42 @@ def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
-def fractions_text(m: dict) -> str:
+def fractions_text(m: Measurement) -> str:
     """'85.8% bw, 95.9% of copy': of the datasheet peak, then of the measured ceiling (when this
     device's were measured); TFLOP/s where flops= was given, else bandwidth."""
-    fr = m.get("fractions") or {}
-    kind = "tflops" if m["tflops"] is not None and (fr.get("tflops") or {}).get("datasheet") \
+    fr = m.fractions or {}
+    kind = "tflops" if m.tflops is not None and (fr.get("tflops") or {}).get("datasheet") \
         else "bandwidth"
     ds, meas = ((fr.get(kind) or {}).get(k) for k in ("datasheet", "measured"))
     if ds is None and meas is None:
         return ""
-    unit, ceiling = ("bw", "copy") if kind == "bandwidth" else (m["dtype"], "cuBLAS")
+    unit, ceiling = ("bw", "copy") if kind == "bandwidth" else (m.dtype, "cuBLAS")
     text = f"{100 * ds:.1f}% {unit}" if ds is not None else ""
     if meas is not None:
         text += f"{', ' if text else ''}{100 * meas:.1f}% of {ceiling}"
     return text
 
 
-def _rows(results: list[dict]) -> list[tuple]:
+def _rows(records: list[PerfRecord]) -> list[tuple]:
     rows = []
-    for r in results:
-        for m in r["measurements"]:
-            test = m["nodeid"].split("::", 1)[-1] + (f" [{m['name']}]" if m["name"] else "")
-            pct = fractions_text(m)
-            speed = f"{m['speedup']['median']:.3f}x" if m["speedup"] else ""
-            gpu = m["gpu_before"] or {}
-            noise = f"{100 * m['time_ms']['noise']:.1f}%"
-            if m["throttled"]:
+    for r in records:
+        for m in r.measurements:
+            t = m.timings
+            test = m.nodeid.split("::", 1)[-1] + (f" [{m.name}]" if m.name else "")
+            speed = f"{m.speedup.median:.3f}x" if m.speedup else ""
+            noise = f"{100 * m.time.noise:.1f}%"
+            if t.throttled:
                 noise += " THROTTLED"
-            targets = ", ".join(c["short"] for c in m["checks"] if c["target"] != "bytes")
-            rows.append((test, ms_text(m["median_ms"]), _fmt(m["gbps"], ".0f"),
-                         _fmt(m["tflops"], ".1f"), pct, speed, targets, m["verdict"], noise,
-                         f"{m['method']}x{m['calls_per_sample']}" if m["method"] == "graph"
-                         else m["method"], str(gpu.get("sm_clock_mhz", "")), m["config"] or ""))
-        if r.get("geomean"):
-            g = r["geomean"]
-            rows.append((r["nodeid"].split("::", 1)[-1] + " [geomean]", "", "", "", "",
-                         f"{g['achieved']:.3f}x", f"geomean>={g['asked']:g}x baseline",
-                         g["verdict"], "", "", "", ""))
+            targets = ", ".join(c.short for c in m.checks if c.target != "bytes")
+            rows.append((test, ms_text(m.median_ms), _fmt(m.gbps, ".0f"),
+                         _fmt(m.tflops, ".1f"), fractions_text(m), speed, targets, m.verdict.value,
+                         noise, f"{t.method}x{t.calls_per_sample}" if t.method == "graph"
+                         else t.method, str(t.gpu_before.get("sm_clock_mhz", "")), m.config or ""))
+        if r.geomean is not None:
+            g = r.geomean
+            rows.append((r.nodeid.split("::", 1)[-1] + " [geomean]", "", "", "", "",
+                         f"{g.achieved:.3f}x", f"geomean>={g.asked:g}x baseline",
+                         g.verdict.value, "", "", "", ""))
     return rows
 
 
@@ -139,8 +139,8 @@ HEADERS = ("test", "median ms", "GB/s", "TFLOP/s", "of peak (datasheet, measured
            "noise", "method", "SM MHz", "config")
 
 
-def table(results: list[dict]) -> list[str]:
-    rows = _rows(results)
+def table(records: list[PerfRecord]) -> list[str]:
+    rows = _rows(records)
     if not rows:
         return []
     widths = [max(len(str(r[i])) for r in rows + [HEADERS]) for i in range(len(HEADERS))]
@@ -152,28 +152,28 @@ def table(results: list[dict]) -> list[str]:
 
 
 def _environment(config: pytest.Config) -> dict:
-    ps = state.get(config).perf_session
+    ps = session(config)
     devices = {}
-    for r in ps.results:
-        for m in r["measurements"]:
-            devices[m["device"].get("fingerprint", "")] = m["device"]
+    for r in ps.records:
+        for m in r.measurements:
+            devices[m.device.get("fingerprint", "")] = m.device
     return {**_versions(), "platform": platform.platform(), "argv": sys.argv,
             "devices": list(devices.values())}
 
 
 def terminal_summary(tr, config: pytest.Config) -> None:
-    ps = state.get(config).perf_session
+    ps = session(config)
     if ps is None or not ps.controller:
         return
     tr.section("pytest-triton perf")
     env = _environment(config)
     dev = env["devices"][0] if env["devices"] else None
     if dev:
-        first = ps.results[0]["measurements"][0]
-        gpu = first.get("gpu_before") or {}
+        first = ps.records[0].measurements[0]
+        gpu = first.timings.gpu_before
         clocks = (f"SM {gpu.get('sm_clock_mhz', '?')} MHz, memory {gpu.get('mem_clock_mhz', '?')} "
                   f"MHz, {gpu.get('temperature_c', '?')} C" if gpu else "clocks unknown (no NVML)")
-        peaks = first["peaks"]
+        peaks = first.peaks
         measured = peaks.get("dram_gbps_measured")
         tr.write_line(f"{dev['name']} ({dev['sms']} SMs), driver {dev['driver']}; torch "
                       f"{env['torch']}, triton {env['triton']}; {clocks}; L2 {ps.l2}; peaks: "
@@ -184,13 +184,11 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         tr.write_line(f"--triton-perf-peak measured: this device has no measured ceilings "
                       f"({ps.calibration or 'not measured'}); fractions without a peak= of their "
                       "own were taken of the datasheet", yellow=True, bold=True)
-    for line in table(ps.results):
+    for line in table(ps.records):
         tr.write_line(line)
-    verdicts, geo = _verdicts(ps.results)
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("pass", "fail", "inconclusive",
-                                                             "invalid", "measured") if v in verdicts)
-    geo_counts = ", ".join(f"{geo.count(v)} {v}" for v in ("pass", "fail", "inconclusive")
-                           if v in geo)
+    verdicts, geo = _verdicts(ps.records)
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in Verdict if v in verdicts)
+    geo_counts = ", ".join(f"{geo.count(v)} {v}" for v in Verdict if v in geo)
     tr.write_line(f"{len(verdicts)} measurement{'s' if len(verdicts) != 1 else ''}: "
                   f"{counts or 'none'}"
                   + (f"; {len(geo)} geomean target{'s' if len(geo) != 1 else ''}: {geo_counts}"
@@ -208,14 +206,14 @@ def terminal_summary(tr, config: pytest.Config) -> None:
                       "compute and ECC mode)")
 
 
-def _verdicts(results: list[dict]) -> tuple[list[str], list[str]]:
+def _verdicts(records: list[PerfRecord]) -> tuple[list[Verdict], list[Verdict]]:
     """The measurements' verdicts, and those of the tests' geomean targets."""
-    return ([m["verdict"] for r in results for m in r["measurements"]],
-            [r["geomean"]["verdict"] for r in results if r.get("geomean")])
+    return ([m.verdict for r in records for m in r.measurements],
+            [r.geomean.verdict for r in records if r.geomean is not None])
 
 
 def settings_changed(config: pytest.Config) -> list[str]:
-    ps = state.get(config).perf_session
+    ps = session(config)
     if not ps.settings_before or ps.settings_after is None:
         return []
     return [f"{k}: {ps.settings_before[k]} -> {ps.settings_after.get(k)}"
@@ -225,7 +223,7 @@ def settings_changed(config: pytest.Config) -> list[str]:
 def finish(config: pytest.Config) -> None:
     """At session end: read the GPU's settings again, then write the JSON file."""
     st = state.get(config)
-    ps = st.perf_session
+    ps = session(config)
     if ps is None:
         return
     if ps.settings_before:
@@ -236,8 +234,8 @@ def finish(config: pytest.Config) -> None:
 
 def write_json(config: pytest.Config) -> None:
     st = state.get(config)
-    ps = st.perf_session
-    verdicts, geo = _verdicts(ps.results)
+    ps = session(config)
+    verdicts, geo = _verdicts(ps.records)
     env = _environment(config)
     device = ps.device.to_dict() if ps.device else None
     if device is None and len(env["devices"]) == 1:
@@ -253,14 +251,14 @@ def write_json(config: pytest.Config) -> None:
                      "base_seed": st.base_seed, "calibration": ps.calibration},
         "gpu_settings_before": ps.settings_before,
         "gpu_settings_after": ps.settings_after,
-        "results": ps.results,
+        "results": [r.to_dict() for r in ps.records],
         "unchecked": ps.unchecked,
         "faults": crash.records(config),  # tests that lost the CUDA context or crashed
         # assert_every_config: how many of each kernel's configs each test checked, and where
         "configs_checked": configs.records(config),
-        "summary": {v: verdicts.count(v) for v in sorted(set(verdicts))},
+        "summary": {v.value: verdicts.count(v) for v in sorted(set(verdicts))},
         # tests judged on the geometric mean of their measurements (their rows say "measured")
-        "geomean_summary": {v: geo.count(v) for v in sorted(set(geo))},
+        "geomean_summary": {v.value: geo.count(v) for v in sorted(set(geo))},
     }
     with open(ps.json_path, "w") as f:
         json.dump(doc, f, indent=1, default=str)

@@ -32,7 +32,7 @@ def test_a_call_that_reads_item_between_its_kernels():
     assert call["idle_frac"] == pytest.approx(48 / 180)
     assert call["allocations"] == {"cuda": 1, "cuda_bytes": 4 << 20, "cpu": 0, "cpu_bytes": 0,
                                    "cuda_malloc": 0}
-    call, first, last = breakdown.assess(call, {"time_ms": {"noise": 0.134}}, False)
+    call, first, last = breakdown.assess(call, 0.134, False)
     assert [h.code for h in first] == ["host-bound", "host-sync", "fusion"] and last == []
     assert first[0].message.startswith("host-bound: the GPU was idle 27% of the call; 1 host sync "
                                        "per call (.item() (aten::item)): ")
@@ -53,7 +53,7 @@ def test_one_clean_kernel_gets_no_hint(record_api):
     call = breakdown.analyze(clean_call(record_api))
     assert [k["name"] for k in call["kernels"]] == ["_add_kernel"]  # not the spin before the call
     assert call["kernels"][0]["share"] == 1.0 and call["idle_frac"] == 0.0 and call["syncs"] == []
-    call, first, last = breakdown.assess(call, {"time_ms": {"noise": 0.004}}, False)
+    call, first, last = breakdown.assess(call, 0.004, False)
     assert first == [] and last == []
     assert breakdown.lines(call)[-1] == "  noise: 0.4% (interquartile range over median)"
 
@@ -63,17 +63,17 @@ def test_a_chain_of_three_torch_ops_gets_the_fusion_hint():
     assert call["launches"] == 3 and call["idle_frac"] == 0.0 and call["syncs"] == []
     assert [round(k["share"], 3) for k in call["kernels"]] == [0.333] * 3
     assert call["allocations"]["cuda"] == 3
-    call, first, last = breakdown.assess(call, {"time_ms": {"noise": 0.01}}, False)
+    call, first, last = breakdown.assess(call, 0.01, False)
     assert [h.code for h in first] == ["fusion"] and last == []
     assert first[0].evidence == ("GPU time per call: aten::add (vectorized_elementwise_kernel) 33%, "
                                  "aten::relu (vectorized_elementwise_kernel) 33%, aten::mul "
                                  "(vectorized_elementwise_kernel) 33%")
     # a Triton chain already named by the launch-level fusion hint gets no second one
-    assert breakdown.assess(breakdown.analyze(chain_call()), {}, True)[1] == []
+    assert breakdown.assess(breakdown.analyze(chain_call()), None, True)[1] == []
 
 
 def test_a_cuda_malloc_inside_the_call_is_named():
-    call, first, last = breakdown.assess(breakdown.analyze(chain_call(malloc=True)), {}, False)
+    call, first, last = breakdown.assess(breakdown.analyze(chain_call(malloc=True)), None, False)
     assert [h.code for h in last] == ["allocations"]
     assert last[0].evidence == "1 cudaMalloc call per call"
 
@@ -81,7 +81,7 @@ def test_a_cuda_malloc_inside_the_call_is_named():
 def test_a_trace_without_the_range_says_so():
     call = breakdown.analyze([])
     assert call == {"error": "the profiler recorded no 'pytest-triton timed call' range"}
-    assert breakdown.lines(breakdown.assess(call, {}, False)[0]) == [
+    assert breakdown.lines(breakdown.assess(call, None, False)[0]) == [
         "  timed call: not taken apart (the profiler recorded no 'pytest-triton timed call' range)"]
 
 

@@ -510,6 +510,9 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
     from pytest_triton.diagnose import explain
     from pytest_triton.env import launches
     from pytest_triton.env.device import DeviceInfo
+    from pytest_triton.perf.record import Measurement
+    from pytest_triton.perf.stats import summarize
+    from pytest_triton.perf.timing import Timings
 
     h100 = DeviceInfo(name="H100", sms=132, dram_gbps=3352.0, tflops={"float16": 989.4},
                       regs_per_sm=65536, smem_per_sm=233472, max_threads_per_sm=2048,
@@ -535,12 +538,14 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
     assert ops["a_desc"]["descriptor"] and ops["a_desc"]["nbytes"] == a.nbytes
     assert ops["b_ptr"]["unit_stride"] and not ops["b_ptr"]["contiguous"]  # a transpose coalesces
     assert la.programs == 8
-    m = {"flops": 2 * 256 * 512 * 128, "bytes": None, "tflops": 100.0, "gbps": None,
-         "median_ms": 2 * 256 * 512 * 128 / 100.0 / 1e9,
-         "peaks": {"dram_gbps_datasheet": 3352.0, "tflops_datasheet": 989.4}}
+    flops = 2 * 256 * 512 * 128
+    ms = flops / 100.0 / 1e9
+    m = Measurement(nodeid="t", name=None, time=summarize([ms]), timings=Timings(ms=[ms]),
+                    flops=flops, tflops=100.0,
+                    peaks={"dram_gbps_datasheet": 3352.0, "tflops_datasheet": 989.4})
     pos = explain.roofline_position(m, explain._operand_bytes([la.to_dict()]))
     assert pos["intensity_from"] == "operands"
-    assert pos["intensity"] == m["flops"] / (a.nbytes + b.nbytes + c.nbytes)
+    assert pos["intensity"] == flops / (a.nbytes + b.nbytes + c.nbytes)
     assert pos["bound"] == "memory" and pos["binding"] == "datasheet"  # 73 FLOP/byte < ridge 295
 
 

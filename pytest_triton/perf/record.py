@@ -1,0 +1,238 @@
+"""One record per perf test: what it asked (its target), how it ran (timed, dry run or skipped,
+decided once), what each triton_bench call measured and how that was judged, the geomean check,
+and why it is slow (the explanation).
+
+Made at collection for every test with a perf_target or the triton_bench fixture, kept in
+item.stash[RECORD_KEY]. The terminal table, the JSON file, JUnit properties, pytest-benchmark,
+explain, profile and plot all read it; none recomputes what it holds. to_dict() is the JSON
+report's per-test entry and from_dict() reads one back, exactly: so the process that writes the
+results (an xdist controller, a supervised child's parent) rebuilds each record from its report,
+and an earlier run's file loads into the same type.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import pytest
+
+from .markers import PerfTarget
+from .stats import Summary
+from .timing import Timings
+
+
+class Verdict(str, enum.Enum):
+    """A check's or a measurement's verdict; its value is what the JSON file says."""
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    INVALID = "invalid"  # a measurement that cannot be true (above the DRAM's peak)
+    MEASURED = "measured"  # nothing was asked of it
+
+    __hash__ = str.__hash__  # a dict keyed by "pass" finds Verdict.PASS, as == does
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def worst(cls, verdicts) -> Verdict:
+        """The verdict of several checks: the worst of them (MEASURED when there are none)."""
+        found = set(verdicts)
+        for v in (cls.INVALID, cls.FAIL, cls.INCONCLUSIVE, cls.PASS):
+            if v in found:
+                return v
+        return cls.MEASURED
+
+
+class Mode(enum.Enum):
+    """How a perf test's body runs in this process, decided once, at its setup."""
+    TIMED = "timed"  # --triton-perf on a GPU: triton_bench times fn
+    DRY_RUN = "dry run"  # no GPU to time on: triton_bench checks its arguments, calls fn once
+    SKIPPED = "skipped"  # a GPU without --triton-perf: full-size bodies belong to the perf job
+
+
+@dataclass
+class Check:
+    """One target checked against one measurement (or the geomean of several)."""
+    target: str  # e.g. "bandwidth_frac"
+    asked: float
+    achieved: float  # a fraction of peak for the *_frac targets, as the table and JSON show it
+    ci: tuple[float, float]
+    verdict: Verdict
+    message: str
+    short: str = ""  # the target as the summary table shows it, in this device's numbers
+
+    def to_dict(self) -> dict:
+        return {"target": self.target, "asked": self.asked, "achieved": self.achieved,
+                "ci": list(self.ci), "verdict": self.verdict.value, "message": self.message,
+                "short": self.short}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Check | None:
+        if d is None:
+            return None
+        return cls(d["target"], d["asked"], d["achieved"], tuple(d["ci"]), Verdict(d["verdict"]),
+                   d["message"], d.get("short", ""))
+
+
+@dataclass
+class Measurement:
+    """One triton_bench call: its samples, their summary, rates and fractions of peak (computed
+    once, by perf/verdict.py), its checks, and what the diagnoses added."""
+    nodeid: str
+    name: str | None
+    time: Summary  # ms per call
+    timings: Timings  # the raw samples, method, and the GPU's clocks before and after
+    bytes: int | None = None
+    flops: int | None = None
+    dtype: str | None = None
+    baseline: Summary | None = None
+    speedup: Summary | None = None  # baseline / fn, paired per sample
+    config: str | None = None
+    device: dict = field(default_factory=dict)  # name, sku, sms, driver, fingerprint
+    peaks: dict = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    roofline: str = ""
+    rounds: int = 1
+    gbps: float | None = None
+    tflops: float | None = None
+    # {"bandwidth": {"datasheet": f, "measured": f}, "tflops": {...}}: what was achieved as a
+    # fraction of each kind of peak (None where there is no such peak or no bytes=/flops=)
+    fractions: dict = field(default_factory=dict)
+    trace: str | None = None  # --triton-perf-profile: the Chrome trace's path
+    explain: dict | None = None  # the diagnosis (--triton-perf-explain, or a verdict not a pass)
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodeid}[{self.name}]" if self.name else self.nodeid
+
+    @property
+    def median_ms(self) -> float:
+        return self.time.median
+
+    @property
+    def bandwidth_frac(self) -> float | None:
+        """Achieved fraction of the peak DRAM bandwidth fractions are taken against."""
+        return self.fraction("bandwidth", self.peaks.get("dram_gbps"))
+
+    @property
+    def tflops_frac(self) -> float | None:
+        """Achieved fraction of the dense tensor-core peak of the operands' dtype."""
+        return self.fraction("tflops", self.peaks.get("tflops"))
+
+    def fraction(self, kind: str, peak: float | None) -> float | None:
+        """The fraction of `peak` (one of this measurement's peaks) achieved, as `fractions`
+        holds it: kind "bandwidth" or "tflops"."""
+        key = "dram_gbps" if kind == "bandwidth" else "tflops"
+        for src in ("datasheet", "measured"):
+            if peak and self.peaks.get(f"{key}_{src}") == peak:
+                return (self.fractions.get(kind) or {}).get(src)
+        return None
+
+    @property
+    def verdict(self) -> Verdict:
+        return Verdict.worst(c.verdict for c in self.checks)
+
+    def to_dict(self) -> dict:
+        t = self.timings
+        d = {
+            "nodeid": self.nodeid, "name": self.name, "verdict": self.verdict.value,
+            "median_ms": self.time.median, "time_ms": self.time.to_dict(),
+            "gbps": self.gbps, "tflops": self.tflops, "bytes": self.bytes, "flops": self.flops,
+            "dtype": self.dtype, "config": self.config, "method": t.method,
+            "l2": t.l2, "calls_per_sample": t.calls_per_sample,
+            "rounds": self.rounds, "throttled": t.throttled,
+            "gpu_before": t.gpu_before, "gpu_after": t.gpu_after,
+            "notes": t.notes, "peaks": self.peaks, "roofline": self.roofline,
+            "fractions": self.fractions,
+            "baseline_ms": self.baseline.to_dict() if self.baseline else None,
+            "speedup": self.speedup.to_dict() if self.speedup else None,
+            "checks": [c.to_dict() for c in self.checks], "device": self.device,
+            "samples_ms": t.ms, "baseline_samples_ms": t.baseline_ms,
+        }
+        if self.trace is not None:
+            d["trace"] = self.trace
+        if self.explain is not None:
+            d["explain"] = self.explain
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Measurement:
+        timings = Timings(ms=d["samples_ms"], baseline_ms=d["baseline_samples_ms"],
+                          method=d["method"], l2=d["l2"], calls_per_sample=d["calls_per_sample"],
+                          gpu_before=d["gpu_before"], gpu_after=d["gpu_after"], notes=d["notes"])
+        return cls(nodeid=d["nodeid"], name=d["name"], time=Summary.from_dict(d["time_ms"]),
+                   timings=timings, bytes=d["bytes"], flops=d["flops"], dtype=d["dtype"],
+                   baseline=Summary.from_dict(d["baseline_ms"]),
+                   speedup=Summary.from_dict(d["speedup"]), config=d["config"],
+                   device=d["device"], peaks=d["peaks"],
+                   checks=[Check.from_dict(c) for c in d["checks"]], roofline=d["roofline"],
+                   rounds=d["rounds"], gbps=d["gbps"], tflops=d["tflops"],
+                   fractions=d["fractions"], trace=d.get("trace"), explain=d.get("explain"))
+
+
+@dataclass
+class DryCall:
+    """One triton_bench call of a dry run: its arguments were checked, fn (and baseline) ran once."""
+    name: str | None
+    baseline: bool
+
+
+@dataclass
+class PerfRecord:
+    """Everything about one perf test (see the module's docstring)."""
+    nodeid: str
+    target: PerfTarget | None = None
+    mode: Mode | None = None  # decided at setup (perf/lifecycle.py), never again
+    # An interpreter gap that stops the body: triton_bench checks its arguments, then the test
+    # skips naming the gap (the dry run still checks what it can).
+    gap_stops_body: str | None = None
+    measurements: list[Measurement] = field(default_factory=list)  # TIMED
+    dry_calls: list[DryCall] = field(default_factory=list)  # DRY_RUN
+    unverifiable: list[str] = field(default_factory=list)  # DRY_RUN: checks that need the device
+    geomean: Check | None = None  # geomean_speedup over all measurements, judged at the end
+    outcome: str | None = None  # as the test's call report gave it, where reports are read
+
+    @property
+    def calls(self) -> list:
+        """What triton_bench did so far: its measurements, or a dry run's calls."""
+        return self.dry_calls if self.mode is Mode.DRY_RUN else self.measurements
+
+    @property
+    def verdict(self) -> Verdict:
+        """The test's verdict: the worst of every check of every measurement and the geomean's."""
+        checks = [c for m in self.measurements for c in m.checks]
+        return Verdict.worst(c.verdict for c in checks + ([self.geomean] if self.geomean else []))
+
+    @property
+    def device(self) -> dict:
+        """The device its measurements ran on (name, sku, SMs, driver, fingerprint)."""
+        return self.measurements[0].device if self.measurements else {}
+
+    def payload(self) -> dict:
+        """What the call report carries to the process that writes the results: JSON-ready."""
+        return {"measurements": [m.to_dict() for m in self.measurements],
+                "target": self.target.describe() if self.target else None,
+                "geomean": None if self.geomean is None else self.geomean.to_dict()}
+
+    def to_dict(self) -> dict:
+        return {"nodeid": self.nodeid, "outcome": self.outcome, **self.payload()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PerfRecord:
+        target = PerfTarget.from_describe(d["target"]) if d.get("target") else None
+        return cls(nodeid=d["nodeid"], target=target, mode=Mode.TIMED,
+                   measurements=[Measurement.from_dict(m) for m in d["measurements"]],
+                   geomean=Check.from_dict(d.get("geomean")), outcome=d.get("outcome"))
+
+
+RECORD_KEY = pytest.StashKey[PerfRecord]()  # per perf item, made at collection
+
+
+def of(item: pytest.Item) -> PerfRecord | None:
+    """The item's perf record; None for a test that is no perf test."""
+    return item.stash.get(RECORD_KEY, None)
