@@ -22,7 +22,7 @@ def triton_device(pytestconfig: pytest.Config) -> torch.device:
 def make_tensor(request: pytest.FixtureRequest, triton_device: torch.device) -> TensorFactory:
     """make_tensor(shape, dtype=torch.float32, *, dist=..., noncontiguous=..., poison=...):
     tensors on triton_device from a generator seeded for this test (see TensorFactory)."""
-    seed = seeding.for_item(request.node, state.get(request.config).base_seed)
+    seed = seeding.for_item(request.node, seeding.base(request.config))
     return TensorFactory(triton_device, seed.seed)
 
 

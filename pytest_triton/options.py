@@ -285,6 +285,17 @@ def perf_only_given(config: pytest.Config) -> list[str]:
     return [BY_NAME[name].flag for name in _PERF_ONLY if _given(config, BY_NAME[name])]
 
 
+def warn_without_perf(config: pytest.Config) -> None:
+    """Perf-only options on a run without --triton-perf act on nothing: say so, once (not on
+    xdist workers)."""
+    given = perf_only_given(config)
+    if given and not get(config, "triton_perf") and not hasattr(config, "workerinput"):
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f"pytest-triton: {join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
+            "measurements, and there are none without --triton-perf: add --triton-perf"),
+            stacklevel=2)
+
+
 def join_and(names: list[str]) -> str:
     """'a', 'a and b', 'a, b and c'."""
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

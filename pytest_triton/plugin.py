@@ -1,17 +1,18 @@
-"""The pytest11 entry point: options, markers and hooks. Wiring only; the work is in the modules."""
+"""The pytest11 entry point: the options, the hook specs, the run's state, and the registration
+of each feature, a plugin object of its own (FEATURES), whose module is imported only when the
+feature is in use (as pytest-xdist defers its heavy module)."""
 
 from __future__ import annotations
 
+import importlib
+import os
+
 import pytest
 
-from . import fixtures, hookspec, options, state
-from .correctness import configs, pinning, poison, sanitize, scope
-from .diagnose import breakdown, capture, explain, ncu, profile
-from .env import interpreter, runtime, seeding
-from .perf import checklist, lifecycle, record
-from .perf import session as perf
-from .process import child, crash, forked, gpufaults, gpulock, supervise, xdistfaults
-from .report import benchbridge, plot, summary
+from . import hookspec, options, state
+from .env import childcmd, runtime, seeding
+from .perf import checklist
+from .process import child, forked
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -36,160 +37,119 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     early_config.stash[state.RUNTIME_KEY] = runtime.decide(early_config)
 
 
+# --- when each feature is in use -------------------------------------------------------------------
+
+def always(config: pytest.Config) -> bool:
+    return True
+
+
+def perf(config: pytest.Config) -> bool:  # --triton-perf
+    return state.get(config).perf
+
+
+def interpreting(config: pytest.Config) -> bool:
+    return state.get(config).runtime.interpret
+
+
+def not_a_worker(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")
+
+
+def sanitizing(config: pytest.Config) -> bool:  # --triton-sanitize TOOL, or the run under it
+    return options.get(config, "triton_sanitize") not in (None, "", "off") \
+        or childcmd.SANITIZE_CHILD_ENV in os.environ
+
+
+def pinning(config: pytest.Config) -> bool:  # --triton-autotune=heuristic|first
+    return options.get(config, "triton_autotune") != "full"
+
+
+def in_an_xdist_worker(config: pytest.Config) -> bool:  # (a pytester run inside one too)
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def plotting(config: pytest.Config) -> bool:
+    return bool(options.get(config, "triton_perf_plot"))
+
+
+def profiling(config: pytest.Config) -> bool:
+    return perf(config) and bool(options.get(config, "triton_perf_profile"))
+
+
+def benchmarking(config: pytest.Config) -> bool:  # pytest-benchmark is active
+    return perf(config) and hasattr(config.hook, "pytest_benchmark_update_machine_info")
+
+
+def ncu_child(config: pytest.Config) -> bool:  # the run Nsight Compute profiles
+    return perf(config) and childcmd.NCU_CHILD_ENV in os.environ
+
+
+def a_child(config: pytest.Config) -> bool:  # a supervised child, reporting to its parent
+    return runtime.is_child(config)
+
+
+def an_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput") and not a_child(config)
+
+
+def running_tests_here(config: pytest.Config) -> bool:  # not a child, not an xdist worker
+    return not a_child(config) and not hasattr(config, "workerinput")
+
+
+def the_xdist_controller(config: pytest.Config) -> bool:
+    return running_tests_here(config) and runtime.xdist_controller(config)
+
+
+def supervising(config: pytest.Config) -> bool:  # the process that runs its own tests
+    return running_tests_here(config) and not runtime.xdist_controller(config)
+
+
+# (plugin name, in use when, module, plugin class: made with the config; None: the module itself).
+# Registered in this order: their report-header lines print in it, their terminal summaries in
+# its reverse, and hook wrappers of one priority nest with the later registered outside.
+FEATURES = (
+    ("triton-header", always, "pytest_triton.report.summary", "Header"),
+    ("triton-sanitize", sanitizing, "pytest_triton.correctness.sanitize", "Sanitize"),
+    ("triton-interpreter", interpreting, "pytest_triton.env.interpreter", "Interpreter"),
+    ("triton-autotune-pin", pinning, "pytest_triton.correctness.pinning", "Pinning"),
+    ("triton-fixtures", always, "pytest_triton.fixtures", None),
+    ("triton-scope", always, "pytest_triton.correctness.scope", "Scope"),
+    ("triton-poison", always, "pytest_triton.correctness.poison", "Poison"),
+    ("triton-seed", always, "pytest_triton.env.seeding", "Seeding"),
+    ("triton-perf-tests", always, "pytest_triton.perf.lifecycle", "PerfTests"),
+    ("triton-perf", perf, "pytest_triton.perf.session", "Perf"),
+    ("triton-perf-profile", profiling, "pytest_triton.diagnose.profile", "Profile"),
+    ("triton-perf-explain", perf, "pytest_triton.diagnose.explain", "Explain"),
+    ("triton-ncu-child", ncu_child, "pytest_triton.diagnose.ncu", "NcuChild"),
+    ("triton-perf-plot", plotting, "pytest_triton.report.plot", "Plot"),
+    ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
+    ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
+    ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
+    ("triton-gpu-lock", in_an_xdist_worker, "pytest_triton.process.gpulock", "GPULock"),
+    # a GPU fault is blamed on the test that launched it, and the rest of the session runs on in
+    # a fresh process: a child reports to its parent; an xdist worker retires and its controller
+    # explains; otherwise this process supervises its own tests
+    ("triton-gpufaults", always, "pytest_triton.process.gpufaults", "FaultWatch"),
+    ("triton-child", a_child, "pytest_triton.process.child", "Reporter"),
+    ("triton-xdist-worker", an_xdist_worker, "pytest_triton.process.xdistfaults", "Worker"),
+    ("triton-fault-summary", running_tests_here, "pytest_triton.process.crash", "FaultSummary"),
+    ("triton-xdist-controller", the_xdist_controller, "pytest_triton.process.xdistfaults", "Controller"),
+    ("triton-supervisor", supervising, "pytest_triton.process.supervise", "Supervisor"),
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", poison.MARKER_HELP)
     options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
-    st = state.TritonState(runtime=rt, base_seed=seeding.base_seed(config),
-                           checklist=checklist.load(config),
-                           perf=bool(options.get(config, "triton_perf")))
-    config.stash[state.STATE_KEY] = st
-    if seeding.drawn_at_random(config) and runtime.xdist_controller(config):
-        config.pluginmanager.register(seeding.RandomBaseToWorkers(st.base_seed), "triton-seed-base")
-    config.pluginmanager.register(fixtures, "triton-fixtures")
-    config.pluginmanager.register(lifecycle.PerfTests(config), "triton-perf-tests")
-    if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(configs.ConfigsSummary(config), "triton-configs-summary")
-    if rt.interpret:
-        interpreter.install_debug_mode(config)
-    sanitize.configure(config)
-    pinning.configure(config)  # --triton-autotune: one config per autotuner in correctness tests
-    gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
-    _configure_processes(config)  # and the rest of the session runs on in a fresh process
-    if st.perf:
-        config.pluginmanager.register(perf.Perf(config), "triton-perf")
-        benchbridge.configure(config)
-    given = options.perf_only_given(config)
-    if given and not st.perf and not hasattr(config, "workerinput"):
-        config.issue_config_time_warning(pytest.PytestConfigWarning(
-            f"pytest-triton: {options.join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
-            "measurements, and there are none without --triton-perf: add --triton-perf"),
-            stacklevel=2)
-    plot.configure(config)
-    ncu.configure(config)
-
-
-def _configure_processes(config: pytest.Config) -> None:
-    """Who contains a broken process: a child reports to its parent; an xdist worker retires and
-    its controller explains; otherwise this process supervises its own tests."""
-    if runtime.is_child(config):
-        child.configure(config)
-        return
-    if hasattr(config, "workerinput"):
-        xdistfaults.configure_worker(config)
-        return
-    config.stash[crash.RECORDS_KEY] = []
-    config.pluginmanager.register(crash.FaultSummary(config), "triton-fault-summary")
-    if runtime.xdist_controller(config):
-        xdistfaults.configure_controller(config)
-    else:
-        supervise.configure(config)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    st = config.stash.get(state.STATE_KEY, None)
-    if st is not None:
-        runtime.restore_environment(st.runtime)
-
-
-def pytest_report_header(config: pytest.Config) -> list[str]:
-    return (summary.header(config) + sanitize.header(config) + interpreter.header(config)
-            + pinning.header(config))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    sanitize.child_select(config, items)
-    gpulock.order(items)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    sanitize.run_child(session)
-
-
-@pytest.hookimpl(wrapper=True, trylast=True)
-def pytest_runtest_setup(item: pytest.Item):
-    # The GPU lock, taken inside the test's phases (after the other wrappers began the phase,
-    # before any fixture): a wait that fails is this test's setup error, not the worker's. Given
-    # back after the whole teardown (below).
-    gpulock.acquire(item)
-    with poison.during(item):  # fixtures that allocate outputs too
-        return (yield)
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    try:
-        return (yield)
-    finally:
-        gpulock.release(item)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    token = seeding.CURRENT.set(seeding.for_item(item, state.get(item.config).base_seed))
-    scope_token = scope.CURRENT.set(scope.TestScope(
-        item.nodeid, all_configs=bool(options.get(item.config, "triton_all_configs"))))
-    try:
-        with sanitize.child_markers(item), pinning.during_test(item):
-            return (yield)
-    finally:
-        scope.CURRENT.reset(scope_token)
-        seeding.CURRENT.reset(token)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    with poison.during(item):
-        result = yield
-    scope.finish_call(item)
-    sanitize.finish_call(item)
-    return result
-
-
-def pytest_triton_measured(item: pytest.Item, measurement, fn, kernel, compiles) -> None:
-    capture.after_measure(item, measurement, fn, kernel, compiles)
-    profile.after_measure(item, measurement, fn)
-    breakdown.after_measure(item, measurement, fn)
-    benchbridge.record(item, measurement)
-
-
-def pytest_triton_judged(item: pytest.Item, record) -> None:
-    explain.after_judged(item, record)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    report = yield
-    scope.annotate_report(report, item)
-    poison.annotate_report(item, report)
-    pinning.annotate_report(item, report)
-    if state.get(item.config).runtime.interpret:
-        rec = record.of(item)
-        interpreter.annotate_report(item, call, report, rec.gap_stops_body if rec else None)
-    if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
-        report.sections.append(("pytest-triton", seeding.CURRENT.get().describe()))
-    if "triton_bench" in getattr(item, "fixturenames", ()) and state.get(item.config).perf:
-        profile.annotate_report(item, report)
-        explain.annotate_report(item, report)
-    return report
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    summary.seed_summary(terminalreporter, config)
-    sanitize.terminal_summary(terminalreporter, config)
-    if state.get(config).perf:
-        summary.terminal_summary(terminalreporter, config)
-        plot.terminal_summary(terminalreporter, config)
-        explain.terminal_summary(terminalreporter, config)
-        profile.terminal_summary(terminalreporter, config)
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    sanitize.session_finish(session)
-    if state.get(session.config).perf:
-        summary.finish(session.config)
-        plot.session_finish(session.config)
+    config.add_cleanup(lambda: runtime.restore_environment(rt))
+    seeding.configure(config)
+    config.stash[state.STATE_KEY] = state.TritonState(
+        runtime=rt, checklist=checklist.load(config), perf=bool(options.get(config, "triton_perf")))
+    options.warn_without_perf(config)
+    for name, in_use, module, cls in FEATURES:
+        if in_use(config):
+            feature = importlib.import_module(module)
+            config.pluginmanager.register(feature if cls is None else getattr(feature, cls)(config),
+                                          name)

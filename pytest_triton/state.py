@@ -12,7 +12,6 @@ from .env.runtime import Runtime
 @dataclass
 class TritonState:
     runtime: Runtime
-    base_seed: int = 0
     checklist: dict[str, dict] = field(default_factory=dict)
     perf: bool = False  # --triton-perf (its session: perf.session.session(config))
 

@@ -150,13 +150,13 @@ def test_seed_errors_quote_what_was_given(pytester, value, message):
 
 
 SEED_FILE = """
-from pytest_triton import state
+from pytest_triton.env import seeding
 
 def test_a(request):
     wi = getattr(request.config, "workerinput", None)
     name = wi["workerid"] if wi else "main"
     with open(f"base-{name}.txt", "w") as f:
-        f.write(str(state.get(request.config).base_seed))
+        f.write(str(seeding.base(request.config)))
 
 def test_b(request):
     test_a(request)

@@ -80,6 +80,27 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
                             f"(--triton-autotune={pinned[0][2]}):\n" + "\n".join(lines)))
 
 
+class Pinning:
+    """--triton-autotune=heuristic|first: correctness tests' autotuners run one config."""
+
+    def __init__(self, config: pytest.Config):
+        configure(config)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return header(config)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        with during_test(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        annotate_report(item, report)
+        return report
+
+
 # --- assert_every_config under the interpreter -----------------------------------------------------
 
 def _computes(config) -> tuple:

@@ -189,3 +189,27 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
     report.sections.append(("pytest-triton poisoned allocations",
                             f"{record.describe()}: NaN (or the integer sentinel) in an output is "
                             "an element that no kernel or op wrote after it was allocated"))
+
+
+class Poison:
+    """The poison_allocations marker and --triton-poison-allocations: a test's setup and call
+    run with poisoned allocations, and a failure says what was poisoned."""
+
+    def __init__(self, config: pytest.Config):
+        config.addinivalue_line("markers", MARKER_HELP)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        with during(item):  # fixtures that allocate outputs too
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        with during(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        annotate_report(item, report)
+        return report

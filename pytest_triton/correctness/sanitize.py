@@ -33,7 +33,7 @@ from ..env import childcmd, seeding
 from ..env.runtime import find_cuda_tool
 
 TOOLS = ("memcheck", "racecheck", "initcheck")
-CHILD_ENV = "PYTEST_TRITON_SANITIZE_CHILD"  # set in the child: the tool it runs under
+CHILD_ENV = childcmd.SANITIZE_CHILD_ENV  # set in the child: the tool it runs under
 IDS_ENV = "PYTEST_TRITON_SANITIZE_IDS"  # set in the child: the file of node ids to run
 BEGIN = "@@pytest-triton-sanitize begin "
 END = "@@pytest-triton-sanitize end "
@@ -104,10 +104,9 @@ def header(config: pytest.Config) -> list[str]:
 # --- the parent: run the child, read its output ---------------------------------------------
 
 def _child_command(config: pytest.Config, sanitizer: str, t: str) -> list[str]:
-    st = state.get(config)
     pyargs = ["--pyargs"] if getattr(config.option, "pyargs", False) else []
     return [sanitizer, "--tool", t, "--destroy-on-device-error", "kernel",
-            *childcmd.pytest_command(config, seed=seeding.option_value(config, st.base_seed),
+            *childcmd.pytest_command(config, seed=seeding.option_value(config, seeding.base(config)),
                                      args=list(config.args),
                                      options=["-s", "-p", "no:cacheprovider", *pyargs])]
 
@@ -286,3 +285,45 @@ def session_finish(session: pytest.Session) -> None:
     outcome = session.config.stash.get(KEY, None)
     if outcome is not None and outcome.stray and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+class Sanitize:
+    """--triton-sanitize TOOL: in the parent, the selected tests run first under
+    compute-sanitizer and each test takes its verdict from that run; in that run (the child),
+    only the selected tests run, each between a begin and an end line."""
+
+    def __init__(self, config: pytest.Config):
+        configure(config)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return header(config)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        child_select(config, items)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        run_child(session)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        with child_markers(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        result = yield
+        finish_call(item)
+        return result
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        terminal_summary(terminalreporter, config)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        session_finish(session)
+
+
+def wanted(config: pytest.Config) -> bool:
+    """Whether this run sanitizes (--triton-sanitize), or is the run under the sanitizer."""
+    return tool(config) is not None or bool(os.environ.get(CHILD_ENV))

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from .. import options
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -136,3 +138,31 @@ def annotate_report(report: pytest.TestReport, item: pytest.Item | None = None) 
             item.user_properties.append(
                 ("triton.configs_checked", f"{c['kernel']}: {c['checked']} of {c['total']} "
                                            f"({c['where']})"))
+
+
+class Scope:
+    """Each test's correctness record: opened with the test, judged when its call ends, its notes
+    in the call report."""
+
+    def __init__(self, config: pytest.Config):
+        self._all_configs = bool(options.get(config, "triton_all_configs"))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        token = CURRENT.set(TestScope(item.nodeid, all_configs=self._all_configs))
+        try:
+            return (yield)
+        finally:
+            CURRENT.reset(token)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        result = yield
+        finish_call(item)
+        return result
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        annotate_report(report, item)
+        return report

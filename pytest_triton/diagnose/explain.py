@@ -19,6 +19,8 @@ Pure logic on JSON-ready dicts: the CPU suite drives it with fake launches and i
 
 from __future__ import annotations
 
+# capture's names, not its module: a module that pytester's in-process runs drop from sys.modules
+# and import again is then one module here (the package's attribute would be the old one)
 from dataclasses import asdict
 
 import pytest
@@ -28,7 +30,7 @@ from ..perf import roofline
 from ..perf import session as perf_session
 from ..perf.record import Measurement, PerfRecord, Verdict
 from . import breakdown
-from .capture import CAPTURES_KEY, mode, timed_launches
+from .capture import CAPTURES_KEY, after_measure, mode, timed_launches
 from .hints import Hint, blocks_text, compile_time, fusion, kb, speed, structural
 from .occupancy import occupancy
 
@@ -322,3 +324,28 @@ def terminal_summary(tr, config: pytest.Config) -> None:
                   f"reading their launches took "
                   f"{spent_s:.2f} s (full diagnoses: the 'pytest-triton explain' section of each "
                   "test, shown with its failure or with -rP)")
+
+
+class Explain:
+    """--triton-perf: each measurement that will be diagnosed (--triton-perf-explain, or a
+    verdict other than pass) is captured after timing, diagnosed once judged, and shown."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+
+    def pytest_triton_measured(self, item: pytest.Item, measurement, fn, kernel, compiles) -> None:
+        after_measure(item, measurement, fn, kernel, compiles)
+        breakdown.after_measure(item, measurement, fn)
+
+    def pytest_triton_judged(self, item: pytest.Item, record: PerfRecord) -> None:
+        after_judged(item, record)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        annotate_report(item, report)
+        return report
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        terminal_summary(terminalreporter, config)

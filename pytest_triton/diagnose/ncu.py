@@ -29,7 +29,7 @@ from ..env.runtime import find_cuda_tool
 from ..perf.timing import Timings
 from .capture import timed_launches
 
-CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # in the child: the file its launch lists go to
+CHILD_ENV = childcmd.NCU_CHILD_ENV  # in the child: the file its launch lists go to
 SECTIONS = ("SpeedOfLight", "Occupancy", "WarpStateStats")
 TIMEOUT_S = 600
 
@@ -72,7 +72,7 @@ def command(config: pytest.Config, item: pytest.Item, ncu: str, names: list[str]
         cmd += ["--section", s]
     cmd += ["--csv", "--page", "raw", "--log-file", log]
     test = str(item.path) + "".join("::" + part for part in item.nodeid.split("::")[1:])
-    seed = seeding.for_item(item, state.get(config).base_seed)
+    seed = seeding.for_item(item, seeding.base(config))
     # The test's own seed, fixed: the child profiles the inputs the parent timed, whatever the
     # child's node id and whether the parent's --triton-seed was BASE or BASE:SEED.
     return cmd + childcmd.pytest_command(
@@ -203,16 +203,12 @@ def attribute(kernels: list[dict], order: list[dict], captures: dict, names: lis
 
 # --- the child -------------------------------------------------------------------------------------
 
-def configure(config: pytest.Config) -> None:
-    """In the child (CHILD_ENV set): triton_bench profiles one call of fn instead of timing."""
-    path = os.environ.get(CHILD_ENV)
-    if path and state.get(config).perf:
-        config.pluginmanager.register(_Child(path), "triton-ncu-child")
+class NcuChild:
+    """In the child ncu runs (CHILD_ENV set, with --triton-perf): triton_bench profiles one call
+    of fn instead of timing it."""
 
-
-class _Child:
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, config: pytest.Config):
+        self.path = os.environ[CHILD_ENV]
         self.calls: dict[str, int] = {}
 
     @pytest.hookimpl(tryfirst=True)

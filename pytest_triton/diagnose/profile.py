@@ -78,3 +78,23 @@ def terminal_summary(tr, config: pytest.Config) -> None:
     if idle and ps is not None and ps.controller:
         tr.write_line(f"--triton-perf-profile {out}: no trace written: {idle}", yellow=True,
                       bold=True)
+
+
+class Profile:
+    """--triton-perf-profile DIR: a Chrome trace of each measurement."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+
+    def pytest_triton_measured(self, item: pytest.Item, measurement, fn, kernel, compiles) -> None:
+        after_measure(item, measurement, fn)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        annotate_report(item, report)
+        return report
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        terminal_summary(terminalreporter, config)

@@ -15,6 +15,11 @@ import pytest
 
 from .. import options as _options
 
+# Set in a child's environment: which child it is (plugin.py reads them to register the child's
+# side of each feature without importing the feature)
+SANITIZE_CHILD_ENV = "PYTEST_TRITON_SANITIZE_CHILD"  # the tool the child runs under
+NCU_CHILD_ENV = "PYTEST_TRITON_NCU_CHILD"  # the file the child's launch lists go to
+
 
 def collect_alike(config: pytest.Config) -> list[str]:
     """Options that make a child given test ids collect and run them as this session does: its

@@ -19,6 +19,8 @@ import os
 import pytest
 
 DEBUG_NOTE = pytest.StashKey[str]()  # config: why debug mode could not be honoured, if so
+# per item, parsed at collection (perf/markers.py): its interpreter_gap marker's skip reason
+INTERPRETER_GAP_KEY = pytest.StashKey["str | None"]()
 
 AUTOTUNE_HINT = (
     "Triton's interpreter has no driver to time autotune configs with, so a @triton.autotune "
@@ -139,3 +141,20 @@ def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.Tes
         return
     if _is_driverless_autotune(call.excinfo.value):
         report.sections.append(("pytest-triton: autotune under the interpreter", AUTOTUNE_HINT))
+
+
+class Interpreter:
+    """Under Triton's interpreter: debug mode honoured, and a test stopped by a gap skipped
+    naming it (the declared gap of a perf test whose body ran for its argument checks)."""
+
+    def __init__(self, config: pytest.Config):
+        install_debug_mode(config)
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return header(config)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        annotate_report(item, call, report, item.stash.get(INTERPRETER_GAP_KEY, None))
+        return report

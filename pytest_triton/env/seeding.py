@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import pytest
 
 from .. import options
+from . import runtime
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,18 @@ CURRENT: contextvars.ContextVar[TestSeed | None] = contextvars.ContextVar("trito
 
 SEED_BOUND = 2**31  # test seeds lie in [0, SEED_BOUND)
 _FIXED_KEY = pytest.StashKey["int | None"]()
+_BASE_KEY = pytest.StashKey[int]()  # config: the run's base seed, decided once (configure)
+
+
+def configure(config: pytest.Config) -> int:
+    """Decide the run's base seed (once: 'random' draws it) and keep it; base() reads it."""
+    config.stash[_BASE_KEY] = value = base_seed(config)
+    return value
+
+
+def base(config: pytest.Config) -> int:
+    """The run's base seed (--triton-seed)."""
+    return config.stash[_BASE_KEY]
 
 
 def _split(config: pytest.Config) -> tuple[str, str, str | None]:
@@ -151,3 +164,35 @@ def _location(item: pytest.Item) -> str | None:
         return None
     _, sep, rest = item.nodeid.partition("::")
     return str(path) + (sep + rest if sep else "")
+
+
+class Seeding:
+    """Each test runs with its seed (CURRENT), a failure with make_tensor says how to replay it,
+    and a base seed drawn at random is printed again at the end (the header is not shown under
+    -q); under xdist the controller's drawn base goes to every worker."""
+
+    def __init__(self, config: pytest.Config):
+        self._base = base(config)
+        if drawn_at_random(config) and runtime.xdist_controller(config):
+            config.pluginmanager.register(RandomBaseToWorkers(self._base), "triton-seed-base")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        token = CURRENT.set(for_item(item, self._base))
+        try:
+            return (yield)
+        finally:
+            CURRENT.reset(token)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        if report.failed and "make_tensor" in getattr(item, "fixturenames", ()):
+            report.sections.append(("pytest-triton", CURRENT.get().describe()))
+        return report
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+        if drawn_at_random(config):
+            terminalreporter.write_line(
+                f"pytest-triton: seed base {self._base} (drawn by --triton-seed random); replay "
+                f"this run with --triton-seed {self._base}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from .. import state
+from ..env.interpreter import INTERPRETER_GAP_KEY
 from . import markers, verdict
 from .markers import PerfInconclusive, PerfInvalid, PerfTargetError, PerfTargetMissed
 from .record import RECORD_KEY, Mode, PerfRecord, of
@@ -63,7 +64,7 @@ class PerfTests:
             if record.mode is Mode.SKIPPED and record.target is not None:
                 pytest.skip(f"perf test ({record.target.describe()}): run with --triton-perf to "
                             "time it")
-        gap = item.stash.get(markers.INTERPRETER_GAP_KEY, None)
+        gap = item.stash.get(INTERPRETER_GAP_KEY, None)
         if gap and state.get(item.config).runtime.interpret:
             if record is not None and record.target is not None:
                 record.gap_stops_body = gap  # the body's triton_bench still checks its arguments

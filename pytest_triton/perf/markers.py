@@ -9,12 +9,11 @@ from dataclasses import dataclass, fields
 import pytest
 
 from ..env import dtypes, interpreter_compat
+from ..env.interpreter import INTERPRETER_GAP_KEY
 from ..env.runtime import INTERPRETER_GAPS
 
 perf_target = pytest.mark.perf_target
 
-# per item, parsed at collection: the interpreter_gap marker's skip reason (None: the test runs)
-INTERPRETER_GAP_KEY = pytest.StashKey["str | None"]()
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "

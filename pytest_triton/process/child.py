@@ -33,17 +33,14 @@ def prepare(config: pytest.Config) -> None:
     config.option.setupshow = False
 
 
-def configure(config: pytest.Config) -> None:
-    """In a child (--triton-child DIR): report to the parent through DIR."""
-    config.pluginmanager.register(Reporter(config, config.getoption("triton_child")), "triton-child")
-
-
 class Reporter:
-    """`pending`: the test ids to run, given by a forked child; a fresh one reads them from DIR."""
+    """In a child (--triton-child DIR): report to the parent through DIR. `pending`: the test
+    ids to run, given by a forked child; a fresh one reads them from DIR."""
 
-    def __init__(self, config: pytest.Config, child_dir: str, pending: list[str] | None = None):
+    def __init__(self, config: pytest.Config, child_dir: str | None = None,
+                 pending: list[str] | None = None):
         self.config = config
-        self.dir = child_dir
+        self.dir = child_dir = child_dir or config.getoption("triton_child")
         if pending is None:
             with open(os.path.join(child_dir, "pending.txt"), encoding="utf-8") as f:
                 pending = [line for line in f.read().splitlines() if line]

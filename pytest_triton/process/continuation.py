@@ -16,7 +16,6 @@ import time
 
 import pytest
 
-from .. import state
 from ..env import childcmd, seeding
 from . import forked
 from .crash import crash_message, faulthandler_frames, signal_text
@@ -58,7 +57,7 @@ class Continuation:
         # this session's own command line, with the same seeds as here (even with --triton-seed
         # random or BASE:SEED)
         return childcmd.pytest_command(
-            self.config, seed=seeding.option_value(self.config, state.get(self.config).base_seed),
+            self.config, seed=seeding.option_value(self.config, seeding.base(self.config)),
             options=extra)
 
     def _settle(self, child: _ChildRun) -> bool:

@@ -38,7 +38,7 @@ def crash_hint(config: pytest.Config) -> str:
 
 def crash_message(config: pytest.Config, nodeid: str, how: str, after: str,
                   dump: list[str] | None) -> str:
-    seed = seeding.for_nodeid(config, state.get(config).base_seed, nodeid)
+    seed = seeding.for_nodeid(config, seeding.base(config), nodeid)
     lines = [f"ProcessCrashed: the process running this test died ({how}).", crash_hint(config),
              after, f"Reproduce it alone: {seed.describe()}."]
     if dump:
@@ -100,6 +100,7 @@ class FaultSummary:
 
     def __init__(self, config: pytest.Config):
         self.config = config
+        config.stash[RECORDS_KEY] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         fault = getattr(report, "triton_fault", None)

@@ -137,10 +137,6 @@ def lost(config: pytest.Config) -> dict | None:
     return config.stash.get(LOST_KEY, None)
 
 
-def configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(FaultWatch(config), "triton-gpufaults")
-
-
 def _mode_line(config: pytest.Config) -> str:
     if hasattr(config, "workerinput"):
         return ("This xdist worker retires after this test; xdist starts a fresh one and the rest "
@@ -274,7 +270,7 @@ class FaultWatch:
 
     def _lose(self, item: pytest.Item, when: str, err: CudaError, surfaced: str,
               note: str) -> GPUContextLost:
-        seed = seeding.CURRENT.get() or seeding.for_item(item, state.get(item.config).base_seed)
+        seed = seeding.CURRENT.get() or seeding.for_item(item, seeding.base(item.config))
         code = f"CUDA error {err.code} " if err.code is not None else ""
         if surfaced == "sync":
             where = (f"It surfaced at pytest-triton's torch.cuda.synchronize() after the test's {when}: "

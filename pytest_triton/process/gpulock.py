@@ -230,3 +230,30 @@ def release(item: pytest.Item) -> None:
     if stack is not None:
         del item.stash[_HELD_KEY]
         stack.close()
+
+
+class GPULock:
+    """Under pytest-xdist on a GPU: each test holds its GPU (a perf test alone) from its setup
+    to its teardown, and the tests that hold it alone run first."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        order(items)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_setup(self, item: pytest.Item):
+        # Taken inside the test's phases (after the other wrappers began the phase, before any
+        # fixture): a wait that fails is this test's setup error, not the worker's. Given back
+        # after the whole teardown.
+        acquire(item)
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None):
+        try:
+            return (yield)
+        finally:
+            release(item)

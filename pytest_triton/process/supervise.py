@@ -21,12 +21,6 @@ from . import forked, gpufaults
 from .continuation import COLLECT_FAILED_KEY, Continuation, the_remaining
 
 
-def configure(config: pytest.Config) -> None:
-    """In the process that runs the tests itself (not a child, a worker or xdist's controller)."""
-    forked.note_threads(config)  # if pytest_load_initial_conftests did not (-p registration)
-    config.pluginmanager.register(_Supervisor(config), "triton-supervisor")
-
-
 def supervision(config: pytest.Config) -> tuple[bool, str]:
     """(whether the tests run in a supervised child from the start, why). --triton-supervise=auto
     turns it on where a crash is likely and a child changes nothing the user relies on: kernels
@@ -81,11 +75,13 @@ def _started_as_pytest() -> bool:
     return argv0 == "__main__.py" and os.path.basename(os.path.dirname(sys.argv[0])) == "pytest"
 
 
-class _Supervisor:
-    """Without xdist: once this process's context is lost (or from the first test, when
-    supervised), the remaining tests run in child processes instead of here."""
+class Supervisor:
+    """In the process that runs the tests itself (not a child, a worker or xdist's controller):
+    once this process's context is lost (or from the first test, when supervised), the
+    remaining tests run in child processes instead of here."""
 
     def __init__(self, config: pytest.Config):
+        forked.note_threads(config)  # if pytest_load_initial_conftests did not (-p registration)
         self.config = config
         self.supervise, self.why = supervision(config)
         self.auto = options.get(config, "triton_supervise") == "auto"

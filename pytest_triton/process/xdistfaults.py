@@ -29,15 +29,7 @@ def _note_path(testrunuid: str, workerid: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"pytest-triton-retired-{safe}.json")
 
 
-def configure_worker(config: pytest.Config) -> None:
-    config.pluginmanager.register(_Worker(config), "triton-xdist-worker")
-
-
-def configure_controller(config: pytest.Config) -> None:
-    config.pluginmanager.register(_Controller(config), "triton-xdist-controller")
-
-
-class _Worker:
+class Worker:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.session: pytest.Session | None = None
@@ -77,7 +69,7 @@ class _Worker:
         hard_exit(0)
 
 
-class _Controller:
+class Controller:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.retired: dict[str, dict] = {}  # crash item -> the retirement note

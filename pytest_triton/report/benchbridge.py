@@ -36,9 +36,9 @@ def _session(config: pytest.Config):
     return getattr(config, "_benchmarksession", None)
 
 
-def configure(config: pytest.Config) -> None:
-    if hasattr(config.hook, "pytest_benchmark_update_machine_info"):  # pytest-benchmark is active
-        config.pluginmanager.register(_MachineInfo(config), "triton-benchmark-machine-info")
+def active(config: pytest.Config) -> bool:
+    """Whether pytest-benchmark is active in this run."""
+    return hasattr(config.hook, "pytest_benchmark_update_machine_info")
 
 
 def record(item: pytest.Item, m) -> None:
@@ -66,9 +66,15 @@ def record(item: pytest.Item, m) -> None:
     fixture.pedantic(clock.tick, rounds=len(m.timings.ms), iterations=1, warmup_rounds=0)
 
 
-class _MachineInfo:
+class BenchBridge:
+    """--triton-perf with pytest-benchmark active: each measurement is one of its entries, and
+    its machine info names the GPU."""
+
     def __init__(self, config: pytest.Config):
         self._config = config
+
+    def pytest_triton_measured(self, item: pytest.Item, measurement, fn, kernel, compiles) -> None:
+        record(item, measurement)
 
     def pytest_benchmark_update_machine_info(self, config, machine_info):
         ps = session(config)

@@ -36,7 +36,24 @@ def path(config: pytest.Config) -> str | None:
     return options.get(config, "triton_perf_plot") or None
 
 
-def configure(config: pytest.Config) -> None:
+class Plot:
+    """--triton-perf-plot PATH: the roofline drawn at the end of a --triton-perf run."""
+
+    def __init__(self, config: pytest.Config):
+        _check_matplotlib(config)
+        self._perf = bool(options.get(config, "triton_perf"))
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self._perf:
+            session_finish(session.config)
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        if self._perf:
+            terminal_summary(terminalreporter, config)
+
+
+def _check_matplotlib(config: pytest.Config) -> None:
     """Fail at start-up, saying what to install, when the plot cannot be drawn."""
     if path(config) is None:
         return

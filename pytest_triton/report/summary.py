@@ -12,8 +12,8 @@ import pytest
 
 from .. import options, state
 from ..correctness import configs
-from ..env import nvml
-from ..env.seeding import drawn_at_random, fixed_seed
+from ..env import nvml, seeding
+from ..env.seeding import fixed_seed
 from ..perf.record import Measurement, PerfRecord, Verdict
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
@@ -50,7 +50,7 @@ def header(config: pytest.Config) -> list[str]:
     else:
         perf = "off (perf_target tests skip; --triton-perf times them)"
     lines = [f"pytest-triton: {where}; torch {v['torch']}, triton {v['triton']}",
-             f"pytest-triton: seed base {st.base_seed} (--triton-seed){_fixed_seed(config, st)}; "
+             f"pytest-triton: seed base {seeding.base(config)} (--triton-seed){_fixed_seed(config)}; "
              f"perf {perf}"]
     ps = session(config)
     if ps is not None and ps.device is not None:
@@ -66,21 +66,11 @@ def header(config: pytest.Config) -> list[str]:
     return lines
 
 
-def seed_summary(tr, config: pytest.Config) -> None:
-    """A base seed drawn at random, again at the end: the header that names it is not shown
-    under -q, and it is what replays the run."""
-    if drawn_at_random(config):
-        base = state.get(config).base_seed
-        tr.write_line(f"pytest-triton: seed base {base} (drawn by --triton-seed random); replay "
-                      f"this run with --triton-seed {base}")
-
-
-def _fixed_seed(config: pytest.Config, st) -> str:
-
+def _fixed_seed(config: pytest.Config) -> str:
     fixed = fixed_seed(config)
     if fixed is None:
         return ""
-    return f", every test's seed fixed to {fixed} (--triton-seed {st.base_seed}:{fixed})"
+    return f", every test's seed fixed to {fixed} (--triton-seed {seeding.base(config)}:{fixed})"
 
 
 def ms_text(ms: float) -> str:
@@ -233,7 +223,6 @@ def finish(config: pytest.Config) -> None:
 
 
 def write_json(config: pytest.Config) -> None:
-    st = state.get(config)
     ps = session(config)
     verdicts, geo = _verdicts(ps.records)
     env = _environment(config)
@@ -248,7 +237,7 @@ def write_json(config: pytest.Config) -> None:
         "device": device,  # None when nothing was measured, or several devices were
         "settings": {"l2": ps.l2, "peak": options.get(config, "triton_perf_peak"),
                      "max_time_s": ps.max_time, "retries": ps.retries,
-                     "base_seed": st.base_seed, "calibration": ps.calibration},
+                     "base_seed": seeding.base(config), "calibration": ps.calibration},
         "gpu_settings_before": ps.settings_before,
         "gpu_settings_after": ps.settings_after,
         "results": [r.to_dict() for r in ps.records],
@@ -262,3 +251,27 @@ def write_json(config: pytest.Config) -> None:
     }
     with open(ps.json_path, "w") as f:
         json.dump(doc, f, indent=1, default=str)
+
+
+class Header:
+    """The report header's lines: where kernels run, the seed, whether perf is measured."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        return header(config)
+
+
+class PerfSummary:
+    """--triton-perf: the table at the end, and the JSON file (read from the records)."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+
+    def pytest_terminal_summary(self, terminalreporter, exitstatus: int,
+                                config: pytest.Config) -> None:
+        terminal_summary(terminalreporter, config)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        finish(session.config)

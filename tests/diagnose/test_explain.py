@@ -554,13 +554,12 @@ def test_ncu_child_profiles_the_inputs_the_parent_timed(pytester, given):
     # The child gets the test's own seed, fixed (BASE:SEED): its inputs are the parent's whatever
     # node id the child gives the test and whether the parent was given BASE or BASE:SEED.
     pytester.makepyfile(test_k="""
-        from pytest_triton import state
         from pytest_triton.diagnose import ncu
         from pytest_triton.env import seeding
         def test_k(request, make_tensor):
             cmd = ncu.command(request.config, request.node, "ncu", ["_k"], "log.csv")
             value = next(a.split("=", 1)[1] for a in cmd if a.startswith("--triton-seed="))
-            seed = seeding.for_item(request.node, state.get(request.config).base_seed)
+            seed = seeding.for_item(request.node, seeding.base(request.config))
             assert value == f"7:{seed.seed}", value
             with open("seed.txt", "w") as f:
                 f.write(value)
