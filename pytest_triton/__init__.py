@@ -8,7 +8,9 @@ from .correctness.guards import check_guards
 from .correctness.poison import poison_allocations
 from .correctness.tensors import TensorFactory, poison_value
 from .env.device import DeviceInfo
-from .env.runtime import INTERPRETER_GAPS, autotune_configs, interpreting, skip_interpreter_gap
+from .env.interpreter.base import interpreting
+from .env.interpreter.gaps import INTERPRETER_GAPS, skip_interpreter_gap
+from .env.runtime import autotune_configs
 from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .perf.timing import Settings as TimingSettings
 from .perf.timing import Timings, do_bench, measure

@@ -110,7 +110,7 @@ def supervising(config: pytest.Config) -> bool:  # the process that runs its own
 FEATURES = (
     ("triton-header", always, "pytest_triton.report.summary", "Header"),
     ("triton-sanitize", sanitizing, "pytest_triton.correctness.sanitize", "Sanitize"),
-    ("triton-interpreter", interpreting, "pytest_triton.env.interpreter", "Interpreter"),
+    ("triton-interpreter", interpreting, "pytest_triton.env.interpreter.feature", "Interpreter"),
     ("triton-autotune-pin", pinning, "pytest_triton.correctness.pinning", "Pinning"),
     ("triton-fixtures", always, "pytest_triton.fixtures", None),
     ("triton-scope", always, "pytest_triton.correctness.scope", "Scope"),

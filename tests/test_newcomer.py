@@ -216,7 +216,7 @@ def test_k(kernel):
 def test_a_plain_multi_config_autotune_runs_under_the_interpreter_with_one_config(
         pytester, run_interpreted):
     # It failed with "0 active drivers" (the autotuner timed its configs on a driver that does
-    # not exist); the plugin's interpreter fixes run one config instead (interpreter_compat's
+    # not exist); the plugin's interpreter fixes run one config instead (env/interpreter/fixes.py's
     # autotune_one_config), so a library's autotuned kernels need no edit to run on CPU.
     pytester.makepyfile(test_at=AUTOTUNED)
     result = run_interpreted("-p", "no:cacheprovider")

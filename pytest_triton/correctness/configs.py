@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from ..env import runtime
+from ..env import autotune_pin
+from ..env.autotune_pin import kernel_name
+from ..env.interpreter.base import interpreting
 from . import pinning, scope
 from .poison import poison_allocations
 from .tensors import poison_value
@@ -69,11 +71,6 @@ def autotuner_of(kernel, where: str = "pin_config"):
     return k
 
 
-def _name(kernel) -> str:
-    base = getattr(kernel, "base_fn", None)
-    return getattr(base, "__name__", type(kernel).__name__)
-
-
 def config_id(config: triton.Config) -> str:
     """A config's name: its meta-parameters, then warps and stages (and ctas, maxnreg if set)."""
     parts = [f"{k}={v}" for k, v in config.kwargs.items()]
@@ -94,12 +91,8 @@ def pin_config(kernel, config: triton.Config):
     tuner = autotuner_of(kernel)
     if not isinstance(config, triton.Config):
         raise TypeError(f"pin_config: config must be a triton.Config, got {type(config).__name__}")
-    saved = tuner.configs
-    tuner.configs = [config]  # one config: the autotuner launches it as it is
-    try:
+    with autotune_pin.one_config(tuner, config):
         yield config
-    finally:
-        tuner.configs = saved
 
 
 @contextlib.contextmanager
@@ -164,8 +157,8 @@ def _record(tuner, todo, declared, why, passed, failed) -> None:
     checked = sum(1 for c in dict.fromkeys(ids) if c in ran)
     total = len(dict.fromkeys(ids))
     extra = len(ran - set(ids))
-    where = "interpreter" if runtime.interpreting() else "GPU"
-    text = f"assert_every_config: checked {checked} of {total} configs of {_name(tuner)} ({where})"
+    where = "interpreter" if interpreting() else "GPU"
+    text = f"assert_every_config: checked {checked} of {total} configs of {kernel_name(tuner)} ({where})"
     if extra:
         text += f", and {extra} config{'s' if extra > 1 else ''} of its own (not among the {total})"
     reason = None
@@ -185,7 +178,7 @@ def _record(tuner, todo, declared, why, passed, failed) -> None:
     scope.note(text)
     sc = scope.CURRENT.get()
     if sc is not None:
-        sc.configs_checked.append({"kernel": _name(tuner), "checked": checked, "total": total,
+        sc.configs_checked.append({"kernel": kernel_name(tuner), "checked": checked, "total": total,
                                    "where": where, "unchecked": total - checked,
                                    "reason": reason})
 
@@ -223,7 +216,7 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None, all_configs=
                 check()
             if not launched:
                 # a check that never launches the kernel would pass every config vacuously
-                raise AssertionError(f"check() never launched {_name(tuner)}, so this config was "
+                raise AssertionError(f"check() never launched {kernel_name(tuner)}, so this config was "
                                      "not exercised: call the kernel (or the function that "
                                      "launches it) inside check")
         except skippable as exc:
@@ -237,7 +230,7 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None, all_configs=
     _record(tuner, todo, declared, why, passed + [i for i, j in same.items() if j in passed], failed)
     if not failed and passed:
         if note:
-            scope.note(f"assert_every_config({_name(tuner)}): {note}")
+            scope.note(f"assert_every_config({kernel_name(tuner)}): {note}")
         return
     text = _failure(tuner, todo, failed, skipped, passed)
     raise AssertionError(text + ("\n" + note if note else ""))
@@ -245,7 +238,7 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None, all_configs=
 
 def _failure(tuner, todo, failed, skipped, passed) -> str:
     n = len(todo)
-    name = _name(tuner)
+    name = kernel_name(tuner)
     if failed:
         lines = [f"{len(failed)} of {n} configs of {name} fail this check (every config the "
                  "autotuner holds, pruned ones included: any of them may be picked for some shape):"]

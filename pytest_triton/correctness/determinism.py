@@ -7,7 +7,7 @@ hides them.
 
 Under Triton's interpreter programs run one at a time, in a fixed order: repeating a call there
 shows stale state, but not a result that depends on the order programs run in. So the runs there
-take each launch's programs in different orders (env/program_order.py): the first in launch
+take each launch's programs in different orders (env/interpreter/program_order.py): the first in launch
 order, the second reversed, the rest shuffled. A float atomic sum or two programs writing one
 element then differ between runs, as they would between runs on a GPU. Races between programs
 running at the same time cannot show on CPU (each program runs whole before the next): the
@@ -20,7 +20,9 @@ import math
 
 import torch
 
-from ..env import dtypes, program_order, runtime, seeding
+from ..env import dtypes, seeding
+from ..env.interpreter import program_order
+from ..env.interpreter.base import interpreting
 from . import scope
 from .comparing import index_of
 from .tensors import poison_value
@@ -118,7 +120,7 @@ def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, ru
 
 def _orders(runs: int, reorder: bool) -> list[str] | None:
     """The program order of each run under the interpreter (None: not interpreting)."""
-    if not runtime.interpreting():
+    if not interpreting():
         return None
     if not reorder:
         return ["launch"] * runs

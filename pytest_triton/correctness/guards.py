@@ -207,12 +207,6 @@ def _farther_out(g: Guarded) -> str:
             "test that crashed); on a GPU, --triton-sanitize memcheck finds them")
 
 
-def check_tensor(t: torch.Tensor) -> str | None:
-    """check() for the guarded allocation `t` lies in; None if it has none or it is intact."""
-    g = find(t)
-    return check(g) if g is not None else None
-
-
 def check_guards(t: torch.Tensor) -> None:
     """Raise AssertionError if a kernel wrote outside the poisoned buffer `t` (made by
     make_tensor(..., poison=True) or poisoned_like): past either end, or into its gaps."""

@@ -21,7 +21,7 @@ import pytest
 
 from .. import options
 from ..env import autotune_pin
-from ..env.runtime import interpreting
+from ..env.interpreter.base import interpreting
 
 PINNED_KEY = pytest.StashKey[list]()  # per item: (kernel, config, how) of each pinned autotuner
 # Config fields the interpreter ignores (they only shape the compiled GPU code).

@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass, field
 
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import options, state
 from .tensors import poison_value
@@ -66,8 +68,6 @@ _ACTIVE: contextvars.ContextVar[Record | None] = contextvars.ContextVar("triton_
 
 
 def _fill_value(dtype):
-    import torch
-
     if dtype == torch.bool:
         return None
     if dtype.is_complex:
@@ -78,8 +78,6 @@ def _fill_value(dtype):
 def _fill(t, first_element: int, record: Record, op: str) -> None:
     """Poison the storage of `t` from `first_element` (in elements of t's dtype) to its end: its
     gaps too, where its strides leave any."""
-    import torch
-
     if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided \
             or t.device.type == "meta":
         return
@@ -100,9 +98,6 @@ def _fill(t, first_element: int, record: Record, op: str) -> None:
 
 
 def _mode(record: Record):
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode  # import time: torch
-
     factories = {getattr(torch.ops.aten, name) for name in _FACTORIES}
     resize = torch.ops.aten.resize_
 

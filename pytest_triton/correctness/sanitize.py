@@ -27,12 +27,12 @@ import tempfile
 from dataclasses import dataclass, field
 
 import pytest
+import torch
 
 from .. import options, state
 from ..env import childcmd, seeding
 from ..env.runtime import find_cuda_tool
 
-TOOLS = ("memcheck", "racecheck", "initcheck")
 CHILD_ENV = childcmd.SANITIZE_CHILD_ENV  # set in the child: the tool it runs under
 IDS_ENV = "PYTEST_TRITON_SANITIZE_IDS"  # set in the child: the file of node ids to run
 BEGIN = "@@pytest-triton-sanitize begin "
@@ -222,8 +222,6 @@ class child_markers:
         if not self.nodeid:
             return False
         try:
-            import torch
-
             if torch.cuda.is_available() and torch.cuda.is_initialized():
                 torch.cuda.synchronize()
         except Exception:  # noqa: BLE001 - a broken context is the sanitizer's to report

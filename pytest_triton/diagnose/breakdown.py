@@ -24,6 +24,8 @@ import tempfile
 import time
 
 import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import options, state
 from ..perf import record, timing
@@ -249,9 +251,6 @@ def _profile(config: pytest.Config, fn) -> list[dict] | None:
     rt = state.get(config).runtime
     if rt.interpret:
         return None
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function  # import time: torch
-
     torch.cuda.synchronize(rt.device)
     t0 = time.perf_counter()
     fn()  # warm, and how long the host takes to issue one call

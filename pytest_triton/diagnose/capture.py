@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 from .. import options, state
 from ..env import launches as launches_mod
@@ -38,8 +39,6 @@ def after_measure(item: pytest.Item, m, fn, kernel, compiles) -> None:
     rt = state.get(item.config).runtime
     sync = None
     if not rt.interpret:
-        import torch
-
         def sync():
             torch.cuda.synchronize(rt.device)
     cap = launches_mod.capture(fn, sync)

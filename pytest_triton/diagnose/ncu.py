@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 
 import pytest
+import torch
 
 from .. import state
 from ..env import childcmd, launches, seeding
@@ -213,8 +214,6 @@ class NcuChild:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_triton_measure(self, config, request, fn, baseline, settings):
-        import torch
-
         index = self.calls[request.node.nodeid] = self.calls.get(request.node.nodeid, -1) + 1
         for _ in range(2):  # compile and autotune outside the profiled range
             fn()

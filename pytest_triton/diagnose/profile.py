@@ -14,6 +14,8 @@ import os
 import re
 
 import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import options, state
 from ..perf import record
@@ -40,9 +42,6 @@ def after_measure(item: pytest.Item, m, fn) -> None:
     out = directory(item.config)
     if not out:
         return
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
-
     rt = state.get(item.config).runtime
     activities = [ProfilerActivity.CPU]
     if not rt.interpret:

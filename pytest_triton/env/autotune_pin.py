@@ -17,11 +17,10 @@ its first config.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 
-from .compat_base import Patches
-
-HOWS = ("heuristic", "first")
+from .interpreter.base import Patches
 
 # The running test's choice ("heuristic", "first"), None where autotuners time their configs.
 MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar("triton_autotune_pin",
@@ -37,6 +36,19 @@ _patches: Patches | None = None
 def kernel_name(tuner) -> str:
     base = getattr(tuner, "base_fn", None)
     return getattr(base, "__name__", type(tuner).__name__)
+
+
+@contextlib.contextmanager
+def one_config(tuner, config):
+    """Inside, `config` is the autotuner's only config: its own run takes its single-config path
+    (no timing, no tuning-cache entry; best_config set and the config's pre_hook run as usual).
+    What pin_config, the interpreter's fix and --triton-autotune all pin with."""
+    saved = tuner.configs
+    tuner.configs = [config]
+    try:
+        yield config
+    finally:
+        tuner.configs = saved
 
 
 def _interpreted(tuner) -> bool:
@@ -86,12 +98,8 @@ def _wrap(run):
             entry = (kernel_name(self), str(chosen), how)
             if entry not in seen:
                 seen.append(entry)
-        saved = self.configs
-        self.configs = [chosen]
-        try:
+        with one_config(self, chosen):
             return run(self, *args, **kwargs)
-        finally:
-            self.configs = saved
 
     pinned_run._pytest_triton_pin = True
     pinned_run._pytest_triton_original = run

@@ -13,22 +13,11 @@ import subprocess
 from dataclasses import dataclass, field, replace
 
 import pytest
+import torch
 
 from .. import options
-from . import interpreter_compat
-
-INTERPRET_ENV = "TRITON_INTERPRET"
-
-# The interpreter's known gaps: a test that needs one of these is skipped there, with this reason.
-INTERPRETER_GAPS = {
-    "bf16_dot": "Triton's interpreter computes bf16 tl.dot wrongly",
-    "libdevice": "Triton's interpreter has no libdevice",
-    "inline_asm": "Triton's interpreter cannot run inline assembly",
-    "autotune": "Triton's interpreter cannot autotune over several configs (no driver to time them)",
-    "tensor_descriptor": "this Triton's interpreter does not support tensor descriptors (TMA)",
-    "bf16_rounding": "Triton's interpreter rounds float32 to bfloat16 toward zero, not to nearest "
-                     "as GPUs do: errors up to 1 ulp, twice a GPU's",
-}
+from .interpreter import fixes as interpreter_fixes
+from .interpreter.base import INTERPRET_ENV, interpreting
 
 
 @dataclass(frozen=True)
@@ -42,25 +31,6 @@ class Runtime:
     # not leave TRITON_INTERPRET=1 behind, or every later child process of a GPU session (a perf
     # child, a supervised child) runs its kernels under the interpreter.
     env_before: dict = field(default_factory=dict, compare=False)
-
-
-def interpreting() -> bool:
-    """True when Triton kernels in this process run under the interpreter."""
-    return os.environ.get(INTERPRET_ENV, "0").lower() in ("1", "true", "on", "yes")
-
-
-def skip_interpreter_gap(gap: str, reason: str | None = None) -> None:
-    """Skip the calling test under the interpreter when it needs `gap` (a key of INTERPRETER_GAPS,
-    or "other" with reason=), as the interpreter_gap marker does."""
-    __tracebackhide__ = True
-    if gap == "other":
-        if not reason:
-            raise ValueError("skip_interpreter_gap('other') needs reason=")
-    elif gap not in INTERPRETER_GAPS:
-        raise ValueError(f"unknown interpreter gap {gap!r}; known: {', '.join(INTERPRETER_GAPS)} "
-                         "or 'other' (with reason=)")
-    if interpreting() and gap not in interpreter_compat.closed_gaps():
-        pytest.skip(f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}")
 
 
 class InterpreterConfigs(list):
@@ -166,7 +136,7 @@ def decide(early_config: pytest.Config) -> Runtime:
     import triton  # noqa: F401
 
     if rt.interpret:  # before any conftest or test module defines or launches a kernel
-        interpreter_compat.install()
+        interpreter_fixes.install()
     return rt
 
 
@@ -188,8 +158,6 @@ def _decide(early_config: pytest.Config) -> Runtime:
         gpu_id = ids[index % len(ids)]
         # Before CUDA initialises in this process, so that the worker sees only its own GPU.
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_id
-
-    import torch
 
     if requested == "cpu" or not torch.cuda.is_available():
         if requested and requested != "cpu":

@@ -40,9 +40,6 @@ NOTES = {
     "matmul": "FP16 matmul > 50 TFLOPS on A100, scaled by this device's FP16 tensor peak",
 }
 
-STASH_KEY = pytest.StashKey[dict]()
-
-
 def _parse_value(raw: str):
     raw = raw.strip()
     try:

@@ -4,6 +4,7 @@ announce the measurement (pytest_triton_measured) to whoever diagnoses or record
 from __future__ import annotations
 
 import pytest
+import torch
 
 from .. import options, state
 from ..env import dtypes, launches
@@ -120,8 +121,6 @@ class TritonBench:
             try:
                 f()
                 if state.get(self._config).runtime.device.startswith("cuda"):
-                    import torch
-
                     torch.cuda.synchronize()
             except Exception as exc:
                 if hasattr(exc, "add_note"):  # Python 3.11+

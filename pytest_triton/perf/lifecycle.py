@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from .. import state
-from ..env.interpreter import INTERPRETER_GAP_KEY
+from ..env.interpreter.gaps import INTERPRETER_GAP_KEY
 from . import markers, verdict
 from .markers import PerfInconclusive, PerfInvalid, PerfTargetError, PerfTargetMissed
 from .record import RECORD_KEY, Mode, PerfRecord, of

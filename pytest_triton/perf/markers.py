@@ -8,9 +8,8 @@ from dataclasses import dataclass, fields
 
 import pytest
 
-from ..env import dtypes, interpreter_compat
-from ..env.interpreter import INTERPRETER_GAP_KEY
-from ..env.runtime import INTERPRETER_GAPS
+from ..env import dtypes
+from ..env.interpreter.gaps import INTERPRETER_GAP_KEY, INTERPRETER_GAPS, gap_reason
 
 perf_target = pytest.mark.perf_target
 
@@ -197,17 +196,10 @@ def interpreter_gap_of(item: pytest.Item) -> str | None:
     if len(mark.args) != 1 or set(mark.kwargs) - {"reason"}:
         raise PerfTargetError(f"{item.nodeid}: interpreter_gap takes one gap name and an optional "
                               f"reason=, got args={mark.args!r} kwargs={mark.kwargs!r}")
-    gap, reason = mark.args[0], mark.kwargs.get("reason")
-    if gap == "other":
-        if not reason:
-            raise PerfTargetError(f"{item.nodeid}: interpreter_gap('other') needs reason=")
-        return f"interpreter gap: {reason}"
-    if gap not in INTERPRETER_GAPS:
-        raise PerfTargetError(f"{item.nodeid}: interpreter_gap({gap!r}): unknown gap; expected "
-                              f"one of {', '.join(INTERPRETER_GAPS)} or 'other'")
-    if gap in interpreter_compat.closed_gaps():
-        return None  # the plugin's interpreter fixes close it: the test runs
-    return f"interpreter gap: {reason or INTERPRETER_GAPS[gap]}"
+    try:
+        return gap_reason(mark.args[0], mark.kwargs.get("reason"))
+    except ValueError as exc:
+        raise PerfTargetError(f"{item.nodeid}: {exc}") from None
 
 
 def validate_item(item: pytest.Item, checklist: dict[str, dict]) -> PerfTarget | None:

@@ -15,6 +15,7 @@ import math
 import os
 
 import pytest
+import torch
 
 from .. import options
 from ..env import dtypes
@@ -91,7 +92,6 @@ def terminal_summary(tr, config: pytest.Config) -> None:
 
 
 def _title(config: pytest.Config, device, points: list[dict]) -> str:
-    import torch
     import triton
 
     name = device.name if device is not None else \

@@ -9,6 +9,7 @@ import platform
 import sys
 
 import pytest
+import torch
 
 from .. import options, state
 from ..correctness import configs
@@ -22,7 +23,6 @@ JSON_SCHEMA = "pytest-triton-perf/1"
 
 
 def _versions() -> dict:
-    import torch
     import triton
 
     return {"python": platform.python_version(), "torch": torch.__version__,

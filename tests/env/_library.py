@@ -1,7 +1,7 @@
 """Kernels written as third-party Triton libraries write them, for GPUs, with no thought of the
 interpreter: float eps arguments, libdevice math, loops whose index is cast to int64, bf16 tensors
 in and out, multi-config autotuning. tests/env/test_interpreter_compat.py runs them under Triton's
-interpreter with and without pytest_triton.env.interpreter_compat."""
+interpreter with and without pytest_triton.env.interpreter.fixes."""
 
 import torch
 import triton

@@ -1,4 +1,4 @@
-"""pytest_triton.env.interpreter_compat: library kernels (tests/env/_library.py) under Triton's
+"""pytest_triton.env.interpreter.fixes: library kernels (tests/env/_library.py) under Triton's
 interpreter. For each fix, a check that passes with every fix installed, and the same check
 failing with every fix but that one (skipped where the installed Triton does not need the fix).
 bf16 results are compared with torch's bit for bit."""
@@ -8,7 +8,7 @@ import torch
 import triton.language.standard as tl_standard
 from triton.runtime.interpreter import InterpretedFunction
 
-from pytest_triton.env import interpreter_compat as ic
+from pytest_triton.env.interpreter import fixes as ic
 
 # Triton's own library (tl.sigmoid, tl.sum, tl.argmax, tl.cumsum, ...) is decorated when
 # triton.language is first imported. On a GPU machine this process imported it for the compiler, so
@@ -587,7 +587,7 @@ def test_the_autotune_probe_never_asks_the_driver_to_time(monkeypatch):
     # a fresh process). The probe must answer without it.
     from triton.runtime.driver import driver
 
-    from pytest_triton.env import compat_autotune
+    from pytest_triton.env.interpreter import autotune as compat_autotune
 
     asked = []
 

@@ -1,4 +1,4 @@
-"""pytest_triton.env.program_order: under Triton's interpreter, each launch's programs run once
+"""pytest_triton.env.interpreter.program_order: under Triton's interpreter, each launch's programs run once
 each, in launch, reversed or shuffled order; the interpreter is left as it was."""
 
 import pytest
@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from pytest_triton import interpreting
-from pytest_triton.env.program_order import program_order
+from pytest_triton.env.interpreter.program_order import program_order
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="the interpreter's grid loop")
 

@@ -132,7 +132,7 @@ def test_interpreter_gap_with_reason_and_runtime_skip(pytester, run_interpreted)
             skip_interpreter_gap("inline_asm")
     """)
     result = run_interpreted("-rs")
-    # bf16_dot is a gap the plugin's interpreter fixes close (env/interpreter_compat.py): the
+    # bf16_dot is a gap the plugin's interpreter fixes close (env/interpreter/fixes.py): the
     # bf16 case runs; inline_asm stays a gap
     result.assert_outcomes(passed=2, skipped=4)
     # each marked test at its own line (not folded into one line of the plugin's hook)

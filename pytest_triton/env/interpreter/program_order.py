@@ -23,7 +23,7 @@ import contextlib
 import random
 from dataclasses import dataclass
 
-from .compat_base import Patches
+from .base import Patches
 
 ORDERS = ("launch", "reversed", "shuffled")
 

@@ -21,7 +21,7 @@ Every patch touches only the interpreter's own classes and functions, Triton's l
 (whose replacements pass a GPU compilation's arguments through unchanged) and, for an autotuner,
 only kernels that are interpreted; so a process that also compiles for a GPU is not affected.
 
-The fixes live in compat_args, compat_bf16, compat_libdevice and compat_autotune; this module
+The fixes live in args, bf16, libdevice, autotune and float_errors; this module
 holds their table and installs them.
 """
 
@@ -30,8 +30,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import compat_args, compat_autotune, compat_bf16, compat_float, compat_libdevice
-from .compat_base import Patches, interpreting
+from . import args as _args
+from . import autotune as _autotune
+from . import bf16 as _bf16
+from . import float_errors as _float_errors
+from . import libdevice as _libdevice
+from .base import Patches, interpreting
 
 __all__ = ["FIXES", "REMAINING_GAPS", "Fix", "install", "installed", "status", "uninstall"]
 
@@ -60,7 +64,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "3.6, 3.9",
         "triton-lang/triton#5965 (scalars in interpreter mode; the int half was fixed, floats are "
         "still not converted in 3.9)",
-        None, compat_args.needs_float_args, compat_args.apply_float_args),
+        None, _args.needs_float_args, _args.apply_float_args),
     Fix("annotated_scalar_args",
         "a scalar argument's annotation is ignored: stride: tl.int64 arrives as int32, so row * "
         "stride wraps silently past 2**31 (wrong addresses); scale: tl.float16 arrives as a "
@@ -68,20 +72,20 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "launch does",
         "3.6, 3.9",
         "none found",
-        None, compat_args.needs_annotated_scalar_args, compat_args.apply_annotated_scalar_args),
+        None, _args.needs_annotated_scalar_args, _args.apply_annotated_scalar_args),
     Fix("loop_index_tensors",
         "the index of a range()/tl.range() loop is a Python int ('int' object has no attribute "
         "'to'): an int32 tensor (int64 if a bound is), as on a GPU; tl.static_range is left alone",
         "3.6, 3.9",
         "none found (triton-lang/triton#5965 covers assigned ints, fixed by the interpreter's "
         "assignment rewrite; loop targets are not assignments)",
-        None, compat_args.needs_loop_index_tensors, compat_args.apply_loop_index_tensors),
+        None, _args.needs_loop_index_tensors, _args.apply_loop_index_tensors),
     Fix("tensor_index_numpy2",
         "with NumPy >= 2.4 any range() with a tensor bound fails (only 0-dimensional arrays can be "
         "converted to Python scalars); without this fix, pin numpy<2.4",
         "3.6 (3.9 has the upstream fix)",
         "triton-lang/triton#9171 (fixed upstream: __index__ squeezes the array)",
-        None, compat_args.needs_tensor_index_numpy2, compat_args.apply_tensor_index_numpy2),
+        None, _args.needs_tensor_index_numpy2, _args.apply_tensor_index_numpy2),
     Fix("bf16_arithmetic",
         "bf16 + - *, minimum/maximum, comparisons, negation, clamp and fma act on the raw uint16 bits "
         "(3e38, NaN, -4.0 for -1.0, wrong order for negatives): computed in float32, rounded to "
@@ -89,38 +93,38 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "3.6, 3.9",
         "triton-lang/triton#10919 (open for bf16); PR triton-lang/triton#10945 closed unmerged; "
         "the interpreter's documentation lists bf16 as unsupported (triton-lang/triton#4972)",
-        None, compat_bf16.needs_bf16_arithmetic, compat_bf16.apply_bf16_arithmetic),
+        None, _bf16.needs_bf16_arithmetic, _bf16.apply_bf16_arithmetic),
     Fix("bf16_constants",
         "a bf16 scalar constant (x * 1.5 with x bf16) fails: the interpreter's builder has no "
         "get_bf16 (AttributeError): made as float32 rounded to bf16 to nearest even",
         "3.6 (3.9 has get_bf16)",
         "none found (added upstream along with the builder's get_bf16, by 3.9)",
-        None, compat_bf16.needs_bf16_constants, compat_bf16.apply_bf16_constants),
+        None, _bf16.needs_bf16_constants, _bf16.apply_bf16_constants),
     Fix("bf16_casts",
         "float32 -> bf16 truncates instead of rounding to nearest even (1 ulp errors; this also "
         "rounds bf16 / and %, and tl.max/tl.min, which Triton computes in float32); int -> bf16 "
         "and fp64 -> bf16 copy the number into the bit pattern; bf16 <-> fp16 through float32",
         "3.6, 3.9",
         "none found for the rounding (PR triton-lang/triton#3811 added bf16 <-> fp32 by truncation)",
-        "bf16_rounding", compat_bf16.needs_bf16_casts, compat_bf16.apply_bf16_casts),
+        "bf16_rounding", _bf16.needs_bf16_casts, _bf16.apply_bf16_casts),
     Fix("bf16_reductions",
         "tl.sum, tl.argmax/argmin, tl.cumsum/cumprod (and tl.reduce with max/min combines) of bf16 "
         "add or order the bit patterns: reduced in float32 (sums rounded once, as torch.sum does)",
         "3.6, 3.9",
         "triton-lang/triton#11604 (tl.sum of bf16 on bit patterns, closed without a fix in 3.9)",
-        None, compat_bf16.needs_bf16_reductions, compat_bf16.apply_bf16_reductions),
+        None, _bf16.needs_bf16_reductions, _bf16.apply_bf16_reductions),
     Fix("bf16_dot",
         "tl.dot of bf16 multiplies the bit patterns (values around 1e10): operands widened to "
         "float32, products exact, accumulated in float32",
         "3.6, 3.9",
         "triton-lang/triton#11584; PR triton-lang/triton#11585 closed ('we just don't support it yet')",
-        "bf16_dot", compat_bf16.needs_bf16_dot, compat_bf16.apply_bf16_dot),
+        "bf16_dot", _bf16.needs_bf16_dot, _bf16.apply_bf16_dot),
     Fix("bf16_atomics",
         "tl.atomic_add on bf16 (the one bf16 atomic Triton allows) fails (ValueError: Unsupported "
         "data type): done as an in-order read-modify-write in float32, rounded to bf16",
         "3.6, 3.9",
         "none found",
-        None, compat_bf16.needs_bf16_atomics, compat_bf16.apply_bf16_atomics),
+        None, _bf16.needs_bf16_atomics, _bf16.apply_bf16_atomics),
     Fix("libdevice",
         "libdevice / extern math (triton.language.extra.libdevice, tl.extra.cuda.libdevice, a "
         "library's own @core.extern): the stubs return None, the backend functions ask for "
@@ -128,7 +132,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "CPU, dispatched by libdevice's own type tables",
         "3.6, 3.9",
         "triton-lang/triton#8825 (closed, not supported); PR triton-lang/triton#10366 closed unmerged",
-        "libdevice", compat_libdevice.needs_libdevice, compat_libdevice.apply_libdevice),
+        "libdevice", _libdevice.needs_libdevice, _libdevice.apply_libdevice),
     Fix("autotune_one_config",
         "a multi-config @triton.autotune cannot run (RuntimeError: 0 active drivers: it tries to "
         "time every config): an interpreted kernel runs one config, the first that the autotuner's "
@@ -137,7 +141,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "and --triton-autotune=first choose their own",
         "3.6, 3.9",
         "none found (PR triton-lang/triton#6678 only keeps the disk cache away from the interpreter)",
-        "autotune", compat_autotune.needs_autotune_one_config, compat_autotune.apply_autotune_one_config),
+        "autotune", _autotune.needs_autotune_one_config, _autotune.apply_autotune_one_config),
     Fix("quiet_float_errors",
         "kernel arithmetic is NumPy's, which warns ('overflow encountered in exp') where a GPU "
         "gives Inf or NaN silently: every heavy-tailed input into an exp printed warnings. An "
@@ -145,7 +149,7 @@ FIXES: dict[str, Fix] = {f.name: f for f in (
         "reaches an output is still reported by assert_close",
         "3.6, 3.9",
         "none found",
-        None, compat_float.needs_quiet_float_errors, compat_float.apply_quiet_float_errors),
+        None, _float_errors.needs_quiet_float_errors, _float_errors.apply_quiet_float_errors),
 )}
 
 # What still does not run under the interpreter with every fix applied, as keys of
@@ -171,7 +175,7 @@ def install(exclude: tuple[str, ...] | list[str] = ()) -> list[str]:
     exclude: names of fixes to leave out (tests use it to show that each one is needed)."""
     unknown = [name for name in exclude if name not in FIXES]
     if unknown:
-        raise ValueError(f"interpreter_compat.install: unknown fix {', '.join(unknown)}; "
+        raise ValueError(f"fixes.install: unknown fix {', '.join(unknown)}; "
                          f"known: {', '.join(FIXES)}")
     if not interpreting():
         return installed()

@@ -1,5 +1,5 @@
 """Interpreter fix for libdevice and a library's own extern functions: each runs on the CPU
-through NumPy or torch (see interpreter_compat.FIXES)."""
+through NumPy or torch (see fixes.FIXES)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import functools
 import math
 from collections.abc import Callable
 
-from .compat_base import Patches, foreign_builtin, hashable, modules
+import torch
+
+from .base import Patches, foreign_builtin, hashable, modules
 
 # --------------------------------------------------------------------------------------------
 # libdevice: extern math functions on the CPU
@@ -17,7 +19,6 @@ def _torch_fn(name: str):
     """A torch function over NumPy arrays (torch has the special functions NumPy lacks)."""
     def run(*arrays):
         import numpy as np
-        import torch
 
         fn = torch
         for part in name.split("."):
@@ -311,7 +312,7 @@ def apply_libdevice(p: Patches) -> None:
         else:
             raise NotImplementedError(
                 f"interpreter gap 'libdevice': {symbol} has no CPU implementation under Triton's "
-                "interpreter (pytest-triton's interpreter_compat implements libdevice's math "
+                "interpreter (pytest-triton's interpreter fixes implement libdevice's math "
                 "functions rounding to nearest; directed-rounding variants, jn/yn, byte_perm and "
                 "similar are not)")
         args = [a.data if hasattr(a, "data") else np.asarray(a) for a in argList]

@@ -18,9 +18,9 @@ import os
 
 import pytest
 
+from .gaps import INTERPRETER_GAP_KEY
+
 DEBUG_NOTE = pytest.StashKey[str]()  # config: why debug mode could not be honoured, if so
-# per item, parsed at collection (perf/markers.py): its interpreter_gap marker's skip reason
-INTERPRETER_GAP_KEY = pytest.StashKey["str | None"]()
 
 AUTOTUNE_HINT = (
     "Triton's interpreter has no driver to time autotune configs with, so a @triton.autotune "

@@ -1,10 +1,12 @@
 """Interpreter fixes for bfloat16: arithmetic, constants, casts, reductions, tl.dot and atomics
 computed in float32 and rounded to bfloat16 to nearest even, as a GPU computes them (see
-interpreter_compat.FIXES)."""
+fixes.FIXES)."""
 
 from __future__ import annotations
 
-from .compat_base import MISSING, Patches, modules
+import torch
+
+from .base import MISSING, Patches, modules
 
 # --------------------------------------------------------------------------------------------
 # bf16: compute in float32, round to nearest even
@@ -242,8 +244,6 @@ def apply_bf16_dot(p: Patches) -> None:
 
 
 def needs_bf16_atomics() -> bool:
-    import torch
-
     np, tl, ti, builder, one = _bf16_probe_handles()
     target = torch.zeros(1, dtype=torch.bfloat16)
     ptr = ti.TensorHandle(np.array([target.data_ptr()], dtype=np.uint64), tl.pointer_type(tl.bfloat16))

@@ -1,13 +1,13 @@
 """Interpreter fixes for scalar arguments and loop indices: float and annotated scalar arguments
 become typed scalars, `range()` loop indices become tensors, and NumPy >= 2.4 accepts a tensor as
-a loop bound (see interpreter_compat.FIXES)."""
+a loop bound (see fixes.FIXES)."""
 
 from __future__ import annotations
 
 import ast
 
-from .compat_base import Patches, clear_rewritten, modules
-from .compat_bf16 import bf16_helpers
+from .base import Patches, clear_rewritten, modules
+from .bf16 import bf16_helpers
 
 # --------------------------------------------------------------------------------------------
 # float_args: float scalar arguments as fp32 tensors

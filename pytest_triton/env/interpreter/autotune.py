@@ -1,11 +1,11 @@
 """Interpreter fix for multi-config autotuners: an interpreted @triton.autotune runs one config
 (the first its pruning keeps, or the pinned one) instead of timing them on a driver that does not
-exist (see interpreter_compat.FIXES). The wrapping itself is autotune_pin's."""
+exist (see fixes.FIXES). The wrapping itself is autotune_pin's."""
 
 from __future__ import annotations
 
-from . import autotune_pin
-from .compat_base import Patches, modules
+from .. import autotune_pin
+from .base import Patches, modules
 
 
 def needs_autotune_one_config() -> bool:

@@ -7,11 +7,13 @@ import os
 from collections.abc import Callable
 
 MISSING = object()
+INTERPRET_ENV = "TRITON_INTERPRET"
 
 
 def interpreting() -> bool:
-    """True when TRITON_INTERPRET asks for the interpreter (read as Triton reads it)."""
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+    """True when Triton kernels in this process run under the interpreter: TRITON_INTERPRET asks
+    for it (read as Triton reads it)."""
+    return os.environ.get(INTERPRET_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def modules():

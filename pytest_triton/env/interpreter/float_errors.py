@@ -1,6 +1,6 @@
 """Interpreter fix for floating-point exceptions: kernel arithmetic under the interpreter is NumPy's,
 which warns ('overflow encountered in exp', 'invalid value encountered in subtract') where a GPU
-gives Inf or NaN silently, as IEEE arithmetic does (see interpreter_compat.FIXES).
+gives Inf or NaN silently, as IEEE arithmetic does (see fixes.FIXES).
 
 The warnings are noise, not diagnosis: a heavy-tailed input (make_tensor(dist="heavy")) into a
 kernel that computes exp(x) and then masks the large x away is correct and warns on every run; an
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 
-from .compat_base import Patches, modules
+from .base import Patches, modules
 
 _IGNORED = {"over": "ignore", "under": "ignore", "invalid": "ignore", "divide": "ignore"}
 
