@@ -16,8 +16,7 @@ import sys
 import tarfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from pytest_triton.perf.record import Measurement  # noqa: E402
-from pytest_triton.report.summary import fractions_text  # noqa: E402
+from pytest_triton import Measurement  # noqa: E402
 
 
 def perf_section(path, cmd):
@@ -42,7 +41,7 @@ def perf_section(path, cmd):
     for r in doc["results"]:
         for m in r["measurements"]:
             test = m["nodeid"].split("::")[-1]
-            pct = fractions_text(Measurement.from_dict(m))
+            pct = Measurement.from_dict(m).fractions_text()
             base = m["baseline_ms"]["median"] if m["baseline_ms"] else None
             target = ", ".join(c.get("short") or c["target"] for c in m["checks"] if c["target"] != "bytes")
             verdict = m["verdict"]

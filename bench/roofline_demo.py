@@ -1,27 +1,43 @@
-"""Draw the roofline PNG of --triton-perf-plot from injected measurements shaped like the bundled
-suite's run on an H100 (vector add, softmax, layernorm, fused elementwise, matmul, conv2d,
-attention: ~115 measurements), to look at the picture without a GPU:
+"""Draw the roofline PNG of --triton-perf-plot from measurements shaped like the bundled suite's
+run on an H100 (vector add, softmax, layernorm, fused elementwise, matmul, conv2d, attention:
+~115 measurements), to look at the picture without a GPU:
 
     python bench/roofline_demo.py /tmp/roofline.png
 
-The numbers are made up in the ranges BENCHMARKS.md reports; the verdicts include the negative
-controls' failures and one inconclusive, as a real run has.
+The picture is drawn by the plugin itself: a pytest run (--triton-perf --triton-perf-plot) of
+generated tests whose device and timings are injected through the plugin's hooks
+(pytest_triton_device_info, pytest_triton_calibrate, pytest_triton_measure), as the CPU suite
+injects them. The numbers are made up in the ranges BENCHMARKS.md reports; the verdicts include
+the negative controls' failures and one inconclusive, as a real run has (each test's target is
+set to give its verdict). A compute measurement gives its operands' bytes as bytes=, so it is
+placed at their intensity.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 import sys
+import tempfile
 
-from pytest_triton.env.device import DeviceInfo
-from pytest_triton.report.plot import draw
+CONFTEST = """
+from pytest_triton import DeviceInfo, Timings
 
-H100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
-                  tflops={"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9},
-                  measured={"dram_gbps": 3001.0, "tflops": {"float16": 735.0, "bfloat16": 742.0,
-                                                             "tf32": 380.0}})
+def pytest_triton_device_info(config):
+    return DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
+                      tflops={"tf32": 494.7, "float16": 989.4, "bfloat16": 989.4, "float8": 1978.9},
+                      driver="demo", fingerprint="roofline-demo")
+
+def pytest_triton_calibrate(config, device):
+    return {"dram_gbps": 3001.0, "tflops": {"float16": 735.0, "bfloat16": 742.0, "tf32": 380.0}}
+
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    ms = request.module.CASES[request.node.callspec.params["case"]]["ms"]
+    return Timings(ms=[ms * (1 + 0.001 * ((i * 7) % 5 - 2)) for i in range(40)], method="injected",
+                   l2=settings.l2)
+"""
 DTYPES = ("float32", "float16", "bfloat16")
-ID = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"}
 
 
 def _mem(test: str, param: str | None, gbps: float, dtype: str, verdict: str = "pass",
@@ -36,9 +52,7 @@ def _comp(test: str, name: str | None, tflops: float, dtype: str, flops: float,
     nodeid = "reference_kernels/tests/test_compute_perf.py::" + test + (f"[{param}]" if param else "")
     m = {"nodeid": nodeid, "name": name, "verdict": verdict, "gbps": None, "tflops": tflops,
          "bytes": None, "flops": flops, "dtype": dtype, "median_ms": flops / tflops / 1e9}
-    if operand_bytes:
-        m["explain"] = {"roofline": {"intensity": flops / operand_bytes,
-                                     "intensity_from": "operands"}}
+    m["bytes"] = operand_bytes
     return m
 
 
@@ -113,8 +127,51 @@ def measurements(seed: int = 0) -> list[dict]:
     return out
 
 
+
+def _target(m: dict) -> str | None:
+    """The perf_target that gives `m` its verdict: a target well under what it achieved (pass),
+    well over (fail), or exactly at it (inconclusive: inside the 99% CI)."""
+    key, achieved = ("gbps", m["gbps"]) if m["gbps"] else ("tflops", m["tflops"])
+    factor = {"pass": 0.5, "fail": 2.0, "inconclusive": 1.0}.get(m["verdict"])
+    return None if factor is None else f"perf_target({key}={achieved * factor!r})"
+
+
+def test_module(ms: list[dict]) -> str:
+    """The generated tests: one parametrized test per test of the suite, a case per measurement."""
+    cases, tests = {}, {}
+    for i, m in enumerate(ms):
+        test, _, param = m["nodeid"].split("::")[-1].partition("[")
+        shown = "-".join(p for p in (param.rstrip("]"), m["name"]) if p) or f"m{i}"
+        case = f"{test}:{shown}"
+        amount = m["bytes"] / m["gbps"] / 1e6 if m["gbps"] else m["flops"] / m["tflops"] / 1e9
+        cases[case] = {"ms": amount, "bytes": m["bytes"], "flops": m["flops"], "dtype": m["dtype"]}
+        target = _target(m)
+        marks = f", marks=[{target}]" if target else ""
+        tests.setdefault(test, []).append(f"pytest.param({case!r}, id={shown!r}{marks})")
+    src = ["import pytest", "from pytest_triton import perf_target", f"CASES = {cases!r}", ""]
+    for test, params in tests.items():
+        src += ["@pytest.mark.parametrize('case', [" + ", ".join(params) + "])",
+                f"def {test}(triton_bench, case):",
+                "    c = CASES[case]",
+                "    triton_bench(lambda: None, bytes=c['bytes'], flops=c['flops'], dtype=c['dtype'])",
+                ""]
+    return "\n".join(src)
+
+
 if __name__ == "__main__":
-    target = sys.argv[1] if len(sys.argv) > 1 else "roofline.png"
+    target = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "roofline.png")
     ms = measurements()
-    draw(ms, H100, target, title="NVIDIA H100 80GB HBM3 (injected demo data) — L2 cold")
-    print(f"{len(ms)} measurements drawn to {target}")
+    with tempfile.TemporaryDirectory(prefix="roofline-demo-") as tmp:
+        with open(os.path.join(tmp, "conftest.py"), "w") as f:
+            f.write(CONFTEST)
+        with open(os.path.join(tmp, "test_suite_demo.py"), "w") as f:
+            f.write(test_module(ms))
+        env = dict(os.environ, PYTEST_TRITON_CACHE_DIR=os.path.join(tmp, "cache"))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "--triton-perf", "--triton-perf-retries", "0",
+                               "--triton-perf-plot", target], cwd=tmp, env=env,
+                              capture_output=True, text=True)
+    print(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:])
+    print(f"{len(ms)} measurements; the plugin says: "
+          + next((line for line in done.stdout.splitlines()
+                  if line.startswith("pytest-triton: roofline")), "(nothing)"))

@@ -222,9 +222,9 @@ class Sweep:
                 f()
                 out.append((time.perf_counter() - start) * 1e3)
             return out[0], out[1], "wall"
-        from pytest_triton.perf.timing import Settings, measure
+        from pytest_triton import TimingSettings, measure
 
-        t = measure(fn, baseline, Settings(max_time=ARGS.max_time), DEVICE)
+        t = measure(fn, baseline, TimingSettings(max_time=ARGS.max_time), DEVICE)
         return statistics.median(t.ms), statistics.median(t.baseline_ms), t.method
 
     def try_variant(self, case, variant, config, fn, out, kernel=None):

@@ -576,7 +576,7 @@ def phase_fused(sw):
 def phase_ceiling(sw):
     if SMOKE:
         return
-    from pytest_triton.perf.calibrate import measure_ceilings
+    from pytest_triton import measure_ceilings
 
     c = measure_ceilings(DEVICE)
     print(f"ceiling: copy {c['dram_gbps']:.0f} GB/s; cuBLAS {c['tflops']}", flush=True)

@@ -11,7 +11,9 @@ from .env.device import DeviceInfo
 from .env.interpreter.base import interpreting
 from .env.interpreter.gaps import INTERPRETER_GAPS, skip_interpreter_gap
 from .env.runtime import autotune_configs
+from .perf.calibrate import measure_ceilings
 from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
+from .perf.record import Measurement, PerfRecord, Verdict
 from .perf.timing import Settings as TimingSettings
 from .perf.timing import Timings, do_bench, measure
 from .process.gpufaults import GPUContextLost
@@ -22,14 +24,17 @@ __all__ = [
     "DeviceInfo",
     "GPUContextLost",
     "INTERPRETER_GAPS",
+    "Measurement",
     "PerfInconclusive",
     "PerfInvalid",
+    "PerfRecord",
     "PerfTarget",
     "PerfTargetMissed",
     "TOLERANCES",
     "TensorFactory",
     "TimingSettings",
     "Timings",
+    "Verdict",
     "__version__",
     "assert_close",
     "assert_deterministic",
@@ -42,6 +47,7 @@ __all__ = [
     "do_bench",
     "interpreting",
     "measure",
+    "measure_ceilings",
     "perf_target",
     "pin_config",
     "poison_allocations",

@@ -107,14 +107,12 @@ def _capturing(device) -> bool:
 def _median_ms(run, cfg: dict, device: torch.device) -> float:
     """Median ms of run(cfg); inf when the candidate cannot run here (too many registers or too
     much shared memory for this GPU, say): it is then never chosen."""
-    from pytest_triton.perf.timing import AUTOTUNE, measure
-
     try:
-        ms = sorted(measure(lambda: run(cfg), None, AUTOTUNE, device).ms)
+        with torch.cuda.device(device):  # do_bench times on the current device
+            return do_bench(lambda: run(cfg))
     except Exception:  # noqa: BLE001 - a candidate that fails to compile or launch is not chosen
         torch.cuda.synchronize(device)
         return math.inf
-    return ms[len(ms) // 2] if ms else math.inf
 
 
 def space(defaults: dict, *alternatives: dict) -> list[dict]:

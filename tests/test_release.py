@@ -65,6 +65,14 @@ def test_the_wheel_holds_every_module_the_entry_point_and_complete_metadata(whee
     for pkg in ("pytest_triton", "reference_kernels"):
         for path in (ROOT / pkg).rglob("*.py"):
             assert path.relative_to(ROOT).as_posix() in names, f"{path} is not in the wheel"
+    # The plugin's own tests stay out of the wheel. reference_kernels/tests ship in it: they are
+    # the bundled kernels' suite, which `pytest --pyargs reference_kernels --triton-perf` (the GPU
+    # job, on machines that install the wheel and have no checkout) and .ci/run's
+    # `--pyargs reference_kernels.tests.test_vector_add` run from the installed package.
+    assert not [n for n in names if n.startswith(("tests/", "bench/", "docs/"))]
+    assert not [n for n in names if n.startswith("pytest_triton/")
+                and n.rsplit("/", 1)[-1].startswith(("test_", "conftest"))]
+    assert "reference_kernels/tests/test_vector_add.py" in names
     assert "[pytest11]\ntriton = pytest_triton.plugin" in entry_points
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert meta["Name"] == "pytest-triton" and meta["Version"] == pytest_triton.__version__

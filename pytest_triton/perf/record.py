@@ -137,6 +137,22 @@ class Measurement:
     def verdict(self) -> Verdict:
         return Verdict.worst(c.verdict for c in self.checks)
 
+    def fractions_text(self) -> str:
+        """'85.8% bw, 95.9% of copy', as the table shows it: of the datasheet peak, then of the
+        measured ceiling (when this device's were measured); TFLOP/s where flops= was given,
+        else bandwidth."""
+        fr = self.fractions or {}
+        kind = "tflops" if self.tflops is not None and (fr.get("tflops") or {}).get("datasheet") \
+            else "bandwidth"
+        ds, meas = ((fr.get(kind) or {}).get(k) for k in ("datasheet", "measured"))
+        if ds is None and meas is None:
+            return ""
+        unit, ceiling = ("bw", "copy") if kind == "bandwidth" else (self.dtype, "cuBLAS")
+        text = f"{100 * ds:.1f}% {unit}" if ds is not None else ""
+        if meas is not None:
+            text += f"{', ' if text else ''}{100 * meas:.1f}% of {ceiling}"
+        return text
+
     def to_dict(self) -> dict:
         t = self.timings
         d = {

@@ -15,7 +15,7 @@ from .. import options, state
 from ..correctness import configs
 from ..env import nvml, seeding
 from ..env.seeding import fixed_seed
-from ..perf.record import Measurement, PerfRecord, Verdict
+from ..perf.record import PerfRecord, Verdict
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
 
@@ -85,22 +85,6 @@ def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
-def fractions_text(m: Measurement) -> str:
-    """'85.8% bw, 95.9% of copy': of the datasheet peak, then of the measured ceiling (when this
-    device's were measured); TFLOP/s where flops= was given, else bandwidth."""
-    fr = m.fractions or {}
-    kind = "tflops" if m.tflops is not None and (fr.get("tflops") or {}).get("datasheet") \
-        else "bandwidth"
-    ds, meas = ((fr.get(kind) or {}).get(k) for k in ("datasheet", "measured"))
-    if ds is None and meas is None:
-        return ""
-    unit, ceiling = ("bw", "copy") if kind == "bandwidth" else (m.dtype, "cuBLAS")
-    text = f"{100 * ds:.1f}% {unit}" if ds is not None else ""
-    if meas is not None:
-        text += f"{', ' if text else ''}{100 * meas:.1f}% of {ceiling}"
-    return text
-
-
 def _rows(records: list[PerfRecord]) -> list[tuple]:
     rows = []
     for r in records:
@@ -113,7 +97,7 @@ def _rows(records: list[PerfRecord]) -> list[tuple]:
                 noise += " THROTTLED"
             targets = ", ".join(c.short for c in m.checks if c.target != "bytes")
             rows.append((test, ms_text(m.median_ms), _fmt(m.gbps, ".0f"),
-                         _fmt(m.tflops, ".1f"), fractions_text(m), speed, targets, m.verdict.value,
+                         _fmt(m.tflops, ".1f"), m.fractions_text(), speed, targets, m.verdict.value,
                          noise, f"{t.method}x{t.calls_per_sample}" if t.method == "graph"
                          else t.method, str(t.gpu_before.get("sm_clock_mhz", "")), m.config or ""))
         if r.geomean is not None:

@@ -1,8 +1,9 @@
-"""Who may import what (issue 18), by an AST walk of the sources: a kernel module imports only
-reference_kernels' private helper modules (`_checks`, `_rows`, ...), never a sibling kernel
+"""Who may import what (issues 18 and 28), by an AST walk of the sources: a kernel module imports
+only reference_kernels' private helper modules (`_checks`, `_rows`, ...), never a sibling kernel
 module (conv2d may call matmul's public launcher); a bench script imports public names of public
-modules only, and reads no `_` attribute of a kernel module. Negative controls prove the walk
-finds each kind of violation."""
+modules only, and reads no `_` attribute of a kernel module; and reference_kernels and bench use
+pytest_triton only through the names of `pytest_triton.__all__`, as any user of the plugin does.
+Negative controls prove the walk finds each kind of violation."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from pathlib import Path
 
 import pytest
 
+import pytest_triton
+
 PACKAGE = Path(__file__).resolve().parents[1]
 BENCH = PACKAGE.parent / "bench"
+PUBLIC = set(pytest_triton.__all__)
 KERNEL_MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
 # (importer, imported): public names a kernel module may take from a sibling kernel module.
 ALLOWED_SIBLINGS = {("conv2d", "matmul")}
@@ -158,3 +162,68 @@ def test_allowed_imports_pass():
     assert not violations("from reference_kernels import matmul as mm\nmm.matmul_variant\n"
                           "from reference_kernels.tests import controls\nsc.mm.tma_available\n",
                           None, {"mm": "matmul"})
+
+
+# --- pytest_triton's public API: only the names of pytest_triton.__all__ --------------------------
+
+def plugin_uses(source: str) -> list[str]:
+    """What `source` takes from pytest_triton that is not in pytest_triton.__all__: an import of
+    one of its modules, a name not in __all__, or an attribute of the package outside __all__."""
+    tree = ast.parse(source)
+    found, bound = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "pytest_triton":
+            if node.module != "pytest_triton":
+                found.append(f"line {node.lineno}: imports from the module {node.module}")
+                continue
+            for alias in node.names:
+                if alias.name not in PUBLIC:
+                    found.append(f"line {node.lineno}: imports {alias.name}, not in "
+                                 "pytest_triton.__all__")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] != "pytest_triton":
+                    continue
+                if alias.name != "pytest_triton":
+                    found.append(f"line {node.lineno}: imports the module {alias.name}")
+                else:
+                    bound.add(alias.asname or "pytest_triton")
+    for node in ast.walk(tree):  # pytest_triton.perf.timing, pt.Settings
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in bound and node.attr not in PUBLIC \
+                and not node.attr.startswith("__"):
+            found.append(f"line {node.lineno}: reads {ast.unparse(node)}, not in "
+                         "pytest_triton.__all__")
+    return found
+
+
+PLUGIN_USERS = sorted([*PACKAGE.rglob("*.py"),
+                       *(p for p in BENCH.rglob("*.py") if "runs" not in p.relative_to(BENCH).parts)])
+
+
+@pytest.mark.parametrize("path", PLUGIN_USERS, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_reference_kernels_and_bench_use_only_the_public_api(path):
+    found = plugin_uses(path.read_text())
+    assert not found, f"{path.relative_to(PACKAGE.parent)}:\n  " + "\n  ".join(found)
+
+
+PLUGIN_VIOLATIONS = {
+    "submodule_name": "from pytest_triton.perf.timing import measure\n",
+    "submodule": "from pytest_triton.perf import timing\n",
+    "import_submodule": "import pytest_triton.report.plot\n",
+    "private_name": "from pytest_triton import state\n",
+    "function_local": "def f():\n    from pytest_triton.perf.calibrate import measure_ceilings\n",
+    "attribute": "import pytest_triton\npytest_triton.perf.timing.measure\n",
+    "aliased_attribute": "import pytest_triton as pt\npt.plugin\n",
+}
+
+
+@pytest.mark.parametrize("source", PLUGIN_VIOLATIONS.values(), ids=PLUGIN_VIOLATIONS)
+def test_control_plugin_api_violation_is_found(source):
+    assert plugin_uses(source)
+
+
+def test_control_public_names_pass():
+    assert not plugin_uses("from pytest_triton import assert_close, do_bench, interpreting\n"
+                           "import pytest_triton as pt\npt.TimingSettings(max_time=1.0)\n")
