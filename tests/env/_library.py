@@ -259,6 +259,17 @@ def tuned_add_kernel(x_ptr, y_ptr, out_ptr, block_seen_ptr, n, BLOCK: tl.constex
         tl.store(block_seen_ptr, BLOCK)
 
 
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 2}, num_warps=2), triton.Config({"BLOCK": 4}, num_warps=4)],
+    key=["row"],
+)
+@triton.jit
+def tuned_strided_kernel(offset_ptr, row, stride: tl.int64, BLOCK: tl.constexpr):
+    # an annotated scalar of an autotuned kernel: the pinned config's num_warps reaches the
+    # launch as a keyword, beside the kernel's own arguments (Conch's nms launches so)
+    tl.store(offset_ptr + tl.arange(0, BLOCK), row * stride + tl.arange(0, BLOCK))
+
+
 def tuned_add(x, y, out, block_seen):
     n = x.numel()
     tuned_add_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]), )](x, y, out, block_seen, n)

@@ -192,6 +192,14 @@ def test_annotated_scalar_args(compat):
     check_annotated_args()
 
 
+def test_annotated_scalar_args_of_an_autotuned_kernel(compat):
+    # Conch's nms: the config's launch options (num_warps=...) came along as keywords the
+    # kernel's signature does not have, and binding them raised TypeError
+    offset = torch.zeros(4, dtype=torch.int64)
+    lib.tuned_strided_kernel[(1, )](offset, 3, 2**30)
+    assert offset[0].item() == 3 * 2**30
+
+
 def test_annotated_scalar_args_fail_without_fix(without):
     without("annotated_scalar_args")
     # 3.9 wraps row * stride in int32 (to -2**30); 3.6 cannot even take the bool for flag: tl.int1

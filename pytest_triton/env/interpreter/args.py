@@ -99,12 +99,16 @@ def apply_annotated_scalar_args(p: Patches) -> None:
             annotations = getattr(self.fn, "__annotations__", {}) or {}
         types = {name: t for name, a in annotations.items() if (t := _annotated_type(a, tl)) is not None}
         if types:
-            bound = inspect.signature(self.fn).bind_partial(*args, **kwargs)
+            sig = inspect.signature(self.fn)
+            # launch options (num_warps=, num_stages=, an autotuned config's) come as keywords
+            # beside the kernel's own arguments: the executor takes them; only ours are bound
+            options = {k: v for k, v in kwargs.items() if k not in sig.parameters}
+            bound = sig.bind_partial(*args, **{k: v for k, v in kwargs.items() if k not in options})
             for name, dtype in types.items():
                 value = bound.arguments.get(name)
                 if isinstance(value, (bool, int, float)):
                     bound.arguments[name] = _scalar_tensor(value, dtype)
-            args, kwargs = bound.args, bound.kwargs
+            args, kwargs = bound.args, {**bound.kwargs, **options}
         return original(self, *args, **kwargs)
 
     p.set_attr(ti.GridExecutor, "__call__", call)
