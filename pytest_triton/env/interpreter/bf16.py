@@ -19,11 +19,16 @@ from .base import MISSING, Patches, modules
 def bf16_helpers():
     np, tl, ti = modules()
 
+    uint16 = np.dtype(np.uint16)
+
     def is_bf16(handle) -> bool:
-        # the storage too: the interpreter types a comparison's bool result as its operands
+        # the storage too: the interpreter types a comparison's bool result as its operands. The
+        # storage first: it is the cheaper test, and it rules out nearly every operand (this runs
+        # for every operation of every interpreted program).
+        if getattr(getattr(handle, "data", None), "dtype", None) != uint16:
+            return False
         dtype = getattr(handle, "dtype", None)
-        data = getattr(handle, "data", None)
-        return getattr(dtype, "scalar", dtype) == tl.bfloat16 and getattr(data, "dtype", None) == np.uint16
+        return getattr(dtype, "scalar", dtype) == tl.bfloat16
 
     def to_f32(bits):
         return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)

@@ -366,6 +366,11 @@ def apply_libdevice(p: Patches) -> None:
                     break
 
     original_patch_lang = ti._patch_lang
+    # namespaces already bound, by id: (the namespace, kept so that its id is not reused, and its
+    # number of names then): the interpreter patches a kernel's language at every launch, and a
+    # module's globals, once bound, only change when a name is added
+    scanned: dict[int, tuple[dict, int]] = {}
+    p.on_undo(scanned.clear)
 
     def patch_lang(fn):
         scope = original_patch_lang(fn)
@@ -374,7 +379,8 @@ def apply_libdevice(p: Patches) -> None:
         # interpreter does not patch: bind them there too. Kept until uninstall, as the
         # interpreter's own patches of helper functions are.
         namespace = getattr(fn, "__globals__", None)
-        if isinstance(namespace, dict):
+        if isinstance(namespace, dict) and scanned.get(id(namespace), (None, -1))[1] != len(namespace):
+            scanned[id(namespace)] = (namespace, len(namespace))
             for name, member in list(namespace.items()):
                 if not callable(member) or not hashable(member):
                     continue
