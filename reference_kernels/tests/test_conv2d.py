@@ -395,17 +395,36 @@ def test_conv2d_default_takes_the_faster_tma_variant(make_tensor, triton_device,
                                                      faster):
     # Timings stand in for the GPU's (the interpreter times nothing): the default must launch
     # the variant whose plan was faster, and only that one, with a correct result; a 1x1
-    # unpadded conv (no masks) stays on the TMA kernel without timing anything.
+    # unpadded conv (no masks) stays on the TMA kernel without timing anything. On a GPU the
+    # chosen variant still plans its config for real (_plan times its candidates, launching the
+    # kernel many times): those launches are the plan's, not the default's, and are not counted.
     _need_tma(triton_device)
     ms = {"tma": 1.0, "tma_nhwc": 2.0} if faster == "tma" else {"tma": 2.0, "tma_nhwc": 1.0}
-    timed, launched = [], []
+    timed, launched, planning = [], [], []
     monkeypatch.setattr(cv, "_VARIANT_CHOICES", {})
+    monkeypatch.setattr(cv, "_PLANS", {})
+    monkeypatch.setattr(cv, "_PLAN_MS", {})
     monkeypatch.setattr(cv, "_tunable", lambda x, w: True)
     monkeypatch.setattr(cv, "_plan_ms", lambda variant, *args: timed.append(variant) or ms[variant])
+    real_plan = cv._plan
+
+    def plan(*args):
+        planning.append(True)
+        try:
+            return real_plan(*args)
+        finally:
+            planning.pop()
+
+    monkeypatch.setattr(cv, "_plan", plan)
+    def recording(name, real):
+        def launch(*args):
+            if not planning:
+                launched.append(name)
+            return real(*args)
+        return launch
+
     for name in ("_conv2d_tma", "_conv2d_nhwc"):
-        real = getattr(cv, name)
-        monkeypatch.setattr(cv, name, lambda *a, real=real, name=name: launched.append(name)
-                            or real(*a))
+        monkeypatch.setattr(cv, name, recording(name, getattr(cv, name)))
     x, weight, bias = conv2d_inputs(make_tensor, 2, 16, 9, 7, 24, 3, 3, dtype=torch.float16,
                                     bias=True)
     y = conv2d(x, weight, bias, padding=1)
