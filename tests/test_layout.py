@@ -165,10 +165,9 @@ def test_each_group_is_a_package_with_a_docstring(group):
     assert init.is_file() and ast.get_docstring(ast.parse(init.read_text())), init
 
 
-def test_the_readme_draws_this_layout():
-    readme = (PKG.parent / "README.md").read_text()
-    section = readme.split("## How it is built", 1)[1].split("\n## ", 1)[0]
-    drawing = section.split("```", 2)[1]
+def test_how_it_is_built_draws_this_layout():
+    page = (PKG.parent / "docs" / "how-it-is-built.md").read_text()
+    drawing = page.split("```", 2)[1]
     assert len(drawing.strip().splitlines()) <= 10
     for path in sorted(PKG.rglob("*.py")):
         if path.name == "__init__.py" and path.parent != PKG:
