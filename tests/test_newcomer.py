@@ -190,6 +190,37 @@ def test_finite_mismatches_still_lead_with_the_greatest_difference(outside_a_tes
     assert "Greatest absolute difference: 0.5 at index (4,)" in text
 
 
+def test_the_report_leads_with_the_element_furthest_over_its_allowance(outside_a_test):
+    # issue 32: "Greatest absolute difference: 0.0076 at index (4, 4) (up to 0.28 allowed
+    # there)" led the report while the mismatches were at (6, 18) and (6, 29)
+    expected = torch.full((8, 32), 0.01, dtype=torch.float64)
+    expected[4, 4] = 280.0
+    actual = expected.half()
+    actual[4, 4] += 0.25  # the greatest difference (one fp16 ulp), within 280's 0.28
+    actual[6, 18] += 0.002
+    actual[6, 29] -= 0.003  # the furthest over its allowance
+    with pytest.raises(AssertionError) as exc:
+        assert_close(actual, expected)
+    lines = str(exc.value).splitlines()
+    assert lines[1] == "Mismatched elements: 2 / 256 (0.781%)"
+    assert lines[2].startswith("Furthest over its allowance at index (6, 29): "), lines[2]
+    assert lines[3].startswith("Greatest absolute difference: 0.25 at index (4, 4)") \
+        and lines[3].endswith("allowed there: within it)"), lines[3]
+    table = lines[lines.index(next(ln for ln in lines if ln.startswith("All 2 mismatches"))) + 2:]
+    assert table[0].lstrip().startswith("(6, 29)") and table[1].lstrip().startswith("(6, 18)")
+
+
+def test_an_infinite_relative_difference_names_its_zero_reference(outside_a_test):
+    expected = torch.ones(5, dtype=torch.float64)
+    expected[2] = 0.0
+    actual = expected.float()
+    actual[2] = 0.5
+    with pytest.raises(AssertionError) as exc:
+        assert_close(actual, expected)
+    assert ("Greatest relative difference: inf at index (2,) (expected is 0 there, so any "
+            "difference is infinitely relative; atol 1e-05 decides there)") in str(exc.value)
+
+
 # --- autotune under the interpreter ----------------------------------------------------------
 
 AUTOTUNED = """

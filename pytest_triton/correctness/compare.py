@@ -142,6 +142,20 @@ def arithmetic_note(dtype: torch.dtype, a: torch.Tensor, e: torch.Tensor) -> str
             f"precision with {keyword}.")
 
 
+def _worst_first(bad: torch.Tensor, diff: torch.Tensor, allowed: torch.Tensor) -> list[int]:
+    """The flat indices of the mismatches, non-finite ones first (in index order), then the
+    finite ones by how far over their allowance they are."""
+    idx = torch.nonzero(bad).flatten()
+    if idx.numel() == 0:
+        return []
+    d = diff[idx]
+    al = allowed.flatten()[idx] if allowed.dim() else allowed.expand_as(d)
+    # a non-finite mismatch has diff 0 (compare sets it so) and still fails: it ranks first
+    ratio = torch.where(d > al, d / al, torch.full_like(d, math.inf))
+    order = torch.sort(ratio, descending=True, stable=True).indices
+    return idx[order].tolist()
+
+
 def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan_e, msg) -> str:
     total = actual.numel()
     lines = [msg] if msg else []
@@ -175,16 +189,33 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
         else:
             lines.append("Every mismatch is non-finite: the finite elements all match.")
     elif flat_diff.numel() and float(flat_diff.max()) > 0:
+        flat_allowed = allowed.flatten() if allowed.dim() else allowed.expand_as(flat_diff)
+        # the finite mismatch furthest over its allowance leads: the greatest difference can sit
+        # where |expected| is large and much is allowed, far from the elements that fail
+        over = torch.where(finite_bad, flat_diff / flat_allowed, torch.full_like(flat_diff, -1.0))
+        i_worst = int(torch.argmax(over))
+        ratio = float(over[i_worst])
+        lines.append(f"Furthest over its allowance at index {index_of(i_worst, actual.shape)}: "
+                     f"actual {fmt(float(a.flatten()[i_worst]))}, expected "
+                     f"{fmt(float(e.flatten()[i_worst]))}, |difference| "
+                     f"{fmt(float(flat_diff[i_worst]))} where {fmt(float(flat_allowed[i_worst]))} "
+                     "is allowed" + (f" ({ratio:.3g}x)" if math.isfinite(ratio) else ""))
         i_abs = int(torch.argmax(flat_diff))
-        rel = flat_diff / e.abs().flatten().to(torch.float64)
+        e_flat = e.abs().flatten().to(torch.float64)
+        rel = flat_diff / e_flat
         rel = torch.nan_to_num(torch.where(flat_diff == 0, torch.zeros_like(rel), rel),
                                nan=0.0, posinf=math.inf)
         i_rel = int(torch.argmax(rel))
-        allowed_there = float(allowed.flatten()[i_abs] if allowed.dim() else allowed)
+        allowed_there = float(flat_allowed[i_abs])
+        within = "allowed there" if bool(flat_bad[i_abs]) else "allowed there: within it"
         lines.append(f"Greatest absolute difference: {fmt(float(flat_diff[i_abs]))} at index "
-                     f"{index_of(i_abs, actual.shape)} (up to {fmt(allowed_there)} allowed there)")
+                     f"{index_of(i_abs, actual.shape)} ({fmt(allowed_there)} {within})")
+        zero_ref = float(e_flat[i_rel]) == 0.0
         lines.append(f"Greatest relative difference: {fmt(float(rel[i_rel]))} at index "
-                     f"{index_of(i_rel, actual.shape)} (up to {fmt(tol.rtol)} allowed)")
+                     f"{index_of(i_rel, actual.shape)} "
+                     + (f"(expected is 0 there, so any difference is infinitely relative; atol "
+                        f"{fmt(tol.atol)} decides there)" if zero_ref
+                        else f"(up to {fmt(tol.rtol)} allowed)"))
     if nan_a is not None:
         finite_e = ~(nan_e | torch.isinf(e))
         n_nan = int((nan_a & finite_e).sum())
@@ -198,15 +229,17 @@ def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan
                              "poisoned output, a read of a non-contiguous input's gaps (they "
                              "hold poison: the kernel assumed contiguous rows or elements), or "
                              "an overflow)")
-    bad = torch.nonzero(mismatch.flatten()).flatten()[:MAX_LISTED].tolist()
-    lines.append(f"First {len(bad)} mismatches:")
-    header = ("index", "actual", "expected", "abs diff")
+    bad = _worst_first(mismatch.flatten(), diff.flatten(), allowed)[:MAX_LISTED]
+    lines.append(f"{'Worst' if len(bad) < n_bad else 'All'} {len(bad)} mismatches, furthest over "
+                 "their allowance first:")
+    header = ("index", "actual", "expected", "abs diff", "allowed")
     rows = []
     a_flat, e_flat = a.flatten(), e.flatten()
     for i in bad:
         rows.append((str(index_of(i, actual.shape)), fmt(float(a_flat[i])), fmt(float(e_flat[i])),
-                     fmt(float(abs(a_flat[i].double() - e_flat[i].double())))))
-    widths = [max(len(r[c]) for r in rows + [header]) for c in range(4)]
+                     fmt(float(abs(a_flat[i].double() - e_flat[i].double()))),
+                     fmt(float(allowed.flatten()[i] if allowed.dim() else allowed))))
+    widths = [max(len(r[c]) for r in rows + [header]) for c in range(len(header))]
     for r in [header] + rows:
         lines.append("  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)))
     lines.append(f"Tolerance: {tol.describe()}")
