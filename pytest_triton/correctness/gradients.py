@@ -40,25 +40,38 @@ def _names(reference, n: int, names) -> list[str]:
     return [f"inputs[{i}]" for i in range(n)]
 
 
-def _outputs(value, where: str) -> list[torch.Tensor]:
+def _outputs(value, where: str) -> list[torch.Tensor | None]:
+    """What `where` returned, as a list: tensors, and None entries (an autograd Function's outputs
+    that are no tensors, `return y, None, None`), which are never differentiated."""
     outs = list(value) if isinstance(value, (tuple, list)) else [value]
-    for o in outs:
-        if not isinstance(o, torch.Tensor):
-            raise TypeError(f"assert_grads_close: {where} returned {type(o).__name__}; expected a "
-                            "tensor or a tuple of tensors")
+    for j, o in enumerate(outs):
+        if o is not None and not isinstance(o, torch.Tensor):
+            at = f" at position {j} of its {len(outs)} outputs" if len(outs) > 1 else ""
+            raise TypeError(f"assert_grads_close: {where} returned {type(o).__name__}{at}; "
+                            "expected a tensor or a tuple of tensors (None entries are skipped)")
+    if all(o is None for o in outs):
+        raise TypeError(f"assert_grads_close: {where} returned no tensor "
+                        f"({'None' if len(outs) == 1 else f'{len(outs)} None entries'})")
     return outs
 
 
-def _chosen(outputs, n: int) -> list[int]:
-    """The indices of fn's outputs to differentiate (outputs=; default: all)."""
+def _chosen(outputs, outs: list) -> list[int]:
+    """The indices of fn's outputs to differentiate (outputs=; default: every tensor)."""
+    n = len(outs)
     if outputs is None:
-        return list(range(n))
+        return [j for j, o in enumerate(outs) if o is not None]
     chosen = [outputs] if isinstance(outputs, int) else list(outputs)
     bad = [j for j in chosen if isinstance(j, bool) or not isinstance(j, int) or not -n <= j < n]
     if bad or not chosen or len({j % n for j in chosen}) != len(chosen):
         raise ValueError(f"assert_grads_close: outputs={tuple(chosen)}: fn returned {n} outputs; "
                          "give distinct indices of the outputs to differentiate")
-    return [j % n for j in chosen]
+    chosen = [j % n for j in chosen]
+    none = [j for j in chosen if outs[j] is None]
+    if none:
+        raise ValueError(f"assert_grads_close: outputs={tuple(chosen)}: fn's output"
+                         f"{'s' if len(none) > 1 else ''} {', '.join(map(str, none))} "
+                         f"{'are' if len(none) > 1 else 'is'} None, nothing to differentiate")
+    return chosen
 
 
 def _reaches(outs, leaves, grad_outputs) -> list[list[bool]]:
@@ -191,14 +204,24 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
                              f"{len(inputs)} inputs")
 
     all_outs, leaves = _forward(fn, inputs, diff, None, "fn")
-    chosen = _chosen(outputs, len(all_outs))
+    chosen = _chosen(outputs, all_outs)
     outs = [all_outs[j] for j in chosen]
 
     def pick(value, where):
-        if len(value) <= max(chosen):
+        """reference's outputs that pair with fn's chosen ones: by position when it returned as
+        many as fn; else, without outputs=, its tensors in order (a torch reference returns y
+        where an autograd Function returns y, None, None)."""
+        if len(value) == len(all_outs):
+            picked = [value[j] for j in chosen]
+        elif outputs is None and len([v for v in value if v is not None]) == len(chosen):
+            picked = [v for v in value if v is not None]
+        else:
             raise ValueError(f"assert_grads_close: {where} returned {len(value)} outputs, fn "
                              f"{len(all_outs)}; outputs={tuple(chosen)}")
-        return [value[j] for j in chosen] if outputs is not None else value
+        if any(v is None for v in picked):
+            raise ValueError(f"assert_grads_close: {where} returned None where fn returned a "
+                             f"tensor (outputs={tuple(chosen)})")
+        return picked
 
     if grad_outputs is None:
         grad_outputs = _default_grad_outputs(outs)
@@ -279,4 +302,6 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
         if passed:
             lines.append(f"Gradients that match: {', '.join(passed)}")
         raise AssertionError("\n".join(lines))
-    return [o.detach() for o in all_outs] if len(all_outs) > 1 else all_outs[0].detach()
+    if len(all_outs) == 1:
+        return all_outs[0].detach()
+    return [o.detach() if o is not None else None for o in all_outs]
