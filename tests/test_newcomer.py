@@ -301,3 +301,55 @@ def test_device_assert_fires_under_the_interpreter_in_tritons_debug_mode(pyteste
         "FAILED test_assert.py::test_plain_kernel_under_TRITON_DEBUG*",
     ])
     assert result.stdout.str().count("InterpreterError: AssertionError('x must be positive')") == 3
+
+
+# --- one dtype vocabulary, and failures without the plugin's frames (issue 32 point 4) --------
+
+
+def test_every_api_takes_a_dtype_by_torch_dtype_or_name(outside_a_test):
+    from pytest_triton.perf.markers import parse_perf_target
+
+    m = TensorFactory("cpu", 0)
+    for name, dtype in (("fp16", torch.float16), ("float16", torch.float16),
+                        ("half", torch.float16), ("bf16", torch.bfloat16),
+                        ("fp32", torch.float32), (torch.float64, torch.float64)):
+        assert m(4, name).dtype == dtype
+        assert m.like(m(3), dtype=name).dtype == dtype
+    x = m(8)
+    assert_close(x, x.double(), precision="fp32")
+    assert_close(x, x.double(), precision=torch.float32)
+    assert parse_perf_target((), {"tflops_frac": 0.5, "dtype": "fp16"}, {}).dtype == "float16"
+    assert parse_perf_target((), {"tflops_frac": 0.5, "dtype": torch.bfloat16}, {}).dtype == \
+        "bfloat16"
+    with pytest.raises(TypeError, match=r"make_tensor: dtype='fp17': expected a torch.dtype or "
+                                        r"its name \(float32, float16, bfloat16"):
+        m(4, "fp17")
+    with pytest.raises(TypeError, match="tf32 is how float32 dots compute on tensor cores"):
+        m(4, "tf32")
+
+
+def test_bad_arguments_and_kernel_errors_show_no_plugin_frames(pytester):
+    pytester.makepyfile("""
+        import triton, triton.language as tl
+        from pytest_triton import assert_close
+
+        @triton.jit
+        def _k(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs) + undefined_name, mask=offs < n)
+
+        def test_precision(make_tensor):
+            x = make_tensor(8)
+            assert_close(x, x.double(), precision="fp33")
+
+        def test_compile_error(make_tensor):
+            x = make_tensor(8)
+            _k[(1,)](x, 8, BLOCK=8)
+    """)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "precision='fp33' is not in the tolerance table" in out
+    assert "name 'undefined_name' is not defined" in out
+    frames = [ln for ln in out.splitlines() if "pytest_triton" in ln and ".py:" in ln]
+    assert not frames, frames

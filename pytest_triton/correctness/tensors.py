@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..env import dtypes
 from . import guards
 
 DISTRIBUTIONS = ("normal", "uniform", "heavy", "constant")
@@ -15,6 +16,25 @@ LAYOUTS = ("rows", "elements")
 # Integers get small values by default (like torch.testing.make_tensor) so that sums and
 # products of a few of them stay exact in every integer dtype.
 _INT_RANGE = (-9, 10)
+
+
+def as_torch_dtype(value, where: str) -> torch.dtype:
+    """A torch.dtype, or its name in the one vocabulary (env/dtypes.py: "float16", "fp16",
+    "half", "bf16", ...), as the torch.dtype; else a TypeError naming `where` and the names."""
+    __tracebackhide__ = True
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        n = dtypes.name(value)
+        if n == "tf32":
+            raise TypeError(f"{where}: dtype={value!r}: tf32 is how float32 dots compute on tensor "
+                            "cores, not a dtype a tensor holds: give torch.float32 (and "
+                            "precision='tf32' to assert_close)")
+        found = getattr(torch, n, None) if dtypes.known(n) else None
+        if isinstance(found, torch.dtype):
+            return found
+    raise TypeError(f"{where}: dtype={value!r}: expected a torch.dtype or its name (float32, "
+                    "float16, bfloat16, float64, int32, ...; also fp32, fp16, bf16, half)")
 
 
 def poison_value(dtype: torch.dtype) -> float | int:
@@ -63,8 +83,7 @@ class TensorFactory:
         """
         __tracebackhide__ = True
         shape = self._check_shape(shape)
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
+        dtype = as_torch_dtype(dtype, "make_tensor")
         if dtype.is_complex:
             raise TypeError(f"make_tensor: {dtype} is not supported (real floating-point, integer "
                             "and bool dtypes are); build a complex tensor from two real ones")
@@ -94,7 +113,7 @@ class TensorFactory:
         (noncontiguous=False: contiguous). A `t` whose elements overlap (a stride of 0, as
         expand() makes) gives a contiguous tensor."""
         __tracebackhide__ = True
-        dtype = kwargs.pop("dtype", t.dtype)
+        dtype = as_torch_dtype(kwargs.pop("dtype", t.dtype), "make_tensor.like")
         shape = tuple(t.shape)
         if "noncontiguous" in kwargs or t.is_contiguous() or not distinct_elements(t):
             return self(shape, dtype, **kwargs)
