@@ -38,7 +38,7 @@ def test_every_bad_marker_of_a_module_is_named_at_once(pytester):
     ("perf_target('softmax', gbps=600)", "gbps is set both by the checklist entry 'softmax'"),
     ("perf_target('softmax', 'matmul')", "takes at most one positional argument"),
     ("perf_target(3)", "must be a checklist name (a string), got 3"),
-    ("perf_target(speedup=1, dtype='fp16')", "dtype='fp16': expected one of"),
+    ("perf_target(speedup=1, dtype='fp17')", "dtype='fp17': expected one of"),
     ("perf_target(speedup=1, l2='lukewarm')", "l2='lukewarm': expected 'cold' or 'warm'"),
     ("interpreter_gap('bf16')", "interpreter_gap('bf16'): unknown gap"),
     ("interpreter_gap('other')", "interpreter_gap('other') needs reason="),

@@ -214,8 +214,8 @@ def test_geomean_speedup_over_a_sweep(perf, pytester):
     ("@perf_target(tflops_frac=0.5, dtype='float16')\ndef test_k(triton_bench): "
      "triton_bench(lambda: None, flops=1, dtype='bfloat16')", "dtype conflict"),
     ("@perf_target(tflops_frac=0.5)\ndef test_k(triton_bench): "
-     "triton_bench(lambda: None, flops=1, dtype='fp16')",
-     "triton_bench(dtype='fp16'): expected one of float32, tf32, float16"),
+     "triton_bench(lambda: None, flops=1, dtype='fp17')",
+     "triton_bench(dtype='fp17'): expected one of float32, tf32, float16"),
     ("@perf_target(max_ms=9)\ndef test_k(triton_bench):\n    triton_bench(lambda: None)\n"
      "    triton_bench(lambda: None)", "triton_bench called more than once: give each call a distinct name="),
     ("@perf_target(max_ms=9)\ndef test_k(triton_bench): pass",
