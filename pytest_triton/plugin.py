@@ -103,32 +103,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             + pinning.header(config))
 
 
-_BAD_MARKERS_KEY = pytest.StashKey[list]()
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object):
     result = yield
     items = result if isinstance(result, list) else [result]
     for item in items:
         if isinstance(item, pytest.Item):
-            try:
-                markers.validate_item(item, state.get(collector.config).checklist)
-            except markers.PerfTargetError as exc:
-                # gathered: the module's collection fails once, naming every bad marker in it
-                collector.stash.setdefault(_BAD_MARKERS_KEY, []).append(str(exc))
+            markers.validate_item(item, state.get(collector.config).checklist)
     return result
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_make_collect_report(collector: pytest.Collector):
-    report = yield
-    bad = collector.stash.get(_BAD_MARKERS_KEY, None)
-    if bad and report.outcome == "passed":
-        report.outcome = "failed"
-        report.longrepr = "\n".join(bad)
-        report.result = []
-    return report
 
 
 @pytest.hookimpl(trylast=True)
@@ -147,6 +129,7 @@ def pytest_runtest_setup(item: pytest.Item):
     # before any fixture): a wait that fails is this test's setup error, not the worker's. Given
     # back after the whole teardown (below).
     gpulock.acquire(item)
+    markers.raise_marker_error(item)  # a bad marker errors this test alone
     target = item.stash.get(markers.TARGET_KEY, None)
     if target is not None:  # first: a target the interpreter's gap skips is unchecked too
         dryrun.setup_item(item, target)

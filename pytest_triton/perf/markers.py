@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, fields
 
@@ -14,6 +15,13 @@ perf_target = pytest.mark.perf_target
 
 TARGET_KEY = pytest.StashKey["PerfTarget | None"]()  # per item, parsed at collection
 GAP_KEY = pytest.StashKey["str | None"]()  # per item: the interpreter_gap skip reason
+# per item: what is wrong with its markers, found at collection and raised at its setup, so that
+# only that test errors (and not at all when it is deselected)
+MARKER_ERROR_KEY = pytest.StashKey[str]()
+
+# The plugin's markers, for "did you mean" on a misspelt one.
+OUR_MARKERS = ("perf_target", "interpreter_gap", "triton_exclusive", "triton_no_gpu",
+               "poison_allocations")
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
@@ -201,10 +209,47 @@ def interpreter_gap_of(item: pytest.Item) -> str | None:
 
 
 def validate_item(item: pytest.Item, checklist: dict[str, dict]) -> None:
-    """Parse the item's markers into its stash; PerfTargetError names the test and the argument."""
-    target = perf_target_of(item, checklist)
-    if target is not None and "triton_bench" not in getattr(item, "fixturenames", ()):
-        raise PerfTargetError(f"{item.nodeid}: {target.describe()} on a test that does not use "
-                              "the triton_bench fixture: nothing would be measured")
+    """Parse the item's markers into its stash. What is wrong with them (PerfTargetError's
+    message, naming the test and the argument; a misspelt marker of ours) is kept for the test's
+    setup (raise_marker_error), so that it errors alone."""
+    try:
+        target = perf_target_of(item, checklist)
+        if target is not None and "triton_bench" not in getattr(item, "fixturenames", ()):
+            raise PerfTargetError(f"{item.nodeid}: {target.describe()} on a test that does not "
+                                  "use the triton_bench fixture: nothing would be measured")
+        gap = interpreter_gap_of(item)
+    except PerfTargetError as exc:
+        item.stash[MARKER_ERROR_KEY] = str(exc)
+        target, gap = None, None
+    else:
+        near = _near_misses(item)
+        if near:
+            item.stash[MARKER_ERROR_KEY] = near
     item.stash[TARGET_KEY] = target
-    item.stash[GAP_KEY] = interpreter_gap_of(item)
+    item.stash[GAP_KEY] = gap
+
+
+def _near_misses(item: pytest.Item) -> str | None:
+    """A marker on the item that is not registered and is spelt almost as one of ours: pytest
+    only warns about it, and the test would run without what the marker asked for."""
+    registered = {line.split("(")[0].split(":")[0].strip()
+                  for line in item.config.getini("markers")}
+    misses = []
+    for mark in item.iter_markers():
+        if mark.name in registered or mark.name in OUR_MARKERS:
+            continue
+        close = difflib.get_close_matches(mark.name, OUR_MARKERS, n=1, cutoff=0.75)
+        if close:
+            misses.append(f"unknown marker {mark.name!r}: did you mean {close[0]}?")
+    if not misses:
+        return None
+    return (f"{item.nodeid}: " + "; ".join(dict.fromkeys(misses)) + " (pytest only warns about "
+            "an unknown marker, and the test would run without it; --strict-markers makes every "
+            "unknown marker an error)")
+
+
+def raise_marker_error(item: pytest.Item) -> None:
+    """At the test's setup: the error validate_item kept, as this test's error alone."""
+    error = item.stash.get(MARKER_ERROR_KEY, None)
+    if error is not None:
+        pytest.fail(error, pytrace=False)
