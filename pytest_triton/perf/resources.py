@@ -54,7 +54,7 @@ def limits_of(item: pytest.Item) -> rc.ResourceLimits | None:
     marker, kwargs = ("perf_target", from_target) if from_target else \
         ("triton_resources", dict(marks[0].kwargs))
     if marks and marks[0].args:
-        raise rc.TritonResourcesError(f"{item.nodeid}: triton_resources takes keyword arguments "
+        raise rc.TritonResourcesError(f"{item.nodeid}: triton_resources: takes keyword arguments "
                                       f"only, got {marks[0].args!r}")
     where = f"{item.nodeid}: {marker}: "
     return rc.parse_limits(kwargs, default_archs=default_archs(item.config), marker=marker,
@@ -213,6 +213,8 @@ class ResourceGate:
         item.stash[LINES_KEY] = lines
         for arch, reason in skipped.items():
             lines.append(f"{arch}: not checked: {reason}")
+        item.config.hook.pytest_triton_resources_checked(
+            item=item, recorded=list(recorder.kernels.values()), lines=lines)
         if failures:
             raise rc.ResourceLimitExceeded(f"{limits.describe()}:\n" + "\n".join(failures))
         if skipped:
@@ -220,8 +222,6 @@ class ResourceGate:
             pytest.skip(f"{limits.describe()}: " + "; ".join(f"{a} not checked: {r}"
                                                             for a, r in skipped.items())
                         + (f" (the limits hold on {held})" if held else ""))
-        item.config.hook.pytest_triton_resources_checked(item=item, recorded=list(
-            recorder.kernels.values()), lines=lines)
 
     def hint(self, verdict: rc.Verdict, limits: rc.ResourceLimits) -> str | None:
         """The first change that, compiled, fits; else the occupancy arithmetic."""
