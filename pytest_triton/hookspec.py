@@ -39,5 +39,6 @@ def pytest_triton_measured(item, measurement, fn, kernel, compiles):
 
 @pytest.hookspec
 def pytest_triton_resources_checked(item, recorded, lines):
-    """The triton_resources gate judged `item` (before its verdict is raised): `recorded` (each distinct launch: its CompileSpec,
-    and on a GPU the CompiledKernel that ran), `lines` (each verdict, in words)."""
+    """The triton_resources gate judged `item`, before raising its verdict: `recorded` (each
+    distinct launch: its CompileSpec, and on a GPU the CompiledKernel that ran), `lines` (each
+    verdict, in words)."""

@@ -151,8 +151,11 @@ class CompileSpec:
         return self.fn.__name__
 
     def constexpr_values(self) -> dict:
-        names = self.fn.arg_names
-        return {names[path[0]]: value for path, value in self.constexprs.items() if len(path) == 1}
+        """The values of the parameters declared tl.constexpr (not the arguments Triton's
+        specialisation made constant, such as a stride of 1)."""
+        params = self.fn.params
+        return {params[path[0]].name: value for path, value in self.constexprs.items()
+                if len(path) == 1 and params[path[0]].is_constexpr}
 
     def describe(self, num_warps: int | None = None) -> str:
         """'_kernel (BLOCK=8192, num_warps=8)': its constexprs and launch options (num_warps: the
@@ -170,22 +173,6 @@ class CompileSpec:
                            "constexprs": sorted((str(k), _keyed(v)) for k, v in self.constexprs.items()),
                            "attrs": sorted((str(k), repr(v)) for k, v in self.attrs.items()),
                            "options": sorted((k, repr(v)) for k, v in self.options.items())})
-
-    def with_config(self, config) -> CompileSpec:
-        """This launch with an autotune config's constexprs and launch options."""
-        names = self.fn.arg_names
-        constexprs = dict(self.constexprs)
-        for name, value in (getattr(config, "kwargs", None) or {}).items():
-            if name in names and self.signature.get(name) == "constexpr":
-                constexprs[(names.index(name),)] = value
-        options = dict(self.options)
-        for name in SPEC_OPTIONS:
-            value = getattr(config, name, None)
-            if value is not None:
-                options[name] = value
-            elif name == "maxnreg":
-                options.pop(name, None)
-        return replace(self, constexprs=constexprs, options=options)
 
     def with_changes(self, **changes) -> CompileSpec:
         """This launch with some constexprs or launch options changed (for a hint)."""
@@ -208,7 +195,7 @@ def _quiet():
         yield
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _backend():
     """A CUDA backend for argument specialisation (the same on every CUDA architecture)."""
     from triton.backends.compiler import GPUTarget  # import time: triton
@@ -246,6 +233,19 @@ def spec_of_call(kernel, args: tuple, kwargs: dict) -> CompileSpec:
     if not options.get("debug"):
         options.pop("debug", None)
     return CompileSpec(jit, dict(signature), dict(constexprs), dict(attrs), options)
+
+
+def spec_of_config(kernel, args: tuple, kwargs: dict, config, configs: list) -> CompileSpec:
+    """The CompileSpec of an autotuned launch `kernel[grid](*args, **kwargs)` had its autotuner
+    run `config` instead (`configs`: all of them, whose keys the launch's kwargs carry): the
+    config's constexprs and options, after its pre_hook (which may set a tensor descriptor's
+    block shape, part of the signature), as Autotuner.run launches it."""
+    keys = {k for c in configs for k in c.all_kwargs()}
+    kwargs = {k: v for k, v in kwargs.items() if k not in keys}
+    kwargs.update(config.all_kwargs())
+    if config.pre_hook is not None:
+        config.pre_hook({**dict(zip(jit_of(kernel).arg_names, args)), **kwargs})
+    return spec_of_call(kernel, args, kwargs)
 
 
 def spec_of_compiled(kernel) -> CompileSpec | None:
@@ -297,7 +297,7 @@ def _ptxas(cc: int):
     return get_ptxas(cc)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ptxas_archs(path: str) -> frozenset:
     text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60).stdout
     return frozenset(re.findall(r"'(sm_\d+[af]?)'", text))

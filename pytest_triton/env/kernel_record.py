@@ -26,7 +26,9 @@ class Recorded:
     spec: archcompile.CompileSpec
     launches: int = 1
     tuner: object | None = None  # the Autotuner whose run launched it
-    tuner_args: dict = field(default_factory=dict)  # that autotuner's named arguments then
+    # an autotuned launch's arguments (the other configs are compiled from them)
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
     compiled: object | None = None  # on a GPU: the CompiledKernel that ran
 
 
@@ -38,21 +40,22 @@ class Recorder:
         self.errors: list[str] = []
         self._by_compiled: dict[int, str] = {}  # id(CompiledKernel) -> key (GPU)
 
-    def add(self, spec, frame, compiled=None) -> None:
+    def add(self, spec, frame, args: tuple, kwargs: dict, compiled=None) -> None:
         key = spec.key()
         seen = self.kernels.get(key)
         if seen is not None:
             seen.launches += 1
             return
         tuner = launches.autotuner_above(frame)
-        nargs = dict(getattr(tuner, "nargs", None) or {}) if tuner is not None else {}
-        self.kernels[key] = Recorded(spec, tuner=tuner, tuner_args=nargs, compiled=compiled)
+        self.kernels[key] = Recorded(spec, tuner=tuner, compiled=compiled,
+                                     args=tuple(args) if tuner is not None else (),
+                                     kwargs=dict(kwargs) if tuner is not None else {})
         if compiled is not None:
             self._by_compiled[id(compiled)] = key
 
     def interpreted(self, kernel, args: tuple, kwargs: dict, frame) -> None:
         try:
-            self.add(archcompile.spec_of_call(kernel, args, kwargs), frame)
+            self.add(archcompile.spec_of_call(kernel, args, kwargs), frame, args, kwargs)
         except Exception as exc:  # noqa: BLE001 - the launch itself runs (and reports its own errors)
             self.errors.append(f"{getattr(kernel, '__name__', kernel)}: {type(exc).__name__}: {exc}")
 
@@ -72,7 +75,8 @@ class Recorder:
                 self.errors.append(f"{getattr(compiled, 'name', '?')}: not compiled from a "
                                    "@triton.jit function's source; its resources are not read")
                 return
-            self.add(spec, frame, compiled)
+            loc = frame.f_locals
+            self.add(spec, frame, loc.get("args", ()), loc.get("kwargs") or {}, compiled)
         except Exception as exc:  # noqa: BLE001 - recording must never break the kernel's run
             self.errors.append(f"reading a launch failed: {type(exc).__name__}: {exc}")
 

@@ -11,6 +11,7 @@ from ..env.archcompile import CompileSpec, Resources
 from ..env.device import ArchLimits, UnknownArch, arch_limits
 from ..env.occupancy import occupancy, registers_for, shared_for
 from .markers import RESOURCE_KEYS as KEYS
+
 PER_DEVICE = "per-device"
 
 

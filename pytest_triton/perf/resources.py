@@ -169,10 +169,20 @@ class ResourceGate:
             if rec.tuner is None:
                 out.append((None, [(rec.spec, rec)]))
                 continue
-            configs, which = tuner_configs(rec.tuner, rec.tuner_args, how)
+            declared = list(getattr(rec.tuner.configs, "declared", rec.tuner.configs))
+            keys = {k for c in declared for k in c.all_kwargs()}
+            configs, which = tuner_configs(rec.tuner, dict(zip(rec.spec.fn.arg_names, rec.args)),
+                                           {k: v for k, v in rec.kwargs.items() if k not in keys},
+                                           how)
             variants = []
             for cfg in configs:
-                spec = rec.spec.with_config(cfg)
+                try:
+                    spec = archcompile.spec_of_config(rec.spec.fn, rec.args, rec.kwargs, cfg,
+                                                      declared)
+                except Exception as exc:  # noqa: BLE001 - named in the verdict, never passed
+                    recorder.errors.append(f"{rec.spec.kernel}: config {cfg}: "
+                                           f"{type(exc).__name__}: {exc}")
+                    continue
                 if spec.key() not in seen:
                     seen.add(spec.key())
                     variants.append((spec, by_key.get(spec.key())))
@@ -190,6 +200,9 @@ class ResourceGate:
                                           "launched no Triton kernel: nothing to check")
         self.tests += 1
         groups = self.groups(item, recorder)
+        if recorder.errors:
+            raise rc.TritonResourcesError(f"{item.nodeid}: {limits.describe()}: some configs could "
+                                          "not be bound:\n  " + "\n  ".join(recorder.errors))
         skipped, failures, lines = {}, [], []
         for arch in limits.archs:
             reason = archcompile.unsupported(arch)
@@ -238,10 +251,11 @@ class ResourceGate:
         return rc.arithmetic_hint(verdict, limits)
 
 
-def tuner_configs(tuner, nargs: dict, how: str) -> tuple[list, str]:
-    """The configs of `tuner` to check, and how they were picked: every config it declares
-    (autotune_configs' GPU configs under the interpreter), pruned by its early_config_prune; with
-    --triton-autotune=heuristic the first of those, with =first its first."""
+def tuner_configs(tuner, nargs: dict, kwargs: dict, how: str) -> tuple[list, str]:
+    """The configs of `tuner` to check, and how they were picked: every config it would time for
+    this launch (those it declares, autotune_configs' GPU configs under the interpreter, that its
+    early_config_prune keeps, as Autotuner.prune_configs keeps them); with
+    --triton-autotune=heuristic the first of those, with =first its first config."""
     configs = list(getattr(tuner.configs, "declared", tuner.configs))
     n = len(configs)
     if how == "first":
@@ -249,12 +263,12 @@ def tuner_configs(tuner, nargs: dict, how: str) -> tuple[list, str]:
     prune = getattr(tuner, "early_config_prune", None)
     if prune is not None:
         try:
-            configs = list(prune(configs, nargs)) or configs
+            configs = list(prune(configs, nargs, **kwargs)) or configs
         except Exception:  # noqa: BLE001 - a pruning that needs the GPU: every config
             pass
     if how == "heuristic":
         return configs[:1], f"the config --triton-autotune=heuristic picks of {n}"
-    kept = f", {len(configs)} kept by its early_config_prune" if len(configs) < n else ""
+    kept = f", the {len(configs)} its early_config_prune keeps" if len(configs) < n else ""
     return configs, f"{n} configs{kept}"
 
 
