@@ -26,7 +26,8 @@ class Recorded:
     spec: archcompile.CompileSpec
     launches: int = 1
     tuner: object | None = None  # the Autotuner whose run launched it
-    # an autotuned launch's arguments (the other configs are compiled from them)
+    # the first launch's arguments (an autotuner's other configs are bound from them); held
+    # until the test's check is done, then the recorder is dropped
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     compiled: object | None = None  # on a GPU: the CompiledKernel that ran
@@ -47,9 +48,8 @@ class Recorder:
             seen.launches += 1
             return
         tuner = launches.autotuner_above(frame)
-        self.kernels[key] = Recorded(spec, tuner=tuner, compiled=compiled,
-                                     args=tuple(args) if tuner is not None else (),
-                                     kwargs=dict(kwargs) if tuner is not None else {})
+        self.kernels[key] = Recorded(spec, tuner=tuner, compiled=compiled, args=tuple(args),
+                                     kwargs=dict(kwargs))
         if compiled is not None:
             self._by_compiled[id(compiled)] = key
 

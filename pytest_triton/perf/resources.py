@@ -102,15 +102,18 @@ class ResourceGate:
             return (yield)
         recorder = item.stash.setdefault(RECORDER_KEY, Recorder())
         skip = None
-        if _measured(item):
-            result = yield
-        else:
-            with recording(recorder, state.get(item.config).runtime.interpret):
-                try:
-                    result = yield
-                except pytest.skip.Exception as exc:  # a dry run ends as a skip: check first
-                    skip = exc
-        self.check(item, recorder, limits)
+        try:
+            if _measured(item):
+                result = yield
+            else:
+                with recording(recorder, state.get(item.config).runtime.interpret):
+                    try:
+                        result = yield
+                    except pytest.skip.Exception as exc:  # a dry run ends as a skip: check first
+                        skip = exc
+            self.check(item, recorder, limits)
+        finally:
+            del item.stash[RECORDER_KEY]  # it holds the launches' tensors
         if skip is not None:
             raise skip
         return result
