@@ -179,7 +179,9 @@ class CompileSpec:
         names = self.fn.arg_names
         constexprs, options = dict(self.constexprs), dict(self.options)
         for name, value in changes.items():
-            if name in SPEC_OPTIONS:
+            if name in SPEC_OPTIONS and value is None:
+                options.pop(name, None)
+            elif name in SPEC_OPTIONS:
                 options[name] = value
             else:
                 constexprs[(names.index(name),)] = value
@@ -474,17 +476,19 @@ def _compile(spec: CompileSpec, arch: str) -> Resources:
 
 
 _memo: dict[str, Resources] = {}
+CACHE_VERSION = 1  # of how a compile is made and read here: a change makes every entry stale
 
 
 def _cache_key(spec: CompileSpec, arch: str) -> str:
     cc = capability(arch)
-    text = json.dumps([spec.key(), arch, _toolchain(cc), _ptxas(cc).path])
+    text = json.dumps([CACHE_VERSION, spec.key(), arch, _toolchain(cc), _ptxas(cc).path])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def compile_resources(spec: CompileSpec, arch: str, cache_dir: Path | None = None) -> Resources:
     """What `spec` uses compiled for `arch` (an error Resources where it cannot compile; check
-    unsupported(arch) first). Cached in memory, and under cache_dir when given."""
+    unsupported(arch) first). Cached in memory, and under cache_dir when given (what compiled:
+    a failure may be this machine's, and is cheap to meet again)."""
     key = _cache_key(spec, arch)
     if key in _memo:
         return replace(_memo[key], seconds=0.0, cached=True)
@@ -498,7 +502,7 @@ def compile_resources(spec: CompileSpec, arch: str, cache_dir: Path | None = Non
             pass  # unreadable (a concurrent writer, an older layout): compile again
     got = _compile(spec, arch)
     _memo[key] = got
-    if path is not None:
+    if path is not None and got.error is None:  # a failure is compiled again in the next run
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -165,26 +165,43 @@ def _blocks(spec: CompileSpec) -> list[tuple[str, int]]:
                   key=lambda kv: -kv[1])
 
 
-def candidates(verdict: Verdict) -> list[dict]:
-    """Changes to try, in order, for a failed verdict: fewer pipeline stages where shared memory
-    is over, more (or fewer) warps where registers are, then the largest tile halved."""
+def candidates(verdict: Verdict, limits: ResourceLimits) -> list[dict]:
+    """Changes to try, in order, for a failed verdict: a pipeline stage fewer where shared memory
+    is over or bounds the occupancy; no register cap where a cap makes it spill; the cap the
+    occupancy floor needs where registers bound it; twice the warps where registers are over
+    or spill; then the largest tile halved."""
     kinds = {k for k, _ in verdict.problems}
     opts = {"num_warps": verdict.resources.num_warps, **verdict.spec.options}
+    occ = verdict.occupancy or {}
     out: list[dict] = []
     stages = opts.get("num_stages")
-    if "shared" in kinds and stages and stages > 1:
+    if stages and stages > 1 and ("shared" in kinds or "occupancy" in kinds
+                                  and occ.get("limiter") == "shared memory"):
         out.append({"num_stages": stages - 1})
+    if "spills" in kinds and opts.get("maxnreg"):
+        out.append({"maxnreg": None})
     warps = opts.get("num_warps") or 4
+    if "occupancy" in kinds and occ.get("limiter") == "registers":
+        arch = arch_limits(verdict.resources.arch)
+        blocks = math.ceil(limits.min_occupancy * arch.max_warps_per_sm / warps)
+        cap = registers_for(blocks, warps, arch)
+        if cap is not None and cap >= 24:  # below that, ptxas spills whatever the kernel
+            out.append({"maxnreg": cap})
     if kinds & {"registers", "spills"} and warps < 16:
         out.append({"num_warps": warps * 2})
-    if "occupancy" in kinds and verdict.occupancy and verdict.occupancy["limiter"] == "registers" \
-            and warps > 1:
-        out.append({"num_warps": warps // 2})
     blocks = _blocks(verdict.spec)
     if blocks and kinds - {"compile"}:
         name, value = blocks[0]
         out.append({name: value // 2})
-    return out[:3]
+    return out[:4]
+
+
+def change_text(change: dict) -> str:
+    """'fits with num_stages=2', 'fits without maxnreg'."""
+    dropped = [k for k, v in change.items() if v is None]
+    given = [f"{k}={v}" for k, v in change.items() if v is not None]
+    return " and ".join(([f"with {', '.join(given)}"] if given else [])
+                        + ([f"without {', '.join(dropped)}"] if dropped else []))
 
 
 def arithmetic_hint(verdict: Verdict, limits: ResourceLimits) -> str | None:

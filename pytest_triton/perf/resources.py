@@ -244,13 +244,12 @@ class ResourceGate:
         if verdict.resources.error is not None:
             return None
         arch = verdict.resources.arch
-        for change in rc.candidates(verdict):
+        for change in rc.candidates(verdict, limits):
             spec = verdict.spec.with_changes(**change)
             res = self.resources(spec, arch)
             tried = rc.judge(spec, res, limits)
             if not tried.failed:
-                said = ", ".join(f"{k}={v}" for k, v in change.items())
-                return f"fits with {said}: {rc.usage(res, tried.occupancy)}"
+                return f"fits {rc.change_text(change)}: {rc.usage(res, tried.occupancy)}"
         return rc.arithmetic_hint(verdict, limits)
 
 

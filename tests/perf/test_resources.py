@@ -115,6 +115,8 @@ def test_free():
                       got[0])
         assert m and int(m.group(1).replace(",", "")) > 0, got[0]
     assert "spilly (BLOCK=1024, num_warps=1) on sm_90: " in text  # the free one's line
+    # the compiler's own hint: the same launch without the cap, compiled, does not spill
+    assert re.search(r"hint: fits without maxnreg: \d+ registers/thread, 0 bytes spilled", text)
     assert "ResourceLimitExceeded: triton_resources(archs=('sm_80', 'sm_90'))" in text
 
 
