@@ -2,19 +2,17 @@
 compiled kernel uses there: registers per thread, spilled bytes per thread, shared memory per
 program.
 
-The nvidia backend compiles for any GPUTarget without a GPU: the ptxas Triton uses (its wheel's,
-or TRITON_PTXAS_PATH / TRITON_PTXAS_BLACKWELL_PATH) writes the cubin, and cuobjdump reads the
-cubin's resource usage: REG (registers per thread) and STACK (the local memory each thread
-reserves, which the driver reports as CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES and Triton's n_spills
-counts in 4-byte words). Shared memory is the compiled kernel's metadata.shared (what its
-launcher asks for) plus any static shared memory the cubin declares.
+The nvidia backend compiles for any GPUTarget without a GPU: the ptxas Triton uses writes the
+cubin (ptxas.py), whose resource usage gives REG (registers per thread) and STACK (the local
+memory each thread reserves, which the driver reports as CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES and
+Triton's n_spills counts in 4-byte words). Shared memory is the compiled kernel's
+metadata.shared (what its launcher asks for) plus any static shared memory the cubin declares.
 
 A launch is a CompileSpec: the JITFunction and the signature, constexprs and specialisation
 attributes Triton's own binder derives from the launch's arguments (so the compile is the one a
 GPU launch gets: 16-byte aligned pointers, integers divisible by 16), and the launch's options
-(num_warps, num_stages, maxnreg ...). Under Triton's interpreter a kernel is an
-InterpretedFunction whose globals hold interpreted helpers: jit_of() builds the JITFunction a GPU
-process would have, over a copy of its globals with each interpreted function translated.
+(num_warps, num_stages, maxnreg ...). An interpreted kernel is compiled as the JITFunction a GPU
+process would have (uninterpreted.py).
 
 Results are kept in memory and on disk per (kernel source hash, signature, constexprs,
 attributes, options, architecture, Triton and ptxas versions): a suite compiles each once.
@@ -27,102 +25,18 @@ import functools
 import hashlib
 import json
 import os
-import re
-import subprocess
-import tempfile
 import time
-import types
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .device import arch_limits
+from . import ptxas
+from .ptxas import capability
+from .uninterpreted import jit_of, language_for_compile
 
 # Launch options a CompileSpec carries (the rest of the backend's options are its defaults).
 SPEC_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug")
-_JIT_KWARGS = ("version", "do_not_specialize", "do_not_specialize_on_alignment", "debug",
-               "noinline", "repr", "launch_metadata")
-_SKIP_MODULES = ("triton", "torch", "numpy", "builtins")
 
-
-def capability(arch: str) -> int:
-    """90 for "sm_90" (UnknownArch for an architecture not in the limits table)."""
-    cc = arch_limits(arch).cc
-    return cc[0] * 10 + cc[1]
-
-
-# --- interpreted kernels as the JITFunctions a GPU process would have ---------------------------
-
-# id(raw function or module) -> (it, its translation): holding it keeps its id from being reused
-_translated: dict[int, tuple] = {}
-
-
-def _interpreted_cls():
-    try:
-        from triton.runtime.interpreter import InterpretedFunction  # import time: triton
-
-        return InterpretedFunction
-    except ImportError:  # no interpreter in this Triton: nothing is interpreted
-        return None
-
-
-def _translate(value, interpreted):
-    if interpreted is not None and isinstance(value, interpreted):
-        return _jit_of_interpreted(value)
-    if type(value) is types.ModuleType and not value.__name__.startswith(_SKIP_MODULES):
-        seen = _translated.get(id(value))
-        if seen is not None and seen[0] is value:
-            return seen[1]
-        members = vars(value)
-        if interpreted is None or not any(isinstance(v, interpreted) for v in members.values()):
-            _translated[id(value)] = (value, value)
-            return value
-        proxy = types.ModuleType(value.__name__)
-        _translated[id(value)] = (value, proxy)  # first: a module that reaches itself ends here
-        proxy.__dict__.update({k: _translate(v, interpreted) for k, v in members.items()})
-        return proxy
-    return value
-
-
-def _jit_of_interpreted(kernel):
-    from triton.runtime.jit import JITFunction  # import time: triton
-
-    fn = kernel.fn
-    seen = _translated.get(id(fn))
-    if seen is not None and seen[0] is fn:
-        return seen[1]
-    interpreted = _interpreted_cls()
-    scope: dict = {}
-    closure = None
-    if fn.__closure__:
-        closure = tuple(types.CellType(_translate(c.cell_contents, interpreted))
-                        for c in fn.__closure__)
-    clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, closure)
-    for attr in ("__kwdefaults__", "__annotations__", "__qualname__", "__module__", "__doc__"):
-        setattr(clone, attr, getattr(fn, attr))
-    kwargs = {k: v for k, v in (getattr(kernel, "kwargs", None) or {}).items() if k in _JIT_KWARGS}
-    jit = JITFunction(clone, **kwargs)
-    _translated[id(fn)] = (fn, jit)  # before its globals: a kernel that calls itself finds it
-    scope.update({k: _translate(v, interpreted) for k, v in fn.__globals__.items()})
-    return jit
-
-
-def jit_of(kernel):
-    """The JITFunction behind `kernel`: itself, the one an InterpretedFunction stands for, or
-    the function an Autotuner or Heuristics wraps."""
-    from triton.runtime.jit import JITFunction  # import time: triton
-
-    interpreted = _interpreted_cls()
-    for _ in range(10):
-        if isinstance(kernel, JITFunction):
-            return kernel
-        if interpreted is not None and isinstance(kernel, interpreted):
-            return _jit_of_interpreted(kernel)
-        kernel = getattr(kernel, "fn", None)
-    raise TypeError("not a Triton kernel: no @triton.jit function behind it")
-
-
-# --- a launch, as the compiler sees it ----------------------------------------------------------
 
 def _shown(value) -> str | None:
     if isinstance(value, bool) or value is None:
@@ -293,160 +207,11 @@ def real_resources(compiled, arch: str) -> Resources:
                      source="this GPU's compile")
 
 
-def _ptxas(cc: int):
-    from triton.backends.nvidia.compiler import get_ptxas  # import time: triton
-
-    return get_ptxas(cc)
-
-
-@functools.cache
-def _ptxas_archs(path: str) -> frozenset:
-    text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60).stdout
-    return frozenset(re.findall(r"'(sm_\d+[af]?)'", text))
-
-
-def unsupported(arch: str) -> str | None:
-    """Why `arch` cannot be compiled for here (the ptxas Triton would use does not know it),
-    or None."""
-    cc = capability(arch)
-    try:
-        tool = _ptxas(cc)
-    except Exception as exc:  # noqa: BLE001 - no ptxas at all: say so
-        return f"no ptxas for {arch}: {type(exc).__name__}: {exc}"
-    if tool is None:
-        return f"no ptxas for {arch} (set TRITON_PTXAS_PATH)"
-    wanted = f"sm_{cc}a" if cc >= 90 else f"sm_{cc}"  # Triton compiles sm_90 and later as "a"
-    try:
-        archs = _ptxas_archs(tool.path)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"ptxas {tool.path} did not run: {exc}"
-    if wanted not in archs:
-        return f"ptxas {tool.version} ({tool.path}) cannot compile for {arch}"
-    return None
-
-
-def _toolchain(cc: int) -> str:
-    import triton  # import time: triton
-
-    tool = _ptxas(cc)
-    return f"ptxas {tool.version}, Triton {triton.__version__}"
-
-
-def _cuobjdump_usage(cubin: bytes, name: str) -> dict:
-    from triton import knobs  # import time: triton
-
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
-                              capture_output=True, text=True, timeout=60, check=True).stdout
-    block = text.split(f"Function {name}:", 1)[-1]
-    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", block)}
-
-
-@contextlib.contextmanager
-def _captured_output():
-    """The compiler's own output (MLIR diagnostics on fd 2, a failed ptxas's dump on stdout),
-    kept out of the test's output and returned for the error message."""
-    out: list[str] = []
-    with tempfile.TemporaryFile(mode="w+") as sink:
-        saved = os.dup(1), os.dup(2)
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield out
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            sink.seek(0)
-            out.append(sink.read())
-
-
 def _message(exc: BaseException, output: str) -> str:
     text = str(exc).strip() or type(exc).__name__
     notes = [ln.strip() for ln in output.splitlines() if "error" in ln.lower()]
     notes = [ln for ln in notes if ln not in text][:5]
     return "\n".join([f"{type(exc).__name__}: {text}", *notes])
-
-
-_INTERPRETER = "triton.runtime.interpreter"
-
-
-def _from_interpreter(value) -> bool:
-    fn = getattr(value, "func", value)  # a functools.partial of one of its functions
-    return getattr(fn, "__module__", None) == _INTERPRETER
-
-
-def _unpatched(value, name: str, namespaces: tuple):
-    for _ in range(8):
-        if not _from_interpreter(value):
-            return value
-        member = (getattr(value, "__kwdefaults__", None) or {}).get("member")
-        if member is None:
-            break
-        value = member  # the interpreter wraps a builtin with its original as `member`
-    for ns in namespaces:  # a replacement: the name where it is still Triton's own
-        other = vars(ns).get(name)
-        if other is not None and not _from_interpreter(other):
-            return other
-    return value
-
-
-def _member_of(value, interpreted):
-    """The interpreted function a tensor member wrapper forwards to (core._tensor_member_fn
-    wraps what is not a JITFunction), or None."""
-    for cell in getattr(value, "__closure__", None) or ():
-        try:
-            if isinstance(cell.cell_contents, interpreted):
-                return cell.cell_contents
-        except ValueError:  # an empty cell
-            pass
-    return None
-
-
-@contextlib.contextmanager
-def _language_for_compile():
-    """triton.language as a GPU process has it, for the compile; left as found after.
-
-    - The interpreter patches its builtins for each launch and restores them after, but a
-      @triton.jit helper called inside a kernel (tl.sum is one) patches them again and never
-      restores (InterpretedFunction.__call__, 3.6 and 3.9): triton.language.core would build
-      the IR with the interpreter's semantic. Each such name is put back.
-    - Its own @triton.jit functions (tl.sum, tl.cdiv, tl.rand ..., and the tensor members that
-      forward to them) are interpreted functions: each is its JITFunction for the compile."""
-    import sys
-
-    import triton.language as tl  # import time: triton
-
-    interpreted = _interpreted_cls()
-    namespaces = (tl, tl.core, tl.math)
-    changed = []
-
-    def put(obj, name, value, new) -> None:
-        if new is not value:
-            changed.append((obj, name, value))
-            setattr(obj, name, new)
-
-    for ns in namespaces:
-        for name, value in list(vars(ns).items()):
-            put(ns, name, value, _unpatched(value, name, namespaces))
-    if interpreted is not None:
-        for module_name, module in list(sys.modules.items()):
-            if module is not None and module_name.startswith("triton.language"):
-                for name, value in list(vars(module).items()):
-                    if isinstance(value, interpreted):
-                        put(module, name, value, _jit_of_interpreted(value))
-        for name, value in list(vars(tl.core.tensor).items()):
-            member = _member_of(value, interpreted) if callable(value) else None
-            if member is not None:
-                put(tl.core.tensor, name, value, _jit_of_interpreted(member))
-    try:
-        yield
-    finally:
-        for obj, name, value in reversed(changed):
-            setattr(obj, name, value)
 
 
 def _compile(spec: CompileSpec, arch: str) -> Resources:
@@ -458,9 +223,9 @@ def _compile(spec: CompileSpec, arch: str) -> Resources:
 
     cc = capability(arch)
     t0 = time.perf_counter()
-    source = _toolchain(cc)
+    source = ptxas.toolchain(cc)
     try:
-        with _captured_output() as output, _quiet(), _language_for_compile():
+        with ptxas.captured_output() as output, _quiet(), language_for_compile():
             sys.stdout.flush()
             compiled = triton.compile(ASTSource(spec.fn, spec.signature, spec.constexprs, spec.attrs),
                                       target=GPUTarget("cuda", cc, 32), options=dict(spec.options))
@@ -469,7 +234,7 @@ def _compile(spec: CompileSpec, arch: str) -> Resources:
         return Resources(arch=arch, source=source, error=_message(exc, "".join(output)),
                          seconds=time.perf_counter() - t0)
     md = compiled.metadata
-    usage = _cuobjdump_usage(compiled.asm["cubin"], md.name)
+    usage = ptxas.cuobjdump_usage(compiled.asm["cubin"], md.name)
     return Resources(arch=arch, n_regs=usage.get("REG"), spill_bytes=usage.get("STACK"),
                      shared=int(md.shared or 0) + usage.get("SHARED", 0), num_warps=md.num_warps,
                      source=source, seconds=time.perf_counter() - t0)
@@ -481,7 +246,7 @@ CACHE_VERSION = 1  # of how a compile is made and read here: a change makes ever
 
 def _cache_key(spec: CompileSpec, arch: str) -> str:
     cc = capability(arch)
-    text = json.dumps([CACHE_VERSION, spec.key(), arch, _toolchain(cc), _ptxas(cc).path])
+    text = json.dumps([CACHE_VERSION, spec.key(), arch, ptxas.toolchain(cc), ptxas.for_arch(cc).path])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

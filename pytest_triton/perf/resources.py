@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from .. import options, state
-from ..env import archcompile
+from ..env import archcompile, ptxas
 from ..env.device import arch_of
 from ..env.kernel_record import Recorder, recording
 from . import resource_check as rc
@@ -208,7 +208,7 @@ class ResourceGate:
                                           "not be bound:\n  " + "\n  ".join(recorder.errors))
         skipped, failures, lines = {}, [], []
         for arch in limits.archs:
-            reason = archcompile.unsupported(arch)
+            reason = ptxas.unsupported(arch)
             if reason is not None:
                 skipped[arch] = reason
                 continue
@@ -278,7 +278,7 @@ def configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     for arch in default_archs(config) or ("(none)",):
         try:
-            archcompile.capability(arch)
+            ptxas.capability(arch)
         except ValueError as exc:
             raise pytest.UsageError(f"{options.BY_NAME['triton_resources_archs'].flag} "
                                     f"(or ini triton_resources_archs): {exc}") from None
