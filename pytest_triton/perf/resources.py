@@ -37,6 +37,7 @@ MARKER_HELP = (
 LIMITS_KEY = pytest.StashKey["rc.ResourceLimits | None"]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
 LINES_KEY = pytest.StashKey[list]()  # per item: each verdict's line, for the report
+COST_KEY = pytest.StashKey[dict]()  # per item: its check's compiles, cache hits and seconds
 
 
 def limits_of(item: pytest.Item) -> rc.ResourceLimits | None:
@@ -79,13 +80,14 @@ def _perf_test(item: pytest.Item) -> bool:
 
 
 class ResourceGate:
-    """The triton_resources marker's hooks, and the run's compile statistics."""
+    """The triton_resources marker's hooks, and the run's compile statistics (gathered from the
+    reports where they arrive: in-process, on the xdist controller, in a supervising parent)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.cache = cache_dir() / "resources"
-        self.tests = self.compiles = self.cached = 0
-        self.seconds = 0.0
+        self.totals = {"tests": 0, "compiles": 0, "cached": 0, "seconds": 0.0}
+        self._cost: dict | None = None  # the running check's
         self._local: str | None | bool = False  # the GPU's architecture (None: no GPU), once read
 
     # --- hooks ------------------------------------------------------------------------------
@@ -133,14 +135,25 @@ class ResourceGate:
         lines = item.stash.get(LINES_KEY, None)
         if lines and report.when == "call":
             report.sections.append(("pytest-triton resources", "\n".join(lines)))
+        cost = item.stash.get(COST_KEY, None)
+        if cost is not None and report.when == "call":
+            report.triton_resources = cost  # serialisable: it travels to where reports go
         return report
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        cost = getattr(report, "triton_resources", None)
+        if cost:
+            self.totals["tests"] += 1
+            for key in ("compiles", "cached", "seconds"):
+                self.totals[key] += cost[key]
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.tests:
+        t = self.totals
+        if t["tests"]:
             terminalreporter.write_line(
-                f"pytest-triton: triton_resources checked {self.tests} test"
-                f"{'s' if self.tests > 1 else ''}: {self.compiles} compiles "
-                f"({self.cached} from the cache, {self.cache}), {self.seconds:.1f} s compiling")
+                f"pytest-triton: triton_resources checked {t['tests']} test"
+                f"{'s' if t['tests'] > 1 else ''}: {t['compiles']} compiles ({t['cached']} from "
+                f"the cache, {self.cache}), {t['seconds']:.1f} s compiling")
 
     # --- the check ----------------------------------------------------------------------------
 
@@ -158,9 +171,10 @@ class ResourceGate:
         if recorded is not None and recorded.compiled is not None and arch == self.local_arch():
             return archcompile.real_resources(recorded.compiled, arch)
         res = archcompile.compile_resources(spec, arch, self.cache)
-        self.compiles += 1
-        self.cached += res.cached
-        self.seconds += res.seconds
+        if self._cost is not None:
+            self._cost["compiles"] += 1
+            self._cost["cached"] += int(res.cached)
+            self._cost["seconds"] += res.seconds
         return res
 
     def groups(self, item: pytest.Item, recorder: Recorder) -> list[tuple]:
@@ -201,7 +215,7 @@ class ResourceGate:
         if not recorder.kernels:
             raise rc.TritonResourcesError(f"{item.nodeid}: {limits.describe()}, but the test "
                                           "launched no Triton kernel: nothing to check")
-        self.tests += 1
+        self._cost = item.stash[COST_KEY] = {"compiles": 0, "cached": 0, "seconds": 0.0}
         groups = self.groups(item, recorder)
         if recorder.errors:
             raise rc.TritonResourcesError(f"{item.nodeid}: {limits.describe()}: some configs could "

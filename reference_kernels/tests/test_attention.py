@@ -236,7 +236,7 @@ def _resources(variant: str, head_dim: int):
     pytest.param(v, d, id=f"{v}-{d}", marks=_resources(v, d)) for v in VARIANTS for d in (64, 128)])
 def test_attention_configs_compile_within_limits(make_tensor, triton_device, variant, head_dim):
     _need_variant(variant, triton_device)
-    q, k, v = attention_inputs(make_tensor, 1, 1, 256, head_dim, dtype=torch.float16)
+    q, k, v = attention_inputs(make_tensor, 1, 1, 128, head_dim, dtype=torch.float16)
     for cfg in attn._attention_configs()[head_dim]:
         for causal in (False, True):
             _check(attention(q, k, v, causal=causal, variant=variant, config=cfg), q, k, v, causal)

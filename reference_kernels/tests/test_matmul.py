@@ -495,7 +495,7 @@ def test_control_splitk_reduce(make_tensor, triton_device, bug):
 
 
 # --- compiled resources -------------------------------------------------------------------------
-# Every tile of _matmul_configs, launched as given on a 256 x 256 x 256 problem and compiled by
+# Every tile of _matmul_configs, launched as given on a 128 x 128 x 64 problem and compiled by
 # triton_resources for sm_80 and sm_90, on CPU too: the pointer kernel for both (an A100 runs it),
 # the TMA kernel for sm_90 (TMA needs a Hopper). Measured with Triton 3.6 and 3.9: shared memory
 # within each limit (the largest, the 128 x 256 and 256 x 128 TMA tiles in 3 stages with their
@@ -513,6 +513,6 @@ MATMUL_RESOURCES = {
 @pytest.mark.parametrize("variant", [pytest.param(v, marks=m) for v, m in MATMUL_RESOURCES.items()])
 def test_matmul_configs_compile_within_limits(make_tensor, triton_device, variant):
     _need_variant(variant, triton_device)
-    a, b, _ = matmul_inputs(make_tensor, 256, 256, 256, dtype=torch.float16)
+    a, b, _ = matmul_inputs(make_tensor, 128, 128, 64, dtype=torch.float16)
     for cfg in mm._matmul_configs():
         _check(matmul(a, b, variant=variant, config=cfg), a, b)
