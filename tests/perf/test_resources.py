@@ -392,3 +392,48 @@ def test_k():
     again = resources_run(body)
     again.assert_outcomes(passed=1)
     assert "2 compiles (2 from the cache" in again.stdout.str()
+
+
+def test_a_gpu_launch_is_recorded_from_its_compiled_kernel(pytester, run_interpreted):
+    # On a GPU the launch hook sees JITFunction.run's frame: its CompiledKernel (source, metadata,
+    # and the driver's n_regs / n_spills) is the record, and the GPU's own arch takes its numbers.
+    # Here a real compile for sm_90 stands in for the launch, in a frame shaped as run's.
+    pytester.makepyfile(kernels=KERNELS)
+    pytester.makepyfile(test_k='''
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+import kernels
+from pytest_triton.env import archcompile, uninterpreted
+from pytest_triton.env.kernel_record import Recorder
+
+
+def test_hook():
+    x = torch.randn(1024)
+    spec = archcompile.spec_of_call(kernels.spilly, (x, torch.empty_like(x)),
+                                    {"BLOCK": 1024, "num_warps": 1})
+    with uninterpreted.language_for_compile():
+        compiled = triton.compile(ASTSource(spec.fn, spec.signature, spec.constexprs, spec.attrs),
+                                  target=GPUTarget("cuda", 90, 32), options=spec.options)
+    compiled.n_regs, compiled.n_spills = 77, 3  # what the driver would fill in at load
+    recorder = Recorder()
+
+    def run(self, *args, grid, warmup, **kwargs):  # JITFunction.run's locals
+        grid_0, kernel = 1, compiled
+        recorder(None)
+        recorder(None)  # launched again: counted, not recorded twice
+
+    run(spec.fn, x, x, grid=(1,), warmup=False, BLOCK=1024, num_warps=1)
+    assert recorder.errors == []
+    (rec,) = recorder.kernels.values()
+    assert rec.launches == 2 and rec.compiled is compiled and rec.tuner is None
+    assert rec.spec.signature == spec.signature and rec.spec.constexprs == spec.constexprs
+    assert rec.spec.options["num_warps"] == 1 and rec.kwargs == {"BLOCK": 1024, "num_warps": 1}
+    real = archcompile.real_resources(compiled, "sm_90")
+    assert (real.n_regs, real.spill_bytes, real.shared) == (77, 12, compiled.metadata.shared)
+    cpu = archcompile.compile_resources(rec.spec, "sm_90")
+    assert cpu.error is None and cpu.num_warps == 1 and cpu.n_regs > 0
+''')
+    run_interpreted("-p", "no:randomly").assert_outcomes(passed=1)
