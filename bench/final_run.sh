@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|thirdparty|checks|sweeps]...
-#   (default: perf suite thirdparty checks sweeps, in that order, within FINAL_LIMIT seconds)
+#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps]...
+#   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
+#   seconds)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
-# step's command, rc and wall time), perf.json, gpu_checks.json, sweeps.json, and logs.tar.gz
-# (perf.log, suite.log, thirdparty.log, sweeps.log, the gpu checks' logs).
+# step's command, rc and wall time), perf.json, gpu_checks.json, resources_check.json,
+# sweeps.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the gpu
+# checks' logs).
 # The third-party step installs the wheels of .whl/ (carried to the machine) into /tmp/site.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOGS=$(mktemp -d)
@@ -29,7 +31,7 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 
   python3 -c "import sys, torch, triton, pytest, pytest_benchmark, numpy; print('python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| numpy', numpy.__version__, '| pytest', pytest.__version__, '| pytest-benchmark', pytest_benchmark.__version__)"
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
-for step in ${*:-perf suite thirdparty checks sweeps}; do
+for step in ${*:-perf suite thirdparty checks resources sweeps}; do
   case $step in
     perf)
       rm -rf ~/.triton/cache  # the budget is for a cold Triton cache
@@ -60,6 +62,13 @@ for step in ${*:-perf suite thirdparty checks sweeps}; do
       run checks "$(cap 150)" "\`python3 bench/gpu_checks.py\` (the --triton-perf done-when checks)" \
         env OUT="$LOGS" python3 bench/gpu_checks.py > "$LOGS/gpu_checks.log" 2>&1
       cp "$LOGS/gpu_checks.json" "$OUT/" 2>/dev/null; tail -8 "$LOGS/gpu_checks.log" ;;
+    resources)
+      # Issue 31: the CPU path's registers, spills and shared memory for this GPU's
+      # architecture against the real compile's, every launch of the bundled kernels'
+      # triton_resources tests (pytest -n 8; ~1-2 min)
+      run resources "$(cap 150)" "\`python3 bench/resources_check.py\` (triton_resources: the CPU compile against the real one)" \
+        env OUT="$LOGS" python3 bench/resources_check.py > "$LOGS/resources_check.log" 2>&1
+      cp "$LOGS/resources_check.json" "$OUT/" 2>/dev/null; tail -4 "$LOGS/resources_check.log" ;;
     sweeps)
       # Issue 23 candidates (bench/sweep_final.py): split-K and 5-stage matmul tiles vs cuBLAS,
       # attention warp specialization vs SDPA, conv2d tma_nhwc vs cuDNN, the memory-bound

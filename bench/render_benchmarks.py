@@ -3,7 +3,8 @@
     python3 bench/render_benchmarks.py [--intro FILE] [--why TEXT] RUN_DIR [RUN_DIR ...] > BENCHMARKS.md
 
 Each RUN_DIR may hold: perf.json (pytest --triton-perf-json), perf_cmd.txt (the command),
-gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py), env.txt
+gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py),
+resources_check.json (bench/resources_check.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
 lines are quoted), and *.md tables printed by other scripts, included verbatim. --intro: a
 file of prose placed under the title (what the sections are).
@@ -183,6 +184,25 @@ def mismatches(dirs):
         if perf and suite and not {commits[d] for d in perf} & {commits[d] for d in suite}:
             problems.append(f"{device}: the perf run and the suite run are of different commits")
     return problems
+def resources_section(doc):
+    """bench/resources_check.py: the CPU path's numbers for this GPU's architecture against the
+    real compile's, per launch."""
+    t = doc["arch_table"]
+    out = ["### `python3 bench/resources_check.py` (triton_resources: the CPU compile against "
+           "the real one)", "",
+           f"{doc['equal']} of {doc['launches']} launches of the bundled kernels' triton_resources "
+           f"tests read the same registers, spill bytes and shared memory on CPU (compiled for "
+           f"{t['arch']} from the launch's arguments) as the {t['device']}'s compile reports; "
+           f"env/device.py's {t['arch']} row {'matches' if t['ok'] else 'DIFFERS FROM'} "
+           "torch.cuda.get_device_properties().", "",
+           "| test | kernel | registers (real / CPU) | spilled bytes | shared bytes | same |",
+           "|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        real, cpu = r["real"], r["cpu"]
+        cells = [f"{real.get(k)} / {cpu.get(k)}" for k in ("n_regs", "spill_bytes", "shared")]
+        out.append(f"| {r['test'].split('::')[-1]} | {r['kernel']} | {' | '.join(cells)} | "
+                   f"{'yes' if r['equal'] else 'NO'} |")
+    return out + [""]
 
 
 def main(args):
@@ -230,6 +250,9 @@ def main(args):
                     c, res, ok = (r["check"], r["result"], r["ok"]) if isinstance(r, dict) else r
                     out.append(f"| {c} | {res} | {'yes' if ok else 'NO'} |")
                 out.append("")
+        p = os.path.join(d, "resources_check.json")
+        if os.path.exists(p):
+            out += resources_section(json.load(open(p)))
         text = _read(d, "suite.log")
         if text is not None:
             out += suite_section(text, runs)

@@ -35,3 +35,10 @@ def pytest_triton_measured(item, measurement, fn, kernel, compiles):
     """triton_bench timed `fn` for `item` and judged it: `measurement` (a Measurement: timings,
     rates, verdict), `kernel` as the test passed it, `compiles` (what compiled while timing).
     Called in the process that timed it, before the test's verdict; fn may be called again."""
+
+
+@pytest.hookspec
+def pytest_triton_resources_checked(item, recorded, lines):
+    """The triton_resources gate judged `item`, before raising its verdict: `recorded` (each
+    distinct launch: its CompileSpec, and on a GPU the CompiledKernel that ran), `lines` (each
+    verdict, in words)."""

@@ -126,6 +126,11 @@ OPTIONS: tuple[Option, ...] = (
            "own pruning keeps) or first (its first config). Perf tests (perf_target, "
            "triton_bench) always autotune; assert_every_config checks every config",
            metavar="MODE", choices=("full", "heuristic", "first")),
+    # issue 31: compile-resource gates without a GPU
+    Option("triton_resources_archs", "string", "sm_80 sm_90",
+           "the GPU architectures a triton_resources marker without archs= compiles its kernels "
+           "for, separated by spaces or commas (known: sm_80 sm_86 sm_89 sm_90 sm_100 sm_120)",
+           metavar="ARCHS"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

@@ -8,7 +8,7 @@ from . import fixtures, hookspec, options, state
 from .correctness import configs, pinning, poison, sanitize, scope
 from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
-from .perf import checklist, dryrun, markers, outcome
+from .perf import checklist, dryrun, markers, outcome, resources
 from .perf import session as perf
 from .process import child, crash, forked, gpufaults, gpulock, supervise, xdistfaults
 from .report import benchbridge, plot, summary
@@ -72,6 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
             stacklevel=2)
     plot.configure(config)
     ncu.configure(config)
+    resources.configure(config)  # triton_resources: compile-resource gates
 
 
 def _configure_processes(config: pytest.Config) -> None:

@@ -26,12 +26,12 @@ import pytest
 
 from .. import options, state
 from ..env import launches as launches_mod
+from ..env.occupancy import occupancy
 from ..perf import roofline, verdict
 from ..perf import session as perf_session
 from ..perf.session import MEASUREMENTS_KEY
 from . import breakdown
 from .hints import Hint, blocks_text, compile_time, fusion, kb, speed, structural
-from .occupancy import occupancy
 
 CAPTURES_KEY = pytest.StashKey[dict]()  # per item: measurement index -> capture record
 DIAGNOSES_KEY = pytest.StashKey[list]()  # per item: the diagnoses, in measurement order

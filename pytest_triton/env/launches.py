@@ -143,7 +143,18 @@ def _looks_like_run(f) -> bool:
     return "grid_0" in loc and hasattr(loc.get("kernel"), "metadata")
 
 
-def _autotuner_above(frame) -> object | None:
+def run_frame(frame):
+    """The frame of JITFunction.run that is launching, from a launch hook's frame (None when
+    it is not within reach): its locals hold the CompiledKernel (`kernel`), the grid
+    (`grid_0..2`), the JITFunction (`self`) and the bound arguments."""
+    f, depth = frame, 0
+    while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
+        f, depth = f.f_back, depth + 1
+    return None if f is None or depth >= _MAX_FRAMES else f
+
+
+def autotuner_above(frame) -> object | None:
+    """The Autotuner whose run called the frame's launch, or None."""
     f, depth = frame.f_back, 0
     while f is not None and depth < _MAX_FRAMES:
         owner = f.f_locals.get("self")
@@ -162,10 +173,8 @@ class _Recorder:
 
     def __call__(self, metadata=None) -> None:
         try:
-            f, depth = sys._getframe(1), 0
-            while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
-                f, depth = f.f_back, depth + 1
-            if f is None or depth >= _MAX_FRAMES:
+            f = run_frame(sys._getframe(1))
+            if f is None:
                 data = metadata.get() if hasattr(metadata, "get") else {}
                 self.launches.append(Launch(kernel=str(data.get("name", "?")),
                                             name=str(data.get("name", "?")), source="hook only"))
@@ -174,7 +183,7 @@ class _Recorder:
             grid = (loc.get("grid_0", 1), loc.get("grid_1", 1), loc.get("grid_2", 1))
             jit = loc.get("self")
             launch = describe(loc["kernel"], grid, jit, dict(loc.get("bound_args") or {}))
-            tuner = _autotuner_above(f)
+            tuner = autotuner_above(f)
             if tuner is not None:
                 launch.autotuner = _tuner_name(tuner)
                 if all(t is not tuner for t in self.autotuners):

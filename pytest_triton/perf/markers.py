@@ -21,15 +21,17 @@ MARKER_ERROR_KEY = pytest.StashKey[str]()
 
 # The plugin's markers, for "did you mean" on a misspelt one.
 OUR_MARKERS = ("perf_target", "interpreter_gap", "triton_exclusive", "triton_no_gpu",
-               "poison_allocations")
+               "poison_allocations", "triton_resources")
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
-    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None, peak=None): with "
+    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None, peak=None, "
+    "max_registers=None, max_spills=None, max_shared_memory=None, min_occupancy=None, "
+    "archs=None): with "
     "--triton-perf, time the kernel passed to triton_bench on the GPU and fail the test unless "
     "every target holds. `name` picks an entry of the performance checklist; peak='measured' "
     "takes the fractions against this device's measured ceilings, 'datasheet' against its "
-    "datasheet (default: --triton-perf-peak)."
+    "datasheet (default: --triton-perf-peak). The resource keywords are triton_resources'."
 )
 INTERPRETER_GAP_HELP = (
     "interpreter_gap(gap, *, reason=None): skip the test under Triton's interpreter, which lacks "
@@ -49,6 +51,8 @@ NO_GPU_HELP = (
 )
 
 FRACTIONS = ("bandwidth_frac", "tflops_frac")
+# triton_resources' keywords, which perf_target takes too (the resources gate reads them there)
+RESOURCE_KEYS = ("max_registers", "max_spills", "max_shared_memory", "min_occupancy", "archs")
 POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
 TARGETS = FRACTIONS + POSITIVE
 PEAKS = ("datasheet", "measured")
@@ -121,6 +125,7 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
         raise PerfTargetError(f"{where}takes at most one positional argument (a checklist name), "
                               f"got {len(args)}: {args!r}")
     allowed = set(TARGETS) | {"dtype", "l2", "peak"}
+    kwargs = {k: v for k, v in kwargs.items() if k not in RESOURCE_KEYS}
     for key in kwargs:
         if key not in allowed:
             raise PerfTargetError(f"{where}perf_target can't have {key!r} keyword argument; "
