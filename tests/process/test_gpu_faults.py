@@ -94,7 +94,8 @@ def _failed(result) -> list[str]:
     return sorted(line.split()[1] for line in result.stdout.lines if line.startswith("FAILED "))
 
 
-@pytest.mark.parametrize("workers", [None, 2, 4])
+@pytest.mark.parametrize("workers", [None] + [pytest.param(n, marks=pytest.mark.requires_plugin("pytest-xdist"))
+                                     for n in (2, 4)])
 def test_illegal_access_fails_only_its_test(pytester, run, workers):
     pytester.makepyfile(test_five=FIVE)
     result = run("--triton-perf", "-rf", *(["-n", str(workers)] if workers else []))

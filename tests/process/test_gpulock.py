@@ -166,14 +166,13 @@ def gpu_held_elsewhere(pytester):
         proc.wait()
 
 
-@pytest.mark.parametrize("bound", ["--triton-gpu-wait", "--timeout"])
+@pytest.mark.requires_plugin("pytest-xdist")
+@pytest.mark.parametrize("bound", ["--triton-gpu-wait", pytest.param(
+    "--timeout", marks=pytest.mark.requires_plugin("pytest-timeout"))])
 def test_a_failed_wait_for_the_gpu_fails_its_test_not_the_run(pytester, gpu_held_elsewhere, bound):
     # Seen on the H100 with -n 12 --timeout 150: pytest-timeout fired while a worker waited for
     # the lock inside the plugin's runtest hook, xdist took the worker for crashed and its
     # controller stopped with an INTERNALERROR. The wait now happens in the test's setup.
-    pytest.importorskip("xdist")
-    if bound == "--timeout":
-        pytest.importorskip("pytest_timeout")
     pytester.makeconftest(LOCK_ON)
     pytester.makepyfile("def test_a(): pass\ndef test_b(): pass\n")
     limits = ["--triton-gpu-wait", "1"] if bound == "--triton-gpu-wait" else \
@@ -204,10 +203,10 @@ def pytest_configure(config):
 """
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_a_test_marked_triton_no_gpu_takes_no_lock(pytester, gpu_held_elsewhere):
     # While another worker's perf test has the GPU to itself, a test that does not use the GPU
     # runs; an unmarked one waits (here past its bound): the negative control.
-    pytest.importorskip("xdist")
     pytester.makeconftest(STAND_IN_GPU)
     pytester.makepyfile("import pytest\n"
                         "@pytest.mark.triton_no_gpu\ndef test_cpu(): pass\n"
