@@ -143,7 +143,7 @@ def _looks_like_run(f) -> bool:
     return "grid_0" in loc and hasattr(loc.get("kernel"), "metadata")
 
 
-def _autotuner_above(frame) -> object | None:
+def autotuner_above(frame) -> object | None:
     f, depth = frame.f_back, 0
     while f is not None and depth < _MAX_FRAMES:
         owner = f.f_locals.get("self")
@@ -154,6 +154,14 @@ def _autotuner_above(frame) -> object | None:
     return None
 
 
+def launching_frame():
+    """The frame of JITFunction.run that is launching (from inside the launch hook), or None."""
+    f, depth = sys._getframe(2), 0
+    while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
+        f, depth = f.f_back, depth + 1
+    return None if depth >= _MAX_FRAMES else f
+
+
 class _Recorder:
     def __init__(self):
         self.launches: list[Launch] = []
@@ -162,10 +170,8 @@ class _Recorder:
 
     def __call__(self, metadata=None) -> None:
         try:
-            f, depth = sys._getframe(1), 0
-            while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
-                f, depth = f.f_back, depth + 1
-            if f is None or depth >= _MAX_FRAMES:
+            f = launching_frame()
+            if f is None:
                 data = metadata.get() if hasattr(metadata, "get") else {}
                 self.launches.append(Launch(kernel=str(data.get("name", "?")),
                                             name=str(data.get("name", "?")), source="hook only"))
@@ -174,7 +180,7 @@ class _Recorder:
             grid = (loc.get("grid_0", 1), loc.get("grid_1", 1), loc.get("grid_2", 1))
             jit = loc.get("self")
             launch = describe(loc["kernel"], grid, jit, dict(loc.get("bound_args") or {}))
-            tuner = _autotuner_above(f)
+            tuner = autotuner_above(f)
             if tuner is not None:
                 launch.autotuner = _tuner_name(tuner)
                 if all(t is not tuner for t in self.autotuners):
@@ -347,6 +353,7 @@ class Compiles:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
 
 
 @contextmanager

@@ -78,22 +78,23 @@ def test_a_process_started_under_the_lock_runs_under_it():
     assert gpulock.HELD_ENV not in os.environ  # restored after the hold
 
 
-def test_tests_that_hold_the_gpu_alone_go_first(monkeypatch):
-    # Taken late, a perf (or triton_exclusive) test waits for every test in flight while the
-    # other workers wait behind it at the gate; first, it waits for the workers' first tests.
-    # The tests that use no GPU come next: they keep the other workers busy meanwhile.
+def test_tests_that_time_go_last(monkeypatch):
+    # Going alone, a test waits for every test in flight on the GPU while the other workers wait
+    # for it: amid the shared tests, each timed part would cost every worker the rest of the
+    # longest test in flight. Last, beside the tests that take no lock, no shared test is left.
+    # (First, xdist's first batch gave them all to one worker, and the others waited 86 s.)
     from types import SimpleNamespace as NS
 
-    names = ("a", "perf1", "cpu1", "b", "c", "perf2", "cpu2")
-    alone = {"perf1": True, "perf2": True, "cpu1": None, "cpu2": None}
-    items = [NS(name=n, alone=alone.get(n, False)) for n in names]
-    monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.alone))
+    names = ("a", "perf1", "cpu1", "b", "alone1", "c", "perf2", "cpu2")
+    kinds = {"perf1": "timing", "perf2": "timing", "alone1": "test", "cpu1": "none", "cpu2": "none"}
+    items = [NS(name=n, kind=kinds.get(n, "shared")) for n in names]
+    monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.kind))
     gpulock.order(items)
-    assert [it.name for it in items] == ["perf1", "perf2", "cpu1", "cpu2", "a", "b", "c"]
+    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "perf1", "alone1", "perf2"]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
-    assert [it.name for it in items] == ["c", "b", "a", "cpu2", "cpu1", "perf2", "perf1"]
+    assert [it.name for it in items] == ["perf2", "alone1", "perf1", "cpu2", "cpu1", "c", "b", "a"]
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
@@ -136,7 +137,7 @@ def test_a_wait_past_its_bound_names_who_holds_the_gpu():
 # Under xdist on a CPU machine the lock is off (no GPU); the inner runs pretend a GPU for it.
 LOCK_ON = """
 from pytest_triton.process import gpulock
-gpulock._wanted = lambda item: ("fake0", False)
+gpulock._wanted = lambda item: ("fake0", "shared")
 """
 HOLDER = """
 import os, sys, time
