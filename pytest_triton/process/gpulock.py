@@ -2,18 +2,19 @@
 
 Every test holds its GPU shared, from the start of its setup to the end of its teardown; one
 marked triton_no_gpu (it does not use the GPU: its kernels run under the interpreter, in a
-subprocess) holds nothing. The parts that time hold it *alone*: triton_bench's measurement (and
-the measured ceilings, the diagnoses that profile it), and the whole of a test marked
-triton_exclusive (only its timed parts with scope="timing"). Nothing else does: a perf test's
-compiles, a child process's start-up and the rest of the test share the GPU with other workers.
+subprocess) holds nothing. The parts that time hold it *alone*: in a test that times (a perf
+test, one using triton_bench under --triton-perf, or one marked triton_exclusive(scope="timing")),
+triton_bench's measurement with the measured ceilings and the diagnoses that profile it, in the
+test or in the pytest runs it starts; and the whole of a test marked triton_exclusive. Nothing
+else does: a perf test's compiles, a child process's start-up, the rest of the test share the GPU.
 
 How: each holder writes a record (a file) into a folder beside the lock's gate while it holds.
 To go alone a thread announces itself (an intent: no shared holder starts while one is there),
-then, through the gate (an flock) one at a time, waits until every other record is gone or lent
-and writes its own. A holder lends its record while it waits to go alone, or while a process it started does
-(it does nothing on the GPU meanwhile): two tests that time never wait for each other's shared
-hold. A shared holder writes its record under the gate, so none is missed. The records of dead
-processes do not count.
+then, through the gate (an flock) one at a time, waits until every other record is gone or lent,
+and writes its own. A test lends its record while it waits to go alone, or while a process it
+started does (it does nothing on the GPU meanwhile): two tests that time never wait for each
+other's shared hold. A shared holder writes its record under the gate, so none is missed. The
+records of dead processes do not count (lockfiles.py).
 
 A process started under a hold (a pytester run, the ncu or compute-sanitizer child) runs under it
 (HELD_ENV): its tests take no lock of their own, and where they time they lend the ancestor's
@@ -81,7 +82,7 @@ def _to_ancestor(entry: dict, ancestor: Hold | None) -> None:
 
 
 @contextlib.contextmanager
-def _shared(gpu_id: str, deadline: float | None, nodeid: str | None):
+def _shared(gpu_id: str, deadline: float | None, nodeid: str | None, timing: bool):
     folder = lockfiles.folder_of(gpu_id)
     os.makedirs(folder, exist_ok=True)
     token, start, gave_back = lockfiles.token(), time.monotonic(), False
@@ -101,7 +102,7 @@ def _shared(gpu_id: str, deadline: float | None, nodeid: str | None):
         time.sleep(POLL_S)
     _note("shared", gpu_id, time.monotonic() - start, nodeid)
     try:
-        yield Hold(gpu_id, folder, token, False)
+        yield Hold(gpu_id, folder, token, False, timing)
     finally:
         if lockfiles.scan(folder)[1]:
             give_back_cached_memory()
@@ -189,16 +190,18 @@ def _as_held(hold: Hold):
 
 
 @contextlib.contextmanager
-def hold(gpu_id: str, exclusive: bool, *, wait_s: float | None = None, nodeid: str | None = None):
+def hold(gpu_id: str, exclusive: bool, *, timing: bool = False, wait_s: float | None = None,
+         nodeid: str | None = None):
     """Hold GPU `gpu_id` (shared, or alone) and yield the hold; yield None, holding nothing new,
-    nested in a hold of this thread or of an ancestor process. Raises GPUWaitTimeout, naming the
-    holders, after `wait_s` seconds of waiting (None: no bound)."""
+    nested in a hold of this thread or of an ancestor process. `timing`: shared by a test that
+    times (alone() takes the GPU alone under it). Raises GPUWaitTimeout, naming the holders, after
+    `wait_s` seconds of waiting (None: no bound)."""
     if nested(gpu_id):
         yield None
         return
     deadline = None if wait_s is None else time.monotonic() + wait_s
     taking = _alone(gpu_id, deadline, nodeid, "test") if exclusive else \
-        _shared(gpu_id, deadline, nodeid)
+        _shared(gpu_id, deadline, nodeid, timing)
     with taking as held, _as_held(held):
         yield held
 
@@ -210,15 +213,19 @@ def nested(gpu_id: str) -> bool:
 
 
 def sharing() -> bool:
-    """Whether this thread runs under a shared hold (its own or an ancestor's): alone() waits."""
+    """Whether this thread runs under the shared hold of a test that times (its own, or one of a
+    test it runs inside: a pytest run that test started): alone() takes the GPU alone. Under the
+    hold of a test that does not time (a test of the plugin's logic, with a stand-in measure
+    hook, say) what it runs times as it would without xdist, sharing the GPU."""
     held = getattr(_THREAD, "held", None) or _ANCESTOR
-    return held is not None and not held.exclusive
+    return held is not None and not held.exclusive and held.timing
 
 
 @contextlib.contextmanager
 def alone(*, wait_s: float | None = None, nodeid: str | None = None):
-    """Hold the GPU alone for the block where this thread runs under a shared hold (a timed part
-    of a test): the hold is lent meanwhile. Elsewhere (no lock, or alone already) it does nothing."""
+    """Hold the GPU alone for the block (a timed part) where this thread runs under the shared
+    hold of a test that times (sharing()): the hold is lent meanwhile. Elsewhere (no lock, alone
+    already, or in a test that does not time) it does nothing."""
     if not sharing():
         yield
         return
@@ -264,7 +271,8 @@ def _wanted(item: pytest.Item) -> tuple[str, str] | None:
         scope = "test"  # its setup fails, saying why (acquire)
     if scope is not None:
         return rt.gpu_id, scope
-    perf = state.get(item.config).perf and item.stash.get(markers.TARGET_KEY, None) is not None
+    perf = state.get(item.config).perf and (item.stash.get(markers.TARGET_KEY, None) is not None
+                                            or "triton_bench" in getattr(item, "fixturenames", ()))
     return rt.gpu_id, "timing" if perf else "shared"
 
 
@@ -300,7 +308,8 @@ def acquire(item: pytest.Item) -> None:
         stack.callback(setattr, _THREAD, "sink", None)
     waited = None
     try:
-        held = stack.enter_context(hold(gpu_id, kind == "test", wait_s=wait_s, nodeid=item.nodeid))
+        held = stack.enter_context(hold(gpu_id, kind == "test", timing=kind == "timing",
+                                        wait_s=wait_s, nodeid=item.nodeid))
     except GPUWaitTimeout as exc:
         waited = str(exc)
     except BaseException:  # pytest-timeout's Failed, KeyboardInterrupt: not held, let it raise

@@ -35,6 +35,7 @@ class Hold:
     folder: str  # the records of this GPU's lock in this run
     token: str  # the holder's record: <pid>-<thread>[-a]
     exclusive: bool
+    timing: bool = False  # shared by a test that times: its timed parts (and its runs') go alone
 
 
 def folder_of(gpu_id: str) -> str:

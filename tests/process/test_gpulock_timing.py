@@ -29,7 +29,7 @@ def _private_run(monkeypatch):
 def _timer(gpu, log, name, hold_s=0.0, alone_s=0.2):
     """A thread standing in for a worker's perf test: shared, then alone while it 'times'."""
     def run():
-        with gpulock.hold(gpu, exclusive=False, nodeid=name):
+        with gpulock.hold(gpu, exclusive=False, timing=True, nodeid=name):
             time.sleep(hold_s)
             with gpulock.alone(wait_s=5, nodeid=name):
                 log.append((name, "in", time.monotonic()))
@@ -75,7 +75,10 @@ def test_a_timed_part_waits_for_a_shared_test_and_no_shared_test_starts_meanwhil
     assert ready.wait(5)
     threads.append(threading.Thread(target=_timer("g3", log, "timer"), daemon=True))
     threads[1].start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 5
+    while not lockfiles.scan(lockfiles.folder_of("g3"))[1]:  # the timer waits to go alone
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     threads.append(threading.Thread(target=late, daemon=True))
     threads[2].start()
     for t in threads:
@@ -94,7 +97,46 @@ with gpulock.alone(wait_s=20, nodeid="child.py::test_timed"):
 """
 
 
+def _in_a_thread(fn):
+    """Run fn in a thread of its own (under xdist on a GPU this test's own thread holds the real
+    GPU's lock, and a hold nested in it takes none), raising what it raised."""
+    raised = []
+
+    def run():
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again below
+            raised.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "it hung"
+    if raised:
+        raise raised[0]
+
+
+def test_under_a_test_that_does_not_time_nothing_goes_alone():
+    # A test of the plugin's logic runs perf tests in pytester with a stand-in measure hook:
+    # their "timed parts" share the GPU, as the test does (they would stall every worker).
+    def body():
+        with gpulock.hold("g5", exclusive=False, nodeid="plain.py::test_logic"):
+            assert not gpulock.sharing()
+            with gpulock.alone(wait_s=1):
+                assert [r["exclusive"] for r in gpulock.holders("g5")] == [False]
+        with gpulock.hold("g5", exclusive=False, timing=True, nodeid="perf.py::test_timed"):
+            assert gpulock.sharing()
+            with gpulock.alone(wait_s=1):
+                assert [r["exclusive"] for r in gpulock.holders("g5")] == [True]
+
+    _in_a_thread(body)
+
+
 def test_a_process_started_under_a_shared_hold_times_alone_in_its_place():
+    _in_a_thread(_a_child_times_alone)
+
+
+def _a_child_times_alone():
     # A perf test in a pytester run (or the ncu child) of a test that holds the GPU shared: it
     # lends the ancestor's hold, and goes alone once the other holders are done.
     gpu, ready, release = "g4", threading.Event(), threading.Event()
@@ -107,7 +149,8 @@ def test_a_process_started_under_a_shared_hold_times_alone_in_its_place():
     t = threading.Thread(target=other, daemon=True)
     t.start()
     assert ready.wait(5)
-    with gpulock.hold(gpu, exclusive=False, nodeid="outer.py::test_runs_a_child") as held:
+    with gpulock.hold(gpu, exclusive=False, timing=True, nodeid="outer.py::test_runs_a_child") \
+            as held:
         proc = subprocess.Popen([sys.executable, "-c", CHILD, gpu], stdout=subprocess.PIPE,
                                 text=True)
         assert proc.stdout.readline().strip() == "ready"
