@@ -1,5 +1,6 @@
-"""GPU locks under pytest-xdist: perf tests exclusive, others shared, nesting never self-deadlocks."""
+"""GPU locks under pytest-xdist: a test marked triton_exclusive holds its GPU alone, the others share it; nesting never self-deadlocks."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -149,22 +150,29 @@ with gpulock.hold("fake0", True, nodeid="elsewhere.py::test_holding_the_gpu"):
 """
 
 
+@contextlib.contextmanager
+def process_beside(script: str, *args: str):
+    """A process running `script` (once it printed 'holding'), killed after the block: one of its
+    own, not under this test's lock nor an xdist worker of the outer run."""
+    env = {k: v for k, v in os.environ.items()
+           if k != gpulock.HELD_ENV and not k.startswith("PYTEST_XDIST")}
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.fixture
 def gpu_held_elsewhere(pytester):
     """A process holding the inner run's GPU lock for the whole test: a stand-in worker whose
     perf test never ends. Yields the --testrunuid the inner run must use."""
     uid = f"locktest-{os.getpid()}-{time.time_ns()}"
-    # a process of its own: not under this test's lock, nor an xdist worker of the outer run
-    env = {k: v for k, v in os.environ.items()
-           if k != gpulock.HELD_ENV and not k.startswith("PYTEST_XDIST")}
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uid], stdout=subprocess.PIPE,
-                            text=True, env=env)
-    try:
-        assert proc.stdout.readline().strip() == "holding"
+    with process_beside(HOLDER, uid):
         yield uid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.requires_plugin("pytest-xdist")

@@ -4,14 +4,13 @@ stand-ins, and a neighbour process holds the GPU's lock (shared) and "holds 6 Gi
 memory query reads) until a test waits to hold the GPU alone, as another worker's test would."""
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from pytest_triton.process import gpulock
 
+from .test_gpulock import process_beside
 from .test_gpulock_timing import STAND_IN_GPU
 
 pytestmark = [pytest.mark.skipif(os.name != "posix", reason="flock locks are POSIX only"),
@@ -84,14 +83,8 @@ def neighbour(pytester, monkeypatch):
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID",
                  gpulock.HELD_ENV):
         monkeypatch.delenv(name, raising=False)
-    proc = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, uid, path], stdout=subprocess.PIPE,
-                            text=True, env=dict(os.environ))
-    try:
-        assert proc.stdout.readline().strip() == "holding"
+    with process_beside(NEIGHBOUR, uid, path):
         yield uid
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _run(pytester, uid, case, *args):
