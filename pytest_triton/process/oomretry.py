@@ -15,6 +15,7 @@ test (its workers under that test's hold) cannot hold the GPU alone apart from i
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from dataclasses import dataclass
@@ -191,7 +192,10 @@ def _run(item: pytest.Item, nextitem, *, log) -> list[pytest.TestReport]:
         if phase("setup").passed:
             setup_only = item.config.getoption("setuponly", False)
             if item.config.getoption("setupshow", False):
-                show_test_item(item, add_space=not setup_only)
+                if "add_space" in inspect.signature(show_test_item).parameters:  # newer pytest
+                    show_test_item(item, add_space=not setup_only)
+                else:
+                    show_test_item(item)
             if not setup_only:
                 phase("call")
         if item.session.shouldfail or item.session.shouldstop:

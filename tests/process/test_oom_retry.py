@@ -135,3 +135,49 @@ def test_without_neighbours_holding_memory_it_is_not_run_again(pytester, neighbo
     result = _run(pytester, neighbour, "always")
     result.assert_outcomes(passed=1, failed=1)
     assert "re-run" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("how", [[], ["--setup-show"], ["--setup-only"]])
+def test_it_runs_each_test_as_pytest_does(pytester, how):
+    # Under xdist on a GPU the retry runs every test (pytest's runtestprotocol, its reports held
+    # back only from an out-of-memory failure it re-runs): here in-process, against pytest itself.
+    pytester.makeconftest("""
+import pytest
+from pytest_triton.process import oomretry
+
+class Always(oomretry.OOMRetry):
+    def _applies(self, item):
+        open("ours-ran", "a").close()
+        return True
+
+def pytest_configure(config):
+    if config.getoption("--always", False):
+        config.pluginmanager.register(Always(config), "always")
+
+def pytest_addoption(parser):
+    parser.addoption("--always", action="store_true")
+""")
+    pytester.makepyfile("""
+        import pytest
+        @pytest.fixture(scope="module")
+        def shared():
+            yield 1
+        @pytest.fixture
+        def broken():
+            raise RuntimeError("no")
+        def test_a(shared): pass
+        def test_b(shared): assert 0
+        def test_c(broken): pass
+        @pytest.mark.skip
+        def test_d(): pass
+        @pytest.mark.xfail
+        def test_e(): assert 0
+    """)
+    ours = pytester.runpytest("--triton-interpret", "-p", "no:cacheprovider", "--always", *how)
+    assert (pytester.path / "ours-ran").exists()
+    (pytester.path / "ours-ran").unlink()
+    theirs = pytester.runpytest("--triton-interpret", "-p", "no:cacheprovider", *how)
+    assert not (pytester.path / "ours-ran").exists()
+    assert ours.parseoutcomes() == theirs.parseoutcomes()
+    strip = lambda r: [line for line in r.stdout.lines if " in " not in line]  # noqa: E731
+    assert strip(ours) == strip(theirs)
