@@ -43,12 +43,15 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
       # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a
-      # wait for the GPU (in setup, while the tests that hold it alone run first) is bounded by
+      # wait for the GPU (in setup, or in a timed part while other tests hold it) is bounded by
       # --triton-gpu-wait, and fails naming the holders. 14 workers on the machine's 16 cores.
       # suite.xml: every test's time, setup included, for the durations of the whole suite.
+      # The terminal summary's "waits for the GPU lock" section: per worker, the waits in all and
+      # the longest, and the time the tests that time held the GPU alone (printed below).
       run suite "$(cap 360)" "\`python3 -m pytest -q -n 14 --timeout 150 -o timeout_func_only=true --triton-gpu-wait 240 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
         python3 -m pytest -q -p no:cacheprovider -n 14 --timeout 150 -o timeout_func_only=true \
           --triton-gpu-wait 240 --durations 15 -rfE --junitxml "$LOGS/suite.xml" > "$LOGS/suite.log" 2>&1
+      sed -n '/waits for the GPU lock/,/^longest wait/p' "$LOGS/suite.log"
       tail -3 "$LOGS/suite.log" ;;
     thirdparty)
       # ~210 s of tests and start-up on the H200 (FlagGems' gradient cases take 5-13 s each):

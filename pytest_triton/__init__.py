@@ -13,6 +13,7 @@ from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetM
 from .perf.timing import Settings as TimingSettings
 from .perf.timing import Timings, do_bench, measure
 from .process.gpufaults import GPUContextLost
+from .process.oomretry import OutOfMemoryRetried
 
 __version__ = "0.1.0"
 
@@ -20,6 +21,7 @@ __all__ = [
     "DeviceInfo",
     "GPUContextLost",
     "INTERPRETER_GAPS",
+    "OutOfMemoryRetried",
     "PerfInconclusive",
     "PerfInvalid",
     "PerfTarget",

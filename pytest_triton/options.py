@@ -78,6 +78,14 @@ OPTIONS: tuple[Option, ...] = (
            "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
            "tests: a perf test holds it alone) before it fails, naming who holds it",
            metavar="SECONDS"),
+    # issue 32: an out-of-memory caused by a neighbour is not the kernel's failure
+    Option("triton_oom_retry", "string", "auto",
+           "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
+           "processes hold GPU memory is run once more holding the GPU alone (the other workers' "
+           "tests end first and give their cached memory back): passing alone, it passes with a "
+           "warning naming what the others held; failing alone, it fails. auto: on under "
+           "pytest-xdist on a GPU; off: the first failure stands",
+           metavar="auto|off", choices=("auto", "off")),
     Option("triton_supervise", "flag", "auto",
            "run the tests in a child process that is replaced when it dies, so that a test which "
            "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "

@@ -10,7 +10,7 @@ from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
 from .perf import checklist, dryrun, markers, outcome, resources
 from .perf import session as perf
-from .process import child, crash, forked, gpufaults, gpulock, supervise, xdistfaults
+from .process import child, crash, forked, gpufaults, gpulock, lockwaits, oomretry, supervise, xdistfaults
 from .report import benchbridge, plot, summary
 
 
@@ -60,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     sanitize.configure(config)
     pinning.configure(config)  # --triton-autotune: one config per autotuner in correctness tests
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
+    lockwaits.configure(config)  # under xdist: the waits for the GPU lock, per worker
+    oomretry.configure(config)  # under xdist: out of memory beside neighbours, re-run alone
     _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
         perf.configure(config)

@@ -358,6 +358,7 @@ class Compiles:
         return asdict(self)
 
 
+
 @contextmanager
 def watch_compiles():
     """Count Triton compilations (and their time) while the block runs, chaining any listener

@@ -7,7 +7,8 @@ import pytest
 
 from .. import options, state
 from ..env import dtypes, launches
-from . import stats, verdict
+from ..process import gpulock
+from . import stats, timing, verdict
 from .checklist import NOTES
 from .dryrun import DryCall, DryRun
 from .markers import TARGET_KEY, PerfTarget, PerfTargetError
@@ -140,19 +141,39 @@ class TritonBench:
                 pytest.skip(f"{gap} (its triton_bench arguments were checked; fn was not run)")
             self._dry_call(fn, baseline, name)
             return None
-        ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
-        dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
-        ps = session(self._config)
-        l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
-        settings = Settings(l2=l2, max_time=ps.max_time)
-        note = _checklist_note(self._target)
-        with launches.watch_compiles() as compiles:
-            m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
-        self._item.stash[MEASUREMENTS_KEY].append(m)
-        # the diagnoses, the profiler trace and pytest-benchmark's table listen (plugin.py)
-        self._config.hook.pytest_triton_measured(item=self._item, measurement=m, fn=fn,
-                                                 kernel=kernel, compiles=compiles)
+        # Under xdist the measurement holds the GPU alone (gpulock): compile first, sharing it
+        with launches.watch_compiles() as first:
+            tuned = self._compile(fn, baseline) if gpulock.sharing() else []
+        wait_s = options.get_float(self._config, "triton_gpu_wait", minimum=0.0)
+        with gpulock.alone(wait_s=wait_s, nodeid=self._item.nodeid):
+            timing.retune(tuned)  # their configs compiled: timed again, alone
+            ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
+            dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
+            ps = session(self._config)
+            l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
+            settings = Settings(l2=l2, max_time=ps.max_time)
+            note = _checklist_note(self._target)
+            with launches.watch_compiles() as compiles:
+                m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
+            for key in ("count", "seconds", "cache_hits", "wall_s"):  # the compile above too
+                setattr(compiles, key, getattr(compiles, key) + getattr(first, key))
+            self._item.stash[MEASUREMENTS_KEY].append(m)
+            # the diagnoses, the profiler trace and pytest-benchmark's table listen (plugin.py)
+            self._config.hook.pytest_triton_measured(item=self._item, measurement=m, fn=fn,
+                                                     kernel=kernel, compiles=compiles)
         return m
+
+    def _compile(self, fn, baseline) -> list:
+        """Call fn and baseline once, untimed, before the GPU is held alone: their kernels
+        compile (and autotune, the tuners' choices then forgotten, to be timed alone)."""
+        if not callable(fn) or not (baseline is None or callable(baseline)):
+            return []  # _check_args says what is wrong
+        sync = None
+        if state.get(self._config).runtime.device.startswith("cuda"):
+            import torch  # import time: a dry run never gets here
+
+            sync = torch.cuda.synchronize
+        return timing.compile_first([f for f in (fn, baseline) if f is not None], sync=sync)
 
     def _measure(self, fn, bytes, flops, baseline, dt, kernel, name, settings, note):
         __tracebackhide__ = True

@@ -40,14 +40,17 @@ INTERPRETER_GAP_HELP = (
 )
 
 EXCLUSIVE_HELP = (
-    "triton_exclusive: under pytest-xdist, run this test with its GPU to itself (no other "
-    "worker's test runs on that GPU meanwhile), as perf tests are; for tests that time things."
+    "triton_exclusive(scope='test'): under pytest-xdist, this test has its GPU to itself (no other "
+    "worker's test runs on it meanwhile): from its setup to its teardown, or with scope='timing' "
+    "only while it times (triton_bench's measurement, in it or in the pytest runs it starts), as "
+    "a perf test does; for tests that time things. Such tests run after the others."
 )
 
 NO_GPU_HELP = (
     "triton_no_gpu: the test does not use the GPU (say, it runs kernels under the interpreter in "
-    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a perf test has the "
-    "GPU to itself, and it is ordered right after those tests."
+    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a test that times "
+    "has the GPU to itself; it is ordered after the tests that share the GPU, before those that "
+    "time."
 )
 
 FRACTIONS = ("bandwidth_frac", "tflops_frac")

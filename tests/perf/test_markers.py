@@ -116,7 +116,7 @@ def test_markers_are_registered_and_strict_markers_is_clean(pytester, run_interp
     markers = pytester.runpytest("--markers")
     markers.stdout.fnmatch_lines(["@pytest.mark.perf_target(name=None, *, bandwidth_frac=None,*",
                                   "@pytest.mark.interpreter_gap(gap, *, reason=None)*",
-                                  "@pytest.mark.triton_exclusive: under pytest-xdist*"])
+                                  "@pytest.mark.triton_exclusive(scope='test'): under pytest-xdist*"])
 
 
 def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester, run_interpreted):

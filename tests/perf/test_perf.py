@@ -367,6 +367,7 @@ def test_measurement_returned_to_the_test(perf):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_results_are_gathered_from_xdist_workers(pytester):
     pytester.makeconftest(FAKE_GPU + """
 import os
@@ -397,6 +398,7 @@ def pytest_triton_device_info(config):
     assert sorted(asked) == ["gw0", "gw1"], asked
 
 
+@pytest.mark.requires_plugin("pytest-benchmark")
 def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester):
     body = """
         import os
