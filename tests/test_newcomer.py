@@ -350,6 +350,7 @@ def test_bad_arguments_and_kernel_errors_show_no_plugin_frames(pytester):
     result.assert_outcomes(failed=2)
     out = result.stdout.str()
     assert "precision='fp33' is not in the tolerance table" in out
-    assert "name 'undefined_name' is not defined" in out
+    # the interpreter's words, or the compiler's on a GPU
+    assert re.search(r"name 'undefined_name' is not defined|undefined_name is not defined", out)
     frames = [ln for ln in out.splitlines() if "pytest_triton" in ln and ".py:" in ln]
     assert not frames, frames

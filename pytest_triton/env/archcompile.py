@@ -6,7 +6,11 @@ The nvidia backend compiles for any GPUTarget without a GPU: the ptxas Triton us
 cubin (ptxas.py), whose resource usage gives REG (registers per thread) and STACK (the local
 memory each thread reserves, which the driver reports as CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES and
 Triton's n_spills counts in 4-byte words). Shared memory is the compiled kernel's
-metadata.shared (what its launcher asks for) plus any static shared memory the cubin declares.
+metadata.shared: what its launcher asks for, the number Triton checks against the device's limit
+and a GPU's compile reports. (cuobjdump's SHARED adds the 1 KB the driver reserves per block
+whenever a kernel uses shared memory; occupancy counts that reserve itself. On an H100 the CPU
+path's metadata.shared equalled the real compile's for all 98 launches of the bundled gates, and
+cuobjdump's SHARED exceeded it by 1024 for the 89 that use shared memory.)
 
 A launch is a CompileSpec: the JITFunction and the signature, constexprs and specialisation
 attributes Triton's own binder derives from the launch's arguments (so the compile is the one a
@@ -236,12 +240,12 @@ def _compile(spec: CompileSpec, arch: str) -> Resources:
     md = compiled.metadata
     usage = ptxas.cuobjdump_usage(compiled.asm["cubin"], md.name)
     return Resources(arch=arch, n_regs=usage.get("REG"), spill_bytes=usage.get("STACK"),
-                     shared=int(md.shared or 0) + usage.get("SHARED", 0), num_warps=md.num_warps,
+                     shared=int(md.shared or 0), num_warps=md.num_warps,
                      source=source, seconds=time.perf_counter() - t0)
 
 
 _memo: dict[str, Resources] = {}
-CACHE_VERSION = 1  # of how a compile is made and read here: a change makes every entry stale
+CACHE_VERSION = 2  # of how a compile is made and read here: a change makes every entry stale
 
 
 def _cache_key(spec: CompileSpec, arch: str) -> str:

@@ -222,7 +222,7 @@ def test_attention_explicit_blocks(make_tensor, triton_device, shape, blocks, ca
 # Every tuned tile of each head dim (_attention_configs), launched as given, causal and not, and
 # compiled by triton_resources for sm_80 and sm_90, on CPU too: the pointer kernel for both, the
 # TMA kernel for sm_90. Limits that hold with Triton 3.6 and 3.9: shared memory within each
-# limit (the D 128 tiles of 128 x 128 in 3 stages: 230,400 bytes of the pointer kernel's, 231,424
+# limit (the D 128 tiles of 128 x 128 in 3 stages: 229,376 bytes of the pointer kernel's, 230,400
 # of the TMA kernel's, within sm_90's 232,448), one program of 4 warps per SM at least (6.25%),
 # and no spills, but on sm_80 the pointer kernel's D 128 tile of 128 x 128 on 8 warps (an H100
 # tile): 255 registers and 80-128 bytes per thread.

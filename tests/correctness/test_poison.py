@@ -402,5 +402,5 @@ def test_poisoning_uses_no_extra_gpu_memory(triton_device):
         return torch.cuda.max_memory_allocated() - base
 
     plain = peak(False)
-    assert plain >= 4 * (1 << 20) * 3  # x, y and z at least: the workload did allocate
+    assert plain >= 4 * (1 << 20) * 2  # x and y at least: the workload did allocate
     assert peak(True) == plain == peak(False)

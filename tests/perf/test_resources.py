@@ -75,12 +75,14 @@ def run_dot(dtype):
 
 
 @pytest.fixture
-def resources_run(pytester, run_interpreted):
+def resources_run(pytester, run_interpreted_fresh):
+    # fresh: on a GPU machine triton.language was imported for the compiler in this process, and
+    # an in-process interpreted run of the kernels would call its @jit functions directly
     pytester.makepyfile(kernels=KERNELS)
 
     def run(body: str, *args):
         pytester.makepyfile(test_k="import pytest\nimport torch\nimport kernels\n\n" + body)
-        return run_interpreted("-p", "no:randomly", "-rA", *args)
+        return run_interpreted_fresh("-p", "no:randomly", "-rA", *args)
 
     return run
 
@@ -140,7 +142,7 @@ def test_hopper_only():
     # the compiler's own hint: one stage fewer fits sm_80
     assert "hint: fits with num_stages=6:" in failure, failure
     sm90 = [ln for ln in _section(text) if "on sm_90: " in ln]
-    assert sm90 and all("230,400 bytes (225.0 KB) of shared memory" in ln for ln in sm90), sm90
+    assert sm90 and all("229,376 bytes (224.0 KB) of shared memory" in ln for ln in sm90), sm90
 
 
 def test_occupancy_under_the_floor_fails_with_its_number(resources_run):
