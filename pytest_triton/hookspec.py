@@ -35,3 +35,10 @@ def pytest_triton_measured(item, measurement, fn, kernel, compiles):
     """triton_bench timed `fn` for `item` and judged it: `measurement` (a Measurement: timings,
     rates, verdict), `kernel` as the test passed it, `compiles` (what compiled while timing).
     Called in the process that timed it, before the test's verdict; fn may be called again."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_dry_call(item, fn, baseline, call):
+    """triton_bench's dry run (no GPU to time on) calls fn, then baseline, once each, untimed:
+    `call()` does it and returns what fn returned. An implementation that checks around the call
+    calls `call()` itself and returns True; with none, triton_bench calls it."""

@@ -16,6 +16,7 @@ import contextvars
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,7 @@ class TestScope:
     notes: list[str] = field(default_factory=list)  # for the report section
     all_configs: bool = False  # --triton-all-configs: assert_every_config checks every config
     configs_checked: list[dict] = field(default_factory=list)  # assert_every_config's records
+    inputs: Any = None  # inputs.Guard: the test's inputs, their copies, what changed in them
     problems: list[str] | None = None  # set by evaluate()
 
 
@@ -101,6 +103,8 @@ def evaluate(sc: TestScope) -> list[str]:
         if report:
             problems.append(report)
     sc.guarded.clear()
+    if sc.inputs is not None:
+        problems += sc.inputs.problems()
     sc.problems = problems
     return problems
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from . import guards
+from . import guards, inputs
 
 DISTRIBUTIONS = ("normal", "uniform", "heavy", "constant")
 LAYOUTS = ("rows", "elements")
@@ -82,6 +82,7 @@ class TensorFactory:
             out = self._values(shape, dtype, dist, low, high, scale, value)
             if layout is not None:
                 out = self._strided_copy(out, layout)
+            inputs.track(out)  # a kernel must not write into it (inputs.py)
         if requires_grad:
             out.requires_grad_(True)
         return out
@@ -108,6 +109,7 @@ class TensorFactory:
             out = torch.full((guards.span_of(shape, strides),), fill, dtype=dtype,
                              device=self.device).as_strided(shape, strides)
             out.copy_(dense)
+            inputs.track(out)
         if requires_grad:
             out.requires_grad_(True)
         return out

@@ -143,6 +143,17 @@ def _looks_like_run(f) -> bool:
     return "grid_0" in loc and hasattr(loc.get("kernel"), "metadata")
 
 
+def launch_arguments(frame) -> dict | None:
+    """From a launch-enter hook's frame: the arguments JITFunction.run is launching with (the
+    bound arguments, by parameter name), or None where no launching frame is found."""
+    f, depth = frame, 0
+    while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
+        f, depth = f.f_back, depth + 1
+    if f is None or depth >= _MAX_FRAMES:
+        return None
+    return dict(f.f_locals.get("bound_args") or {})
+
+
 def _autotuner_above(frame) -> object | None:
     f, depth = frame.f_back, 0
     while f is not None and depth < _MAX_FRAMES:
