@@ -40,6 +40,13 @@ class TensorFactory:
         self.seed = seed
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed)
+        # --triton-judge runs a test again at sizes it did not announce: shape -> shape
+        self.resize = None
+
+    def reseed(self, seed: int) -> None:
+        """Draw from `seed` from now on (--triton-judge runs a test again with other values)."""
+        self.seed = seed
+        self._generator.manual_seed(seed)
 
     def __call__(self, shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
                  dist: str | None = None, low: float | None = None, high: float | None = None,
@@ -63,6 +70,8 @@ class TensorFactory:
         """
         __tracebackhide__ = True
         shape = self._check_shape(shape)
+        if self.resize is not None:
+            shape = self.resize(shape)
         if not isinstance(dtype, torch.dtype):
             raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
         if dtype.is_complex:
@@ -98,13 +107,13 @@ class TensorFactory:
         dtype = kwargs.pop("dtype", t.dtype)
         shape = tuple(t.shape)
         if "noncontiguous" in kwargs or t.is_contiguous() or not distinct_elements(t):
-            return self(shape, dtype, **kwargs)
+            return self._as_given(shape, dtype, **kwargs)
         strides = tuple(t.stride())
         requires_grad = kwargs.pop("requires_grad", False)
         if kwargs.pop("poison", False):
             out = guards.allocate(shape, dtype, self.device, poison_value(dtype), strides)
         else:
-            dense = self(shape, dtype, **kwargs)
+            dense = self._as_given(shape, dtype, **kwargs)
             fill = poison_value(dtype) if dtype != torch.bool else False
             out = torch.full((guards.span_of(shape, strides),), fill, dtype=dtype,
                              device=self.device).as_strided(shape, strides)
@@ -120,6 +129,14 @@ class TensorFactory:
         make_tensor's poison)."""
         __tracebackhide__ = True
         return self.like(t, poison=True, **kwargs)
+
+    def _as_given(self, shape, dtype, **kwargs) -> torch.Tensor:
+        """make_tensor at `shape` itself (like(t)'s shape is t's, already resized)."""
+        resize, self.resize = self.resize, None
+        try:
+            return self(shape, dtype, **kwargs)
+        finally:
+            self.resize = resize
 
     @staticmethod
     def check_guards(t: torch.Tensor) -> None:

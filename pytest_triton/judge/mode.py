@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from .. import options
-from ..correctness import inputs
+from ..correctness import inputs, poison
 from ..env import launch_watch
-from . import identities, timedcall
+from . import identities, reruns, timedcall
 
 MARKER = "triton_judge"
 MARKER_HELP = (
@@ -32,6 +32,25 @@ def judging(item: pytest.Item) -> bool:
     """Whether `item` gets the costly checks too."""
     m = mode(item.config)
     return m == "on" or (m == "default" and item.get_closest_marker(MARKER) is not None)
+
+
+class JudgedTests:
+    """The costly checks of correctness tests: poisoned allocations, and the body run again at
+    values and sizes it did not announce (reruns.py)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        for item in items:
+            if judging(item):  # poison.wanted leaves the perf tests it times alone
+                item.add_marker(poison.MARKER)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        # innermost: the runs happen inside the test's scope and its poisoned allocations
+        result = yield
+        if judging(item) and reruns.wanted(item):
+            reruns.run_again(item)
+        return result
 
 
 class _Cleanup:
@@ -57,3 +76,4 @@ def configure(config: pytest.Config) -> None:
     undo = [lambda: inputs.ENABLED.reset(token), launch_watch.watch(inputs.on_launch)]
     config.pluginmanager.register(_Cleanup(undo), "triton-judge-cleanup")
     config.pluginmanager.register(timedcall.TimedCallJudge(judging), "triton-judge-timed-call")
+    config.pluginmanager.register(JudgedTests(), "triton-judge-tests")
