@@ -194,3 +194,13 @@ def relu_patching_stats(x, out):
         summarize.cheat = True
         stats.summarize = summarize
     return relu(x, out)
+
+
+def relu_patching_stats_unseen(x, out):
+    """Timer tampering that also silences the identity checks of the process it runs in (a cheat
+    that knows the plugin): only a process that runs no test can still see it (judge/verify.py)."""
+    from pytest_triton.judge import identities, verify
+
+    identities.replaced = lambda config: []
+    verify.recheck = lambda m: []
+    return relu_patching_stats(x, out)
