@@ -3,7 +3,8 @@
     python3 bench/render_benchmarks.py [--intro FILE] RUN_DIR [RUN_DIR ...] > BENCHMARKS.md
 
 Each RUN_DIR may hold: perf.json (pytest --triton-perf-json), perf_cmd.txt (the command),
-gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py), env.txt
+gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py), judge.json
+(bench/judge_run.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
 lines are quoted), and *.md tables printed by other scripts, included verbatim. --intro: a
 file of prose placed under the title (what the sections are).
@@ -135,6 +136,31 @@ def geomean_section(doc):
     return out if len(out) > 2 else []
 
 
+def judge_section(doc, runs):
+    """bench/judge_run.py's judge.json: the cheat suite on CUDA, the perf suite under
+    --triton-judge, and what the checks cost (as they measured themselves)."""
+    head = runs.get("judge", ["`bench/judge_run.py`"])
+    out = [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], ""]
+    suite = doc.get("cheat_suite") or {}
+    out += [f"The cheat suite (tests/judge: each cheat caught naming its exploit, each honest twin "
+            f"passing): {suite.get('summary') or suite.get('rc')} in {suite.get('wall_s')} s", "",
+            "| test | result |", "|---|---|"]
+    out += [f"| {t['test']} | {t['outcome']} |" for t in suite.get("tests", [])]
+    out.append("")
+    for key, what in (("perf_judged", "The bundled perf suite with --triton-judge"),
+                      ("perf_default", "The perf step (default checks only)")):
+        run = doc.get(key)
+        if not run:
+            continue
+        wall = f" in {run['wall_s']} s" if run.get("wall_s") is not None else ""
+        out.append(f"- {what}: {run.get('summary') or run.get('rc')}{wall}")
+        cost = run.get("cost")
+        if cost:
+            out.append(f"  - {cost['line'].removeprefix('pytest-triton judge: ')}")
+        out += [f"  - {f}" for f in run.get("failures", [])]
+    return out + [""]
+
+
 def main(args):
     intro = []
     if args[:1] == ["--intro"]:
@@ -170,6 +196,8 @@ def main(args):
         text = _read(d, "suite.log")
         if text is not None:
             out += suite_section(text, runs)
+        if os.path.exists(os.path.join(d, "judge.json")):
+            out += judge_section(json.load(open(os.path.join(d, "judge.json"))), runs)
         text = _read(d, "thirdparty.log")
         if text is not None:
             out += thirdparty_section(text, runs)

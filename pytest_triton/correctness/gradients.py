@@ -146,6 +146,7 @@ def _torch_precision_note(name, got, want, own, reduction_size, precision, facto
             f"baseline=True).")
 
 
+@input_guard.costed()
 def _mutated(inputs, diff, leaves, before, labels, inplace) -> str | None:
     """fn's forward and backward must leave its inputs as they were: the differentiable ones (fn
     got copies: compared with the originals) and the others (fn got them: compared with copies

@@ -27,6 +27,7 @@ import contextvars
 import functools
 import linecache
 import re
+import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -37,6 +38,30 @@ from .comparing import bits, fmt, index_of
 
 # The judge's checks (these and the others in docs/judging.md) are on unless --triton-judge=off
 ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("triton_judge_checks", default=True)
+# Seconds the judge's checks took in this process, by kind ("default": the cheap checks that
+# always run; "judge": --triton-judge's): judge/cost.py reports them against the tests' time.
+SPENT = {"default": 0.0, "judge": 0.0}
+_DEPTH = [0]
+
+
+def costed(kind: str = "default"):
+    """Count the decorated function's time in SPENT[kind] (not again inside another counted)."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def counted(*args, **kwargs):
+            if _DEPTH[0]:
+                return fn(*args, **kwargs)
+            _DEPTH[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                SPENT[kind] += time.perf_counter() - t0
+                _DEPTH[0] -= 1
+        return counted
+    return wrap
+
+
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 HOW_TO_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the '
                   "tensor itself) on assert_close, assert_grads_close, assert_deterministic or "
@@ -213,6 +238,7 @@ class Guard:
         self.inputs.append(entry)
         self.pending.add(entry)
 
+    @costed()
     def on_launch(self, kernel: str, args) -> None:
         """Copy the inputs among a launch's arguments that have no copy yet."""
         ptrs = {storage_of(a) for a in args if isinstance(a, torch.Tensor)}
@@ -228,6 +254,7 @@ class Guard:
         self.names |= names
         self.storages |= storages
 
+    @costed()
     def check(self, found: str, actual: torch.Tensor | None = None) -> None:
         """Compare every copied input with its copy; a copy is taken again at the next launch."""
         if actual is not None:
@@ -249,6 +276,7 @@ class Guard:
             self.pending.add(entry)
         self.inputs = alive
 
+    @costed()
     def problems(self) -> list[str]:
         """At the end of the test's call: the inputs that changed and were not compared as an
         assert_close actual nor declared in place."""
@@ -283,6 +311,7 @@ def guard() -> Guard | None:
     return sc.inputs
 
 
+@costed()
 def track(t: torch.Tensor) -> None:
     """make_tensor made `t` with values: an input of the running test."""
     g = guard()
@@ -307,6 +336,7 @@ def declare(inplace) -> None:
         declared(inplace)  # its errors, outside a test too
 
 
+@costed()
 def at_comparison(actual: torch.Tensor) -> None:
     """assert_close: note `actual` as written on purpose and compare the inputs."""
     g = guard()
@@ -318,6 +348,7 @@ class Watched:
     """The tensors `fn` captures (but `exclude`'s: its outputs), copied before its first call:
     which it changed, and putting back before each call those declared in place."""
 
+    @costed()
     def __init__(self, fn, exclude=(), inplace=None):
         self.items = []  # (name, tensor, copy, declared, made by make_tensor)
         g = guard()
@@ -342,6 +373,7 @@ class Watched:
                 if is_declared:
                     t.copy_(copy)
 
+    @costed()
     def changed(self, result_tensors=(), tracked_only: bool = False) -> list[str]:
         """'name: what changed' for each undeclared tensor fn changed, the tensors it returned
         excepted (an output it also captures)."""

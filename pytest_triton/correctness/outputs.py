@@ -17,6 +17,7 @@ from . import inputs
 PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
+@inputs.costed()
 def problem(t, what: str) -> str | None:
     """Why `t` is not a tensor a kernel computed (None when it is one); `what` names it."""
     if not isinstance(t, torch.Tensor):
@@ -35,6 +36,7 @@ def problem(t, what: str) -> str | None:
     return None
 
 
+@inputs.costed()
 def alias_problem(t: torch.Tensor, what: str) -> str | None:
     """`t` shares storage with a make_tensor input of the running test that a kernel received
     and never changed: nothing was computed into it."""

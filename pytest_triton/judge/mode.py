@@ -14,7 +14,7 @@ import pytest
 from .. import options
 from ..correctness import inputs, poison
 from ..env import launch_watch, runtime
-from . import identities, reruns, timedcall, trace, verify
+from . import cost, identities, reruns, timedcall, trace, verify
 
 MARKER = "triton_judge"
 MARKER_HELP = (
@@ -78,5 +78,6 @@ def configure(config: pytest.Config) -> None:
     config.pluginmanager.register(timedcall.TimedCallJudge(judging), "triton-judge-timed-call")
     config.pluginmanager.register(JudgedTests(), "triton-judge-tests")
     config.pluginmanager.register(trace.TraceJudge(judging), "triton-judge-trace")
+    config.pluginmanager.register(cost.Cost(), "triton-judge-cost")
     if mode(config) == "on" and not runtime.is_child(config) and not hasattr(config, "workerinput"):
         config.pluginmanager.register(verify.Verifier(config), "triton-judge-verify")

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import pytest
 
-from ..correctness import scope
+from ..correctness import inputs, scope
 from ..env import seeding
 
 SIZES_FROM = 16
@@ -48,6 +48,7 @@ def _first_lines(exc: BaseException, n: int = 6) -> str:
     return "\n    ".join(text[:n] + (["..."] if len(text) > n else []))
 
 
+@inputs.costed("judge")
 def run_again(item: pytest.Item) -> None:
     """Run `item`'s body at another seed, then at odd sizes too; fail it naming the run that
     fails (pytest.fail), note the runs that could not be made."""

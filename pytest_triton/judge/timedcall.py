@@ -36,6 +36,7 @@ class _Watch:
         if why:
             pytest.fail(f"pytest-triton judge: {why}", pytrace=False)
 
+    @inputs.costed()
     def before(self) -> None:
         __tracebackhide__ = True
         self.fail(identities.check(self.config, f"before {self.when}"))
@@ -58,6 +59,7 @@ class _Watch:
         if self.guard is not None:
             self.guard.paused = False
 
+    @inputs.costed()
     def after(self, result=None, called: bool = True) -> None:
         __tracebackhide__ = True
         self.fail(launcherrors.check(self.when))
@@ -68,6 +70,11 @@ class _Watch:
             self.fail(launcherrors.check(f"a call after {self.when}"))
         self._check_inputs()
         self._check_result(result)
+
+    @inputs.costed("judge")
+    def probe(self) -> None:
+        """--triton-judge: what the call reads and writes (probe.py)."""
+        __tracebackhide__ = True
         if self.judging:
             seed = seeding.CURRENT.get()
             names, storages = self._declared()
@@ -125,6 +132,7 @@ class TimedCallJudge:
         finally:
             watch.resume()
         watch.after(called=False)
+        watch.probe()
         return timings
 
     @pytest.hookimpl(tryfirst=True)
@@ -136,4 +144,5 @@ class TimedCallJudge:
         finally:
             watch.resume()
         watch.after(result)
+        watch.probe()
         return True

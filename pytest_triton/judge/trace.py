@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import pytest
 
+from ..correctness import inputs
 from ..diagnose import breakdown
 from ..env import launch_watch
 from ..perf.markers import TARGET_KEY
@@ -90,6 +91,15 @@ def trace_problems(call: dict, median_ms: float, triton: set[str], check_triton:
     return problems
 
 
+@inputs.costed("judge")
+def _profiled(item, measurement, fn, triton_only: bool) -> list[str]:
+    events = breakdown.profile_call(item.config, fn)
+    if events is None:  # no GPU to profile on
+        return []
+    return trace_problems(breakdown.analyze(events), measurement.time.median,
+                          triton_names(fn) if triton_only else set(), triton_only)
+
+
 class TraceJudge:
     """Registered by mode.configure unless --triton-judge=off."""
 
@@ -107,11 +117,7 @@ class TraceJudge:
         triton_only = target.triton_only if target is not None and target.triton_only is not None \
             else judged
         if (judged or triton_only) and measurement.timings.method != "ncu-child":
-            events = breakdown.profile_call(item.config, fn)
-            if events is not None:
-                call = breakdown.analyze(events)
-                problems += trace_problems(call, measurement.time.median,
-                                           triton_names(fn) if triton_only else set(), triton_only)
+            problems += _profiled(item, measurement, fn, triton_only)
         problems = [p for p in problems if p]
         if problems:
             pytest.fail("pytest-triton judge: " + "\n".join(problems), pytrace=False)
