@@ -241,6 +241,7 @@ class Guard:
     @costed()
     def on_launch(self, kernel: str, args) -> None:
         """Copy the inputs among a launch's arguments that have no copy yet."""
+        args = args()
         ptrs = {storage_of(a) for a in args if isinstance(a, torch.Tensor)}
         ptrs |= {storage_of(a.base) for a in args if isinstance(getattr(a, "base", None), torch.Tensor)}
         for entry in list(self.pending):

@@ -19,8 +19,9 @@ _INSTALLED: list[Callable[[], None]] = []  # the removers of what is installed
 
 
 def watch(callback: Callable) -> Callable[[], None]:
-    """Call `callback(name, args)` before every Triton launch (the kernel's name and its
-    arguments' values, tensors among them), until the returned function is called."""
+    """Call `callback(name, arguments)` before every Triton launch, until the returned function
+    is called: the kernel's name, and a function that returns its arguments' values (tensors
+    among them; read only when asked: on a GPU it walks the launching frames)."""
     _WATCHERS.append(callback)
     if len(_WATCHERS) == 1:
         _install()
@@ -40,11 +41,10 @@ def _notify(name: str, args) -> None:
 
 def _on_gpu_launch(metadata=None) -> None:
     try:
-        args = launches.launch_arguments(sys._getframe(1))
-        if args is not None:
-            data = getattr(metadata, "data", None)
-            name = data.get("name") if isinstance(data, dict) else None
-            _notify(str(name or "?"), list(args.values()))
+        frame = sys._getframe(1)
+        data = getattr(metadata, "data", None)
+        name = data.get("name") if isinstance(data, dict) else None
+        _notify(str(name or "?"), lambda: list((launches.launch_arguments(frame) or {}).values()))
     except Exception:  # noqa: BLE001 - a check must never break the kernel's launch
         pass
 
@@ -59,7 +59,7 @@ def _install() -> None:
 
     def call(self, *args, **kwargs):
         try:
-            _notify(getattr(self.fn, "__name__", "?"), list(args) + list(kwargs.values()))
+            _notify(getattr(self.fn, "__name__", "?"), lambda: list(args) + list(kwargs.values()))
         except Exception:  # noqa: BLE001 - as above
             pass
         return original(self, *args, **kwargs)
