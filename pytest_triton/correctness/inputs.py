@@ -42,6 +42,7 @@ ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("triton_judge_che
 # always run; "judge": --triton-judge's): judge/cost.py reports them against the tests' time.
 SPENT = {"default": 0.0, "judge": 0.0}
 _DEPTH = [0]
+_CLOCK = time.perf_counter  # bound now: a test that replaces time.perf_counter cannot skew it
 
 
 def costed(kind: str = "default"):
@@ -52,11 +53,11 @@ def costed(kind: str = "default"):
             if _DEPTH[0]:
                 return fn(*args, **kwargs)
             _DEPTH[0] += 1
-            t0 = time.perf_counter()
+            t0 = _CLOCK()
             try:
                 return fn(*args, **kwargs)
             finally:
-                SPENT[kind] += time.perf_counter() - t0
+                SPENT[kind] += _CLOCK() - t0
                 _DEPTH[0] -= 1
         return counted
     return wrap

@@ -3,7 +3,8 @@ was before a kernel could write into it (correctness/inputs.py keeps a copy then
 
 On a GPU, through Triton's launch-enter hook (launches.add_launch_hook; the arguments are read
 from the launching frame, as launches.capture reads them). The interpreter calls no launch hook:
-its GridExecutor, which runs every interpreted launch, is wrapped instead. Both are installed by
+its GridExecutor, which runs every interpreted launch, is wrapped instead (the method that
+copies a launch's arguments, which no interpreter fix replaces). Both are installed by
 the first watcher and removed with the last, so that a run without watchers pays nothing.
 """
 
@@ -55,22 +56,27 @@ def _install() -> None:
         from triton.runtime import interpreter as ti  # import time: Triton, once a watcher exists
     except Exception:  # noqa: BLE001 - no interpreter in this Triton: GPU launches only
         return
-    original = ti.GridExecutor.__call__
+    # Its _init_args_hst, which every interpreted launch calls first with the launch's own
+    # arguments (Triton 3.x), rather than __call__, which interpreter fixes wrap and put back
+    name = "_init_args_hst" if hasattr(ti.GridExecutor, "_init_args_hst") else "__call__"
+    original = getattr(ti.GridExecutor, name)
 
     def call(self, *args, **kwargs):
         try:
-            _notify(getattr(self.fn, "__name__", "?"), lambda: list(args) + list(kwargs.values()))
+            values = (lambda: list(args[0]) + list(args[1].values())) if name != "__call__" \
+                else (lambda: list(args) + list(kwargs.values()))
+            _notify(getattr(self.fn, "__name__", "?"), values)
         except Exception:  # noqa: BLE001 - as above
             pass
         return original(self, *args, **kwargs)
 
-    ti.GridExecutor.__call__ = call
+    setattr(ti.GridExecutor, name, call)
 
     def remove() -> None:
-        # Only while nothing wrapped it since (an interpreter fix installed later would be lost):
-        # otherwise it stays, calling no one
-        if vars(ti.GridExecutor).get("__call__") is call:
-            ti.GridExecutor.__call__ = original
+        # Only while nothing wrapped it since (what wrapped it would be lost): otherwise it
+        # stays, calling no one
+        if vars(ti.GridExecutor).get(name) is call:
+            setattr(ti.GridExecutor, name, original)
     _INSTALLED.append(remove)
 
 

@@ -18,9 +18,9 @@ from . import cost, identities, reruns, timedcall, trace, verify
 
 MARKER = "triton_judge"
 MARKER_HELP = (
-    "triton_judge: run this test's costly judge checks as --triton-judge does for every test "
-    "(docs/judging.md): the timed call's probe and GPU trace, poisoned allocations, seeds and "
-    "sizes the test did not announce."
+    "triton_judge(*, sizes=True): run this test's costly judge checks as --triton-judge does for "
+    "every test (docs/judging.md): the timed call's probe and GPU trace, poisoned allocations, "
+    "seeds and sizes the test did not announce (sizes=False: not the sizes)."
 )
 
 
@@ -41,6 +41,11 @@ class JudgedTests:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         for item in items:
+            mark = item.get_closest_marker(MARKER)
+            if mark is not None and (mark.args or set(mark.kwargs) - {"sizes"}):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: triton_judge takes sizes= only (sizes=False: no run at odd "
+                    f"sizes), got args={mark.args!r} kwargs={mark.kwargs!r}")
             if judging(item):  # poison.wanted leaves the perf tests it times alone
                 item.add_marker(poison.MARKER)
 
