@@ -7,27 +7,10 @@ import pathlib
 
 import pytest
 
+from tests.correctness import _fake_gpu
+
 ROOT = pathlib.Path(__file__).parents[2]
 
-FAKE_GPU = '''
-from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.timing import Timings
-
-def pytest_triton_device_info(config):
-    return DeviceInfo(name="fake", sms=1, dram_gbps=1000.0, tflops={})
-
-def pytest_triton_calibrate(config, device):
-    return None
-
-def pytest_triton_measure(config, request, fn, baseline, settings):
-    for _ in range(3):
-        fn()
-        if baseline is not None:
-            baseline()
-    ms = getattr(request.module, "MS", {}).get(request.node.name, 0.5)
-    return Timings(ms=[ms * (1 + 0.001 * (i % 3)) for i in range(20)],
-                   baseline_ms=None if baseline is None else [1.0] * 20)
-'''
 
 CHEATS = """
 import time
@@ -144,7 +127,7 @@ def _restore_what_cheats_replace(monkeypatch):
 def run(pytester, run_interpreted_fresh):
     def go(body, *args, gpu=True):
         if gpu:
-            pytester.makeconftest(FAKE_GPU)
+            pytester.makeconftest(_fake_gpu.CONFTEST)
         pytester.makepyfile(test_k=body)
         return run_interpreted_fresh("-p", "no:cacheprovider", "--rootdir", str(pytester.path),
                                      "-o", f"pythonpath={ROOT}", "--triton-supervise=off",

@@ -6,23 +6,10 @@ import json
 import pathlib
 
 from pytest_triton.judge import verify
+from tests.correctness import _fake_gpu
 
 ROOT = pathlib.Path(__file__).parents[2]
 
-FAKE_GPU = '''
-from pytest_triton.env.device import DeviceInfo
-from pytest_triton.perf.timing import Timings
-
-def pytest_triton_device_info(config):
-    return DeviceInfo(name="fake", sms=1, dram_gbps=1000.0, tflops={})
-
-def pytest_triton_calibrate(config, device):
-    return None
-
-def pytest_triton_measure(config, request, fn, baseline, settings):
-    fn()
-    return Timings(ms=[0.5 * (1 + 0.001 * (i % 5)) for i in range(40)])
-'''
 
 TESTS = """
 # the honest test first: the cheat's replaced statistics stay in the process it ran in
@@ -45,7 +32,7 @@ def test_unseen(make_tensor, triton_bench):
 
 
 def test_a_cheat_that_silences_its_own_process_is_caught_by_the_one_that_runs_no_test(pytester):
-    pytester.makeconftest(FAKE_GPU)
+    pytester.makeconftest(_fake_gpu.CONFTEST)
     pytester.makepyfile(test_k=TESTS)
     args = ("-p", "no:cacheprovider", "--rootdir", str(pytester.path), "-o", f"pythonpath={ROOT}",
             "--triton-interpret", "--triton-perf", "--triton-perf-json", "perf.json", "-rA")
@@ -59,7 +46,7 @@ def test_a_cheat_that_silences_its_own_process_is_caught_by_the_one_that_runs_no
         "*tests run in a supervised child process (--triton-supervise=on)*",
         "*pytest-triton judge: timer tampering: the verdict recomputed from the raw samples, in a "
         "process that ran no test, disagrees with the test's own:*",
-        "*test_k.py::test_unseen: the reported median 0.005* ms is not its samples' 0.50* ms*"])
+        "*test_k.py::test_unseen: the reported median 0.005* ms is not its samples' 0.5 ms*"])
     assert "PASSED test_k.py::test_honest" in judged.stdout.str()
     results = json.loads((pytester.path / "perf.json").read_text())["results"]
     assert {r["nodeid"].split("::")[-1]: r["outcome"] for r in results} == {
