@@ -92,8 +92,9 @@ def difference(before: torch.Tensor, after: torch.Tensor) -> str | None:
     if before.shape != after.shape or before.dtype != after.dtype:
         return (f"its shape or dtype changed: {before.dtype} {tuple(before.shape)} before, "
                 f"{after.dtype} {tuple(after.shape)} after")
-    a = bits(after.detach().to(before.device).contiguous())
-    b = bits(before.contiguous())
+    a, b = bits(after.detach().to(before.device)), bits(before)
+    if torch.equal(a, b):  # the common case, in one pass
+        return None
     differ = a != b
     if differ.dim() > before.dim():  # complex: (real, imaginary) pairs
         differ = differ.any(-1)
@@ -196,7 +197,6 @@ def captured(fn, depth: int = 3) -> list[tuple[str, torch.Tensor]]:
 @dataclass(eq=False)
 class Input:
     ref: weakref.ref
-    name: str | None  # the variable it was assigned to, where the line says
     where: str  # file:line of the make_tensor call
     label: str  # dtype and shape
     copy: torch.Tensor | None = None  # its values when a kernel first received it since a check
@@ -204,6 +204,14 @@ class Input:
     # test drops it before the next check (at the end of its call, its locals are gone)
     seen: str = ""  # what received it: "a launch of _relu_kernel"
     changed: bool = False  # a check found it changed
+
+    @functools.cached_property
+    def name(self) -> str | None:
+        """The variable make_tensor's result was assigned to, where its line says (read only
+        when a message or a declaration needs it)."""
+        path, _, line = self.where.rpartition(":")
+        m = _ASSIGNED.match(linecache.getline(path, int(line)) if line.isdigit() else "")
+        return m.group(1) if m else None
 
     def title(self) -> str:
         name = self.name or "an input"
@@ -232,9 +240,7 @@ class Guard:
     paused: bool = False  # while a timed call runs: its checks are judge/timedcall.py's
 
     def track(self, t: torch.Tensor, where: str) -> None:
-        path, _, line = where.rpartition(":")
-        m = _ASSIGNED.match(linecache.getline(path, int(line)) if line.isdigit() else "")
-        entry = Input(None, m.group(1) if m else None, where, describe(t))
+        entry = Input(None, where, describe(t))
         entry.ref = weakref.ref(t, lambda _r, e=entry: self.pending.discard(e))
         self.inputs.append(entry)
         self.pending.add(entry)

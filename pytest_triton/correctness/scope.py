@@ -48,11 +48,19 @@ CURRENT: contextvars.ContextVar[TestScope | None] = contextvars.ContextVar("trit
                                                                           default=None)
 
 
+_INSIDE: dict[str, bool] = {}  # a code file: whether it lies in this package
+
+
+def _inside(filename: str) -> bool:
+    if filename not in _INSIDE:  # once per file: make_tensor asks at every tensor it makes
+        _INSIDE[filename] = os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR
+    return _INSIDE[filename]
+
+
 def caller() -> str:
     """file:line of the innermost frame outside pytest_triton (the test's own call)."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) \
-            == _PACKAGE_DIR:
+    while frame is not None and _inside(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return "?"
