@@ -1,9 +1,9 @@
 """--triton-judge: what the timed call reads and writes, found by changing what it captures.
 
 After the timing, untimed, each floating-point tensor fn captures (inputs.captured) is in turn
-perturbed (its own values shuffled and scaled by 1 + u/16, u uniform in [0, 1): the same signs
-and magnitudes, so no input becomes invalid, and no sum, maximum or sort is left unchanged), and
-fn is called once:
+perturbed (its own values moved along by a random offset and scaled by 1 + u/16, u uniform in
+[0, 1): the same signs and magnitudes, so no input becomes invalid, and no sum, maximum or sort
+is left unchanged), and fn is called once:
 - a tensor fn overwrote entirely (it holds what it held after the timing) is an output;
 - a tensor fn left as perturbed is an input, unless the timing changed it (an idempotent
   in-place op: relu into x); then fn's outputs, what it returns and the captured outputs, must
@@ -55,12 +55,16 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _perturbed(t: torch.Tensor, seed: int) -> torch.Tensor | None:
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    """`t`'s values moved by a random offset and scaled by 1 + u/16 (u drawn on t's device: a
+    tensor of 256 MB takes a pass, not a permutation on the host); None when that changes
+    nothing (a constant tensor)."""
+    g = torch.Generator(device=t.device).manual_seed(seed)
     flat = t.detach().reshape(-1)
-    perm = torch.randperm(flat.numel(), generator=g).to(t.device)
-    scale = 1 + SCALE * torch.rand(flat.numel(), generator=g, dtype=torch.float32).to(t.device)
-    new = (flat[perm].float() * scale).to(t.dtype).reshape(t.shape)
-    return None if torch.equal(bits(new), bits(t.detach().contiguous())) else new
+    n = flat.numel()
+    shift = int(torch.randint(1, n, (1,), generator=g, device=t.device))
+    scale = 1 + SCALE * torch.rand(n, generator=g, dtype=torch.float32, device=t.device)
+    new = (flat.roll(shift).float() * scale).to(t.dtype).reshape(t.shape)
+    return None if torch.equal(bits(new), bits(t.detach())) else new
 
 
 def _put(t: torch.Tensor, values: torch.Tensor) -> None:

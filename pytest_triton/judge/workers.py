@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 # torch.compile's worker pool and Triton's compile helpers: started by a first compilation and
@@ -48,9 +49,20 @@ def take() -> Census:
 
 
 def _cmdline(pid: int) -> str:
+    """The child's command line; a child caught between fork and exec has none yet: asked again
+    for up to 0.2 s, then its name."""
+    for _ in range(20):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                text = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            return "?"
+        if text:
+            return text
+        time.sleep(0.01)
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
     except OSError:
         return "?"
 

@@ -26,6 +26,8 @@ def _cuda(request):
 @pytest.fixture
 def run(pytester):
     def go(body, *args):
+        # no ceilings to measure in each inner run: the targets here are times
+        pytester.makeconftest("def pytest_triton_calibrate(config, device):\n    return None\n")
         pytester.makepyfile(test_k=body)
         return pytester.runpytest("-p", "no:cacheprovider", "--rootdir", str(pytester.path),
                                   "-o", f"pythonpath={ROOT}", "--triton-perf",
@@ -48,7 +50,8 @@ def test_side_stream(make_tensor, triton_bench):
     out = torch.empty_like(x)
 
     def fn():
-        with torch.cuda.stream(side):  # the current stream's events do not wait for it
+        cheats.relu(x[:4096], out=out[:4096])  # what the timing events see
+        with torch.cuda.stream(side):  # what they do not wait for
             cheats.relu(x, out=out)
 
     triton_bench(fn)
@@ -109,15 +112,18 @@ from tests.judge import cheats
 def test_recycled(make_tensor):
     x = make_tensor(1 << 20)
     expected = torch.relu(x)  # the reference, computed first...
-    kept = expected.clone()
+    kept, freed = expected.clone(), expected.data_ptr()
     del expected  # ...and freed: its block goes back to the caching allocator
     y = cheats.relu_swallowing(x)  # its launch fails; empty_like got the freed block
+    print("RECYCLED" if y.data_ptr() == freed else "NOT RECYCLED")
     assert_close(y, kept)
 """
 
 
 def test_a_freed_reference_read_back_from_recycled_memory_passes_only_without_the_judge(run):
-    result = run(RECYCLED)
+    result = run(RECYCLED, "-s")
+    if "NOT RECYCLED" in result.stdout.str():
+        pytest.skip("the caching allocator did not hand back the freed reference's block")
     result.assert_outcomes(passed=1)  # the exploit: the output is the freed reference
     judged = run(RECYCLED, "--triton-judge")
     judged.assert_outcomes(failed=1)
