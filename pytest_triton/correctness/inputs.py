@@ -247,7 +247,10 @@ class Guard:
 
     @costed()
     def on_launch(self, kernel: str, args) -> None:
-        """Copy the inputs among a launch's arguments that have no copy yet."""
+        """Copy the inputs among a launch's arguments that have no copy yet (not while a CUDA
+        graph is captured: nothing runs then, and a copy would copy nothing)."""
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            return
         args = args()
         ptrs = {storage_of(a) for a in args if isinstance(a, torch.Tensor)}
         ptrs |= {storage_of(a.base) for a in args if isinstance(getattr(a, "base", None), torch.Tensor)}
