@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps]...
+#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge]...
 #   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
-#   seconds)
+#   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
 # step's command, rc and wall time), perf.json, gpu_checks.json, resources_check.json,
-# sweeps.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the gpu
-# checks' logs).
+# sweeps.json, judge.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the
+# gpu checks', resources' and judge's logs).
 # The third-party step installs the wheels of .whl/ (carried to the machine) into /tmp/site.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOGS=$(mktemp -d)
@@ -35,11 +35,13 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
   case $step in
     perf)
       rm -rf ~/.triton/cache  # the budget is for a cold Triton cache
+      # --triton-judge=default: the checks that always run, as always; given, it prints what
+      # they cost (judge/cost.py), for the judge step
       (cd /tmp && run perf "$(cap 220)" \
         "\`pytest --pyargs reference_kernels --triton-perf -m perf_target --triton-perf-json perf.json\` (cold Triton cache)" \
         python3 -m pytest --pyargs reference_kernels --triton-perf -m perf_target -p no:cacheprovider \
-          --benchmark-disable --triton-perf-json "$OUT/perf.json" -rfE > "$LOGS/perf.log" 2>&1)
-      grep -E "measurements:|GPU settings|passed|failed" "$LOGS/perf.log" | tail -4 ;;
+          --benchmark-disable --triton-perf-json "$OUT/perf.json" --triton-judge=default -rfE > "$LOGS/perf.log" 2>&1)
+      grep -E "measurements:|GPU settings|passed|failed|judge:" "$LOGS/perf.log" | tail -5 ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
       # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a
@@ -80,6 +82,13 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       run sweeps "$secs" "\`bench/sweep_final.py --budget $(( secs - 35 ))\` (issue 23 candidates)" \
         env OUT="$LOGS" python3 bench/sweep_final.py --budget $(( secs - 35 )) --max-time 0.15 > "$LOGS/sweeps.log" 2>&1
       cp "$LOGS/sweeps.json" "$OUT/" 2>/dev/null; grep -A 60 "^Per candidate" "$LOGS/sweeps.log" | head -60 ;;
+    judge)
+      # Issue 30: the cheat suite (tests/judge) on CUDA, then the perf suite with --triton-judge;
+      # judge.json for render_benchmarks.py (with the perf step's cost line when it ran first)
+      secs=$(cap 560)
+      run judge "$secs" "\`bench/judge_run.py\` (the cheat suite on CUDA; the perf suite with --triton-judge)" \
+        env OUT="$LOGS" python3 bench/judge_run.py --budget $(( secs - 20 )) --perf-log "$LOGS/perf.log" > "$LOGS/judge.log" 2>&1
+      cp "$LOGS/judge.json" "$OUT/" 2>/dev/null; tail -12 "$LOGS/judge.log" ;;
   esac
 done
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" $(cd "$LOGS" && ls)

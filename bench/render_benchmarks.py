@@ -4,7 +4,7 @@
 
 Each RUN_DIR may hold: perf.json (pytest --triton-perf-json), perf_cmd.txt (the command),
 gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py),
-resources_check.json (bench/resources_check.py), env.txt
+resources_check.json (bench/resources_check.py), judge.json (bench/judge_run.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
 lines are quoted), and *.md tables printed by other scripts, included verbatim. --intro: a
 file of prose placed under the title (what the sections are).
@@ -184,6 +184,8 @@ def mismatches(dirs):
         if perf and suite and not {commits[d] for d in perf} & {commits[d] for d in suite}:
             problems.append(f"{device}: the perf run and the suite run are of different commits")
     return problems
+
+
 def resources_section(doc):
     """bench/resources_check.py: the CPU path's numbers for this GPU's architecture against the
     real compile's, per launch."""
@@ -202,6 +204,31 @@ def resources_section(doc):
         cells = [f"{real.get(k)} / {cpu.get(k)}" for k in ("n_regs", "spill_bytes", "shared")]
         out.append(f"| {r['test'].split('::')[-1]} | {r['kernel']} | {' | '.join(cells)} | "
                    f"{'yes' if r['equal'] else 'NO'} |")
+    return out + [""]
+
+
+def judge_section(doc, runs):
+    """bench/judge_run.py's judge.json: the cheat suite on CUDA, the perf suite under
+    --triton-judge, and what the checks cost (as they measured themselves)."""
+    head = runs.get("judge", ["`bench/judge_run.py`"])
+    out = [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], ""]
+    suite = doc.get("cheat_suite") or {}
+    out += [f"The cheat suite (tests/judge: each cheat caught naming its exploit, each honest twin "
+            f"passing): {suite.get('summary') or suite.get('rc')} in {suite.get('wall_s')} s", "",
+            "| test | result |", "|---|---|"]
+    out += [f"| {t['test']} | {t['outcome']} |" for t in suite.get("tests", [])]
+    out.append("")
+    for key, what in (("perf_judged", "The bundled perf suite with --triton-judge"),
+                      ("perf_default", "The perf step (default checks only)")):
+        run = doc.get(key)
+        if not run:
+            continue
+        wall = f" in {run['wall_s']} s" if run.get("wall_s") is not None else ""
+        out.append(f"- {what}: {run.get('summary') or run.get('rc')}{wall}")
+        cost = run.get("cost")
+        if cost:
+            out.append(f"  - {cost['line'].removeprefix('pytest-triton judge: ')}")
+        out += [f"  - {f}" for f in run.get("failures", [])]
     return out + [""]
 
 
@@ -256,6 +283,8 @@ def main(args):
         text = _read(d, "suite.log")
         if text is not None:
             out += suite_section(text, runs)
+        if os.path.exists(os.path.join(d, "judge.json")):
+            out += judge_section(json.load(open(os.path.join(d, "judge.json"))), runs)
         text = _read(d, "thirdparty.log")
         if text is not None:
             out += thirdparty_section(text, runs)

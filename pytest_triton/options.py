@@ -128,6 +128,16 @@ OPTIONS: tuple[Option, ...] = (
            "dtype's least likely value for integers, so an element a kernel never writes fails "
            "assert_close (the poison_allocations marker does it for one test; perf tests timed "
            "under --triton-perf are left alone)"),
+    # issue 30: a verdict that cannot be gamed
+    Option("triton_judge", "flag", "default",
+           "judge kernels you do not trust (docs/judging.md): on adds the costly checks (fresh "
+           "and shuffled inputs for the timed call, its GPU trace for side streams and non-Triton "
+           "kernels, poisoned allocations and unannounced seeds and sizes for correctness tests, "
+           "timing in a supervised child whose verdict this process recomputes); default keeps "
+           "the cheap ones (inputs unchanged, plain outputs, timer identities, threads and "
+           "processes, launch errors); off turns every one off, to measure what they cost. The "
+           "value only with '=': on, default or off; the bare --triton-judge means on",
+           metavar="on|default|off", choices=("default", "on", "off"), const="on"),
     Option("triton_autotune", "string", "full",
            "how @triton.autotune kernels pick their config in correctness tests: full (time every "
            "config, as Triton does), heuristic (one config, untimed: the first the autotuner's "

@@ -8,6 +8,8 @@ from . import fixtures, hookspec, options, state
 from .correctness import configs, pinning, poison, sanitize, scope
 from .diagnose import breakdown, explain, ncu, profile
 from .env import interpreter, runtime, seeding
+from .judge import identities
+from .judge import mode as judge
 from .perf import checklist, dryrun, markers, outcome, resources
 from .perf import session as perf
 from .process import child, crash, forked, gpufaults, gpulock, lockwaits, oomretry, supervise, xdistfaults
@@ -34,6 +36,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     forked.note_threads(early_config)
     # Before any conftest or test module imports a kernel: @triton.jit reads TRITON_INTERPRET then.
     early_config.stash[state.RUNTIME_KEY] = runtime.decide(early_config)
+    identities.note(early_config)  # the timer's functions, before a conftest can replace them
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -62,6 +65,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gpufaults.configure(config)  # a GPU fault is blamed on the test that launched it
     lockwaits.configure(config)  # under xdist: the waits for the GPU lock, per worker
     oomretry.configure(config)  # under xdist: out of memory beside neighbours, re-run alone
+    judge.configure(config)  # the cheap checks always, the costly ones with --triton-judge
     _configure_processes(config)  # and the rest of the session runs on in a fresh process
     if st.perf:
         perf.configure(config)

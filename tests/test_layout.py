@@ -22,7 +22,7 @@ LAYERS = {
     "env": 1,
     "state": 2,
     "correctness": 3, "perf": 3, "process": 3,
-    "diagnose": 4, "report": 4,
+    "diagnose": 4, "report": 4, "judge": 4,
     "fixtures": 5, "plugin": 5, "__init__": 5,
 }
 MAX_TOP_LEVEL = 8

@@ -13,6 +13,7 @@ import torch
 
 from ..env import dtypes, seeding
 from . import baseline as _baseline
+from . import inputs, outputs
 from .comparing import (
     check_guard_regions,
     check_operands,
@@ -48,7 +49,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
                  precision: str | torch.dtype | None = None, equal_nan: bool = False,
                  allow_trivial: bool = False, msg: str | None = None,
                  baseline: torch.Tensor | None = None,
-                 baseline_factor: float | None = None) -> None:
+                 baseline_factor: float | None = None, inplace=None) -> None:
     """Assert |actual - expected| <= atol + rtol * |expected| elementwise.
 
     rtol/atol default from TOLERANCES for `precision` (default: the dtype of `actual`; pass "tf32"
@@ -59,6 +60,9 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
     Then the rule is instead: the kernel's max and mean absolute errors against `expected` are each
     at most baseline_factor (default 2) times the baseline's, plus a floor (atol; see baseline.py).
 
+    inplace: the inputs this op writes by design (names, or the tensors): the input guard
+    (inputs.py) then lets them change. `actual` itself always may.
+
     A comparison an all-zeros output would pass cannot fail. Inside a pytest test that is judged
     for the whole test: the test fails when every comparison it made could not fail (scope.py).
     Outside a test the call raises. allow_trivial=True says it is intended.
@@ -66,6 +70,13 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
     __tracebackhide__ = True
     check_operands(actual, expected)
     check_guard_regions(actual)
+    if inputs.ENABLED.get():
+        inputs.declare(inplace)
+        why = outputs.problem(actual, "actual") or outputs.alias_problem(actual, "actual")
+        if why:
+            record_comparison(False, False, None, None)
+            raise AssertionError(f"assert_close: {why}")
+        inputs.at_comparison(actual)
     if baseline is not None or baseline_factor is not None:
         _baseline.assert_close_to_baseline(
             actual, expected, baseline, factor=baseline_factor, rtol=rtol, atol=atol,

@@ -22,6 +22,7 @@ import torch
 from ..env import dtypes, seeding
 from . import baseline as _baseline
 from . import compare
+from . import inputs as input_guard
 
 
 def _names(reference, n: int, names) -> list[str]:
@@ -158,9 +159,38 @@ def _torch_precision_note(name, got, want, own, reduction_size, precision, facto
             f"baseline=True).")
 
 
+@input_guard.costed()
+def _mutated(inputs, diff, leaves, before, labels, inplace) -> str | None:
+    """fn's forward and backward must leave its inputs as they were: the differentiable ones (fn
+    got copies: compared with the originals) and the others (fn got them: compared with copies
+    taken before), but those named in `inplace`."""
+    names, storages = input_guard.declared(inplace)
+    found, k = [], 0
+    for i, (t, d) in enumerate(zip(inputs, diff)):
+        if d:
+            now, k = leaves[k], k + 1
+            was = t.detach()
+        elif i in before:
+            now, was = t, before[i]
+        else:
+            continue
+        if labels[i] in names or input_guard.storage_of(t) in storages:
+            continue
+        detail = input_guard.difference(was, now.detach())
+        if detail is not None:
+            found.append(f"  {labels[i]} ({input_guard.describe(t)}): {detail}")
+    if not found:
+        return None
+    return "\n".join(["assert_grads_close: input mutation: fn's forward or backward wrote into its "
+                      "input:", *found, "The reference ran on copies and did not see it; fn's "
+                      "callers (and its own backward) do. " + input_guard.HOW_TO_DECLARE.format(
+                          name=found[0].split()[0])])
+
+
 def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None, names=None,
                        reduction_sizes=None, precision=None, baseline: bool = False,
-                       baseline_factor: float | None = None, msg: str | None = None):
+                       baseline_factor: float | None = None, msg: str | None = None,
+                       inplace=None):
     """Assert that fn's gradients match float64 autograd of `reference`, input by input.
 
     fn(*inputs): the kernel (e.g. MyFunction.apply); reference(*inputs): the same op in torch.
@@ -175,7 +205,9 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
     precision: as assert_close's ("tf32" for float32 inputs whose kernel uses tf32 dots).
     baseline=True: instead of the tolerance table, each gradient's error may be at most
     baseline_factor (default 2) times that of reference's own gradients computed in the inputs'
-    dtype (FlashAttention's rule; assert_close(baseline=)).
+    dtype (FlashAttention's rule; assert_close(baseline=)). inplace: the inputs fn writes by
+    design (names, or the tensors); any other input fn's forward or backward changes fails,
+    naming it (correctness/inputs.py).
 
     Fails naming every input whose gradient is off, with assert_close's report for each. Returns
     fn's outputs (detached), for checking the forward too.
@@ -203,6 +235,9 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
             raise ValueError(f"assert_grads_close: reduction_sizes has {len(sizes)} entries for "
                              f"{len(inputs)} inputs")
 
+    guarded = input_guard.ENABLED.get()
+    before = {i: input_guard.snapshot(t) for i, (t, d) in enumerate(zip(inputs, diff))
+              if guarded and not d and isinstance(t, torch.Tensor)}
     all_outs, leaves = _forward(fn, inputs, diff, None, "fn")
     chosen = _chosen(outputs, all_outs)
     outs = [all_outs[j] for j in chosen]
@@ -228,6 +263,11 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
     grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (tuple, list)) \
         else [grad_outputs]
     got = _backward(outs, leaves, grad_outputs, "fn")
+    if guarded:
+        input_guard.declare(inplace)
+        mutated = _mutated(inputs, diff, leaves, before, labels, inplace)
+        if mutated:
+            raise AssertionError("\n".join(([msg] if msg else []) + [mutated]))
     ref_outs, ref_leaves = _forward(reference, inputs, diff, torch.float64, "reference")
     ref_outs = pick(ref_outs, "reference")
     grad64 = [g.to(torch.float64) for g in grad_outputs]

@@ -9,9 +9,8 @@ loaded, which a launch does), the grid (`grid_0..2`), the bound arguments (const
 tensors passed) and, further up, the Autotuner whose `run` chose the config. Nothing here times
 anything; each read is of metadata Triton already holds.
 
-`watch_compiles()` counts compilations (and their time) through
-`triton.knobs.compilation.listener`, for the whole triton_bench call: autotuning compiles every
-config in the first call, inside the measurement.
+`watch_compiles()` counts compilations (and their time) through Triton's compilation listener,
+for the whole triton_bench call: autotuning compiles every config in its first call.
 """
 
 from __future__ import annotations
@@ -139,18 +138,22 @@ def describe(kernel, grid=(1, 1, 1), jit=None, args: dict | None = None,
 
 
 def _looks_like_run(f) -> bool:
-    loc = f.f_locals
-    return "grid_0" in loc and hasattr(loc.get("kernel"), "metadata")
+    return "grid_0" in f.f_locals and hasattr(f.f_locals.get("kernel"), "metadata")
 
 
 def run_frame(frame):
-    """The frame of JITFunction.run that is launching, from a launch hook's frame (None when
-    it is not within reach): its locals hold the CompiledKernel (`kernel`), the grid
-    (`grid_0..2`), the JITFunction (`self`) and the bound arguments."""
+    """The frame of JITFunction.run launching from a hook's `frame` (None out of reach): its
+    locals hold `kernel`, `grid_0..2`, the JITFunction (`self`) and the bound arguments."""
     f, depth = frame, 0
     while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
         f, depth = f.f_back, depth + 1
     return None if f is None or depth >= _MAX_FRAMES else f
+
+
+def launch_arguments(frame) -> dict | None:
+    """The bound arguments of run_frame(frame)'s launch, by parameter name (None: no frame)."""
+    f = run_frame(frame)
+    return None if f is None else dict(f.f_locals.get("bound_args") or {})
 
 
 def autotuner_above(frame) -> object | None:

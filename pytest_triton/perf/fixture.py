@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from .. import options, state
+from ..correctness import inputs
 from ..env import dtypes, launches
 from ..process import gpulock
 from . import stats, timing, verdict
@@ -18,7 +19,8 @@ from .timing import Settings, Timings
 
 class TritonBench:
     """The triton_bench fixture: triton_bench(fn, *, bytes=None, flops=None, baseline=None,
-    dtype=None, kernel=None, name=None) -> Measurement."""
+    dtype=None, kernel=None, name=None, inplace=None) -> Measurement. inplace: the inputs fn
+    writes by design (names of the tensors it captures, or the tensors)."""
 
     def __init__(self, request: pytest.FixtureRequest):
         self._request = request
@@ -113,27 +115,39 @@ class TritonBench:
                 found.append(text)
 
     def _dry_call(self, fn, baseline, name) -> None:
-        """Call fn, then baseline, once each: what raises fails the test, as on the GPU."""
+        """Call fn, then baseline, once each: what raises fails the test, as on the GPU. Through
+        pytest_triton_dry_call, so that a checker can look at the call (judge/timedcall.py)."""
         __tracebackhide__ = True
-        for what, f in (("fn", fn), ("baseline", baseline)):
-            if f is None:
-                continue
-            try:
-                f()
-                if state.get(self._config).runtime.device.startswith("cuda"):
-                    import torch
 
-                    torch.cuda.synchronize()
-            except Exception as exc:
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry run "
-                                 "(no GPU to time on: called once, untimed)")
-                raise
+        def call():
+            __tracebackhide__ = True
+            result = None
+            for what, f in (("fn", fn), ("baseline", baseline)):
+                if f is None:
+                    continue
+                try:
+                    value = f()
+                    result = value if what == "fn" else result
+                    if state.get(self._config).runtime.device.startswith("cuda"):
+                        import torch
+
+                        torch.cuda.synchronize()
+                except Exception as exc:
+                    if hasattr(exc, "add_note"):  # Python 3.11+
+                        exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry "
+                                     "run (no GPU to time on: called once, untimed)")
+                    raise
+            return result
+
+        if not self._config.hook.pytest_triton_dry_call(item=self._item, fn=fn, baseline=baseline,
+                                                        call=call):
+            call()
         self._item.stash[DRY_KEY].calls.append(DryCall(name, baseline is not None))
 
     def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
-                 name=None):
+                 name=None, inplace=None):
         __tracebackhide__ = True
+        inputs.declare(inplace)  # what fn writes by design (correctness/inputs.py)
         if self.dry_run:
             self._check_args(fn, bytes, flops, baseline, dtype, name)
             gap = self._item.stash.get(GAP_KEY, None)

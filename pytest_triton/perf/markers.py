@@ -27,11 +27,13 @@ PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
     "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None, peak=None, "
     "max_registers=None, max_spills=None, max_shared_memory=None, min_occupancy=None, "
-    "archs=None): with "
-    "--triton-perf, time the kernel passed to triton_bench on the GPU and fail the test unless "
-    "every target holds. `name` picks an entry of the performance checklist; peak='measured' "
-    "takes the fractions against this device's measured ceilings, 'datasheet' against its "
-    "datasheet (default: --triton-perf-peak). The resource keywords are triton_resources'."
+    "archs=None, triton_only=None): with --triton-perf, time the kernel passed to triton_bench "
+    "on the GPU and fail the test unless every target holds. `name` picks an entry of the "
+    "performance checklist; peak='measured' takes the fractions against this device's measured "
+    "ceilings, 'datasheet' against its datasheet (default: --triton-perf-peak). The resource "
+    "keywords are triton_resources'. triton_only=True fails a timed call whose GPU time is "
+    "mostly kernels that are not Triton's (the default under --triton-judge; False allows them "
+    "there)."
 )
 INTERPRETER_GAP_HELP = (
     "interpreter_gap(gap, *, reason=None): skip the test under Triton's interpreter, which lacks "
@@ -92,6 +94,9 @@ class PerfTarget:
     # What bandwidth_frac and tflops_frac are fractions of: "datasheet" (the SKU's peaks) or
     # "measured" (this device's copy and cuBLAS ceilings); None: the --triton-perf-peak setting.
     peak: str | None = None
+    # True: most of the timed call's GPU time must be Triton kernels' (docs/judging.md); None:
+    # True under --triton-judge, else unchecked
+    triton_only: bool | None = None
 
     def targets(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TARGETS if getattr(self, k) is not None}
@@ -127,7 +132,7 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
     if len(args) > 1:
         raise PerfTargetError(f"{where}takes at most one positional argument (a checklist name), "
                               f"got {len(args)}: {args!r}")
-    allowed = set(TARGETS) | {"dtype", "l2", "peak"}
+    allowed = set(TARGETS) | {"dtype", "l2", "peak", "triton_only"}
     kwargs = {k: v for k, v in kwargs.items() if k not in RESOURCE_KEYS}
     for key in kwargs:
         if key not in allowed:
@@ -159,6 +164,10 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
         elif key == "l2":
             if value not in ("cold", "warm"):
                 raise PerfTargetError(f"{where}l2={value!r}: expected 'cold' or 'warm'")
+            values[key] = value
+        elif key == "triton_only":
+            if not isinstance(value, bool):
+                raise PerfTargetError(f"{where}triton_only={value!r}: expected True or False")
             values[key] = value
         elif key == "peak":
             if value not in PEAKS:

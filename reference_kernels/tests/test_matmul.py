@@ -429,6 +429,9 @@ def test_control_matmul_bug_is_rejected(make_tensor, bug):
         _check(control_matmul(a, b, bug=bug, out=out), a, b)
 
 
+# its control drops the K tail by design, right at K = 64 only: --triton-judge's odd sizes would
+# make K = 61 and call it special-cased, which is the control's point, not the plugin's
+@pytest.mark.triton_judge(sizes=False)
 def test_every_config_check_names_the_config_wrong_only_at_some_shapes(make_tensor):
     # At K = 64 both configs of the control are right (and pass); at K = 48 the BLOCK_K=32 one
     # drops the K tail: the check must fail and name that config, and only that one.

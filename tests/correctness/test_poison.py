@@ -183,7 +183,9 @@ def test_an_unwritten_block_of_a_library_allocated_output_fails(library, on):
         "*Non-finite: 904 NaN and 0 Inf in actual where expected is finite*",
         "*- pytest-triton poisoned allocations -*",
         "*fresh allocations (*MB) filled with poison (empty_like x2)*NaN (or the integer "
-        "sentinel) in an output is an element that no kernel or op wrote after it was allocated",
+        "sentinel) in an output is an element that no kernel or op wrote after it was allocated "
+        "(a launch that failed silently, or a kernel that left the output to hold what recycled "
+        "memory held: a freed reference's result)",
     ])
 
 
