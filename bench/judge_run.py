@@ -61,9 +61,10 @@ def main(argv):
     budget = float(argv[argv.index("--budget") + 1]) if "--budget" in argv else 540
     t0 = time.time()
     doc = {}
-    rc, wall, text = _run([sys.executable, "-m", "pytest", "tests/judge", "-q", "-rA",
+    # -n 4: its GPU tests run pytest inside (a few seconds each); serially they took 90 s and more
+    rc, wall, text = _run([sys.executable, "-m", "pytest", "tests/judge", "-q", "-rA", "-n", "4",
                            "-p", "no:cacheprovider", "--timeout", "300"],
-                          os.path.join(out, "judge_suite.log"), budget / 3)
+                          os.path.join(out, "judge_suite.log"), budget / 2)
     line, counts = _summary(text)
     tests = re.findall(r"^(PASSED|FAILED|SKIPPED|ERROR) (?:\[\d+\] )?(tests/judge/\S+)", text, re.M)
     doc["cheat_suite"] = {"rc": rc, "wall_s": wall, "summary": line, "counts": counts,

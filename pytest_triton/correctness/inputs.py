@@ -16,9 +16,8 @@ What counts as an input, and when it is compared:
   arguments, one level of tuples, lists and dicts, named by their variable names): triton_bench's
   (judge/timedcall.py) and assert_deterministic's.
 
-In-place ops opt out by name or by tensor: `inplace=["x"]` (or `inplace=[x]`) on assert_close,
-assert_grads_close, assert_deterministic and triton_bench. Cost: one copy of each input when a
-kernel first receives it, one comparison pass at each check (docs/judging.md has the numbers).
+In-place ops opt out: `inplace=["x"]` or `inplace=[x]` (assert_close, assert_grads_close,
+assert_deterministic, triton_bench). Cost: docs/judging.md.
 """
 
 from __future__ import annotations
@@ -64,14 +63,13 @@ def costed(kind: str = "default"):
 
 
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
-HOW_TO_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the '
-                  "tensor itself) on assert_close, assert_grads_close, assert_deterministic or "
-                  "triton_bench; a tensor compared as assert_close's actual counts as written on "
-                  "purpose.")
+HOW_TO_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the tensor) '
+                  "on assert_close, assert_grads_close, assert_deterministic or triton_bench; a "
+                  "tensor compared as assert_close's actual counts as written on purpose.")
 
 
 def storage_of(t: torch.Tensor) -> int | None:
-    """The address of `t`'s storage (views share it); None for storage-less tensors."""
+    """The address of `t`'s storage (views share it); None without one."""
     try:
         return t.untyped_storage().data_ptr()
     except (RuntimeError, NotImplementedError, AttributeError):
@@ -87,8 +85,7 @@ def snapshot(t: torch.Tensor) -> torch.Tensor:
 
 
 def difference(before: torch.Tensor, after: torch.Tensor) -> str | None:
-    """None when `after` holds the bits of `before`; else how many elements changed and the
-    first one, with its value before and after."""
+    """None when `after` holds `before`'s bits; else how many elements changed, and the first."""
     if before.shape != after.shape or before.dtype != after.dtype:
         return (f"its shape or dtype changed: {before.dtype} {tuple(before.shape)} before, "
                 f"{after.dtype} {tuple(after.shape)} after")
@@ -278,7 +275,11 @@ class Guard:
             alive.append(entry)
             if entry.copy is None:
                 continue
-            detail = difference(entry.copy, t)
+            try:
+                detail = difference(entry.copy, t)
+            except Exception:  # noqa: BLE001 - a lost CUDA context: the fault is the verdict
+                self.inputs = []
+                return
             if detail is not None:
                 entry.changed = True
                 self.changes.append(Change(entry.title(), (entry.name,), storage_of(t), detail,

@@ -6,6 +6,7 @@ Always (cheap, docs/judging.md has the costs):
 - the timer's functions are the ones noted at start-up, before and after (identities.py);
 - no thread or process the call started is still running (workers.py);
 - no CUDA error is left unread (launcherrors.py);
+- no work outlives the current stream's: a side stream, or work past the end event (streams.py);
 - the make_tensor inputs fn captures are unchanged, or compared later as outputs, or declared
   in place (correctness/inputs.py; judged when the test's call ends);
 - what fn returns is a plain tensor, not a view of one of those inputs (correctness/outputs.py).
@@ -19,7 +20,7 @@ import pytest
 
 from ..correctness import inputs, outputs
 from ..env import seeding
-from . import identities, launcherrors, probe, workers
+from . import identities, launcherrors, probe, streams, workers
 
 
 class _Watch:
@@ -65,9 +66,10 @@ class _Watch:
         self.fail(launcherrors.check(self.when))
         self.fail(identities.check(self.config, f"during {self.when}"))
         self.fail(workers.check(self.census, self.when))
-        if not called:  # the timed call's result: one more call, untimed, to look at it
-            result = self.fn()
+        if not called:  # the timed call's result: more calls, untimed, to look at it
+            problem, result = streams.check(self.fn, f"a call like {self.when}")
             self.fail(launcherrors.check(f"a call after {self.when}"))
+            self.fail(problem)
         self._check_inputs()
         self._check_result(result)
 

@@ -166,7 +166,7 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
                 raise PerfTargetError(f"{where}l2={value!r}: expected 'cold' or 'warm'")
             values[key] = value
         elif key == "triton_only":
-            if not isinstance(value, bool):
+            if value is not None and not isinstance(value, bool):  # None: the run's default
                 raise PerfTargetError(f"{where}triton_only={value!r}: expected True or False")
             values[key] = value
         elif key == "peak":
