@@ -96,6 +96,7 @@ def _wrap_interpreter() -> None:
     run = InterpretedFunction.run
 
     def recorded_run(self, *args, grid, warmup, **kwargs):
+        __tracebackhide__ = True  # the plugin's frame, not the kernel's: hidden from failures
         if _active and not warmup:
             frame = sys._getframe()
             for recorder in list(_active):
