@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|thirdparty|checks|sweeps]...
-#   (default: perf suite thirdparty checks sweeps, in that order, within FINAL_LIMIT seconds)
+#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge]...
+#   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
+#   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
-# step's command, rc and wall time), perf.json, gpu_checks.json, sweeps.json, and logs.tar.gz
-# (perf.log, suite.log, thirdparty.log, sweeps.log, the gpu checks' logs).
+# step's command, rc and wall time), perf.json, gpu_checks.json, resources_check.json,
+# sweeps.json, judge.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the
+# gpu checks', resources' and judge's logs).
 # The third-party step installs the wheels of .whl/ (carried to the machine) into /tmp/site.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOGS=$(mktemp -d)
@@ -29,24 +31,29 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 
   python3 -c "import sys, torch, triton, pytest, pytest_benchmark, numpy; print('python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| numpy', numpy.__version__, '| pytest', pytest.__version__, '| pytest-benchmark', pytest_benchmark.__version__)"
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
-for step in ${*:-perf suite thirdparty checks sweeps}; do
+for step in ${*:-perf suite thirdparty checks resources sweeps}; do
   case $step in
     perf)
       rm -rf ~/.triton/cache  # the budget is for a cold Triton cache
+      # --triton-judge=default: the checks that always run, as always; given, it prints what
+      # they cost (judge/cost.py), for the judge step
       (cd /tmp && run perf "$(cap 220)" \
         "\`pytest --pyargs reference_kernels --triton-perf -m perf_target --triton-perf-json perf.json\` (cold Triton cache)" \
         python3 -m pytest --pyargs reference_kernels --triton-perf -m perf_target -p no:cacheprovider \
-          --benchmark-disable --triton-perf-json "$OUT/perf.json" -rfE > "$LOGS/perf.log" 2>&1)
-      grep -E "measurements:|GPU settings|passed|failed" "$LOGS/perf.log" | tail -4 ;;
+          --benchmark-disable --triton-perf-json "$OUT/perf.json" --triton-judge=default -rfE > "$LOGS/perf.log" 2>&1)
+      grep -E "measurements:|GPU settings|passed|failed|judge:" "$LOGS/perf.log" | tail -5 ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
       # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a
-      # wait for the GPU (in setup, while the tests that hold it alone run first) is bounded by
+      # wait for the GPU (in setup, or in a timed part while other tests hold it) is bounded by
       # --triton-gpu-wait, and fails naming the holders. 14 workers on the machine's 16 cores.
       # suite.xml: every test's time, setup included, for the durations of the whole suite.
+      # The terminal summary's "waits for the GPU lock" section: per worker, the waits in all and
+      # the longest, and the time the tests that time held the GPU alone (printed below).
       run suite "$(cap 360)" "\`python3 -m pytest -q -n 14 --timeout 150 -o timeout_func_only=true --triton-gpu-wait 240 --durations 15\` (tests/ and reference_kernels/ on CUDA)" \
         python3 -m pytest -q -p no:cacheprovider -n 14 --timeout 150 -o timeout_func_only=true \
           --triton-gpu-wait 240 --durations 15 -rfE --junitxml "$LOGS/suite.xml" > "$LOGS/suite.log" 2>&1
+      sed -n '/waits for the GPU lock/,/^longest wait/p' "$LOGS/suite.log"
       tail -3 "$LOGS/suite.log" ;;
     thirdparty)
       # ~210 s of tests and start-up on the H200 (FlagGems' gradient cases take 5-13 s each):
@@ -60,6 +67,13 @@ for step in ${*:-perf suite thirdparty checks sweeps}; do
       run checks "$(cap 150)" "\`python3 bench/gpu_checks.py\` (the --triton-perf done-when checks)" \
         env OUT="$LOGS" python3 bench/gpu_checks.py > "$LOGS/gpu_checks.log" 2>&1
       cp "$LOGS/gpu_checks.json" "$OUT/" 2>/dev/null; tail -8 "$LOGS/gpu_checks.log" ;;
+    resources)
+      # Issue 31: the CPU path's registers, spills and shared memory for this GPU's
+      # architecture against the real compile's, every launch of the bundled kernels'
+      # triton_resources tests (pytest -n 8; ~1-2 min)
+      run resources "$(cap 150)" "\`python3 bench/resources_check.py\` (triton_resources: the CPU compile against the real one)" \
+        env OUT="$LOGS" python3 bench/resources_check.py > "$LOGS/resources_check.log" 2>&1
+      cp "$LOGS/resources_check.json" "$OUT/" 2>/dev/null; tail -4 "$LOGS/resources_check.log" ;;
     sweeps)
       # Issue 23 candidates (bench/sweep_final.py): split-K and 5-stage matmul tiles vs cuBLAS,
       # attention warp specialization vs SDPA, conv2d tma_nhwc vs cuDNN, the memory-bound
@@ -68,6 +82,13 @@ for step in ${*:-perf suite thirdparty checks sweeps}; do
       run sweeps "$secs" "\`bench/sweep_final.py --budget $(( secs - 35 ))\` (issue 23 candidates)" \
         env OUT="$LOGS" python3 bench/sweep_final.py --budget $(( secs - 35 )) --max-time 0.15 > "$LOGS/sweeps.log" 2>&1
       cp "$LOGS/sweeps.json" "$OUT/" 2>/dev/null; grep -A 60 "^Per candidate" "$LOGS/sweeps.log" | head -60 ;;
+    judge)
+      # Issue 30: the cheat suite (tests/judge) on CUDA, then the perf suite with --triton-judge;
+      # judge.json for render_benchmarks.py (with the perf step's cost line when it ran first)
+      secs=$(cap 560)
+      run judge "$secs" "\`bench/judge_run.py\` (the cheat suite on CUDA; the perf suite with --triton-judge)" \
+        env OUT="$LOGS" python3 bench/judge_run.py --budget $(( secs - 20 )) --perf-log "$LOGS/perf.log" > "$LOGS/judge.log" 2>&1
+      cp "$LOGS/judge.json" "$OUT/" 2>/dev/null; tail -12 "$LOGS/judge.log" ;;
   esac
 done
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" $(cd "$LOGS" && ls)

@@ -1,12 +1,18 @@
 """Write BENCHMARKS.md from the files a GPU run left (never type a number into it by hand).
 
-    python3 bench/render_benchmarks.py [--intro FILE] RUN_DIR [RUN_DIR ...] > BENCHMARKS.md
+    python3 bench/render_benchmarks.py [--intro FILE] [--why TEXT] RUN_DIR [RUN_DIR ...] > BENCHMARKS.md
 
 Each RUN_DIR may hold: perf.json (pytest --triton-perf-json), perf_cmd.txt (the command),
-gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py), env.txt
+gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py),
+resources_check.json (bench/resources_check.py), judge.json (bench/judge_run.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
 lines are quoted), and *.md tables printed by other scripts, included verbatim. --intro: a
 file of prose placed under the title (what the sections are).
+
+It refuses (exit 2, naming the runs) to render runs of different commits, or a device without
+both a perf run and a whole-suite run of that commit: the file must show that the commit timed is
+the commit whose suite is green on that GPU. --why TEXT renders them anyway and prints TEXT under
+the title, so the reader sees why.
 """
 
 import glob
@@ -97,7 +103,7 @@ def suite_section(text, runs):
         i = next(i for i, ln in enumerate(lines) if "slowest" in ln)
         slow = [ln for ln in lines[i + 1:i + 11] if ln.strip() and not ln.startswith("(")]
     head = runs.get("suite", ["`python3 -m pytest -q -n 8` on CUDA (tests/ and reference_kernels/)"])
-    return ([f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + failed + tail
+    return ([f"### The whole suite on CUDA: {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + failed + tail
             + ["```", "", "The 10 slowest phases:", "", "```"] + slow + ["```", ""])
 
 
@@ -135,14 +141,118 @@ def geomean_section(doc):
     return out if len(out) > 2 else []
 
 
+def _env_field(d, prefix):
+    """A line of the run's env.txt that starts with prefix, less the prefix; None if none."""
+    text = _read(d, "env.txt") or ""
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return line[len(prefix):].strip()
+    return None
+
+
+def _device(d):
+    """The GPU a run was on: the nvidia-smi line of env.txt (its name), else perf.json's."""
+    text = _read(d, "env.txt") or ""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("name, driver_version") and i + 1 < len(lines):
+            return lines[i + 1].split(",")[0].strip()
+    for path in glob.glob(os.path.join(d, "perf*.json")):
+        return (json.load(open(path)).get("device") or {}).get("name")
+    return None
+
+
+def mismatches(dirs):
+    """Why these runs cannot stand as one commit's perf and suite runs on each GPU ([] if they
+    can): runs of several commits, or a device without a perf run or a whole-suite run."""
+    problems = []
+    commits = {d: _env_field(d, "commit:") for d in dirs}
+    if len(set(commits.values())) > 1 or None in commits.values():
+        problems.append("runs of different commits: " + ", ".join(
+            f"{os.path.basename(os.path.normpath(d))} at {c or 'an unknown commit'}"
+            for d, c in commits.items()))
+    by_device = {}
+    for d in dirs:
+        by_device.setdefault(_device(d) or "an unknown device", []).append(d)
+    for device, ds in by_device.items():
+        perf = [d for d in ds if glob.glob(os.path.join(d, "perf*.json"))]
+        suite = [d for d in ds if _read(d, "suite.log") is not None]
+        if not perf:
+            problems.append(f"{device}: no perf run (perf.json)")
+        if not suite:
+            problems.append(f"{device}: no whole-suite run (suite.log)")
+        if perf and suite and not {commits[d] for d in perf} & {commits[d] for d in suite}:
+            problems.append(f"{device}: the perf run and the suite run are of different commits")
+    return problems
+
+
+def resources_section(doc):
+    """bench/resources_check.py: the CPU path's numbers for this GPU's architecture against the
+    real compile's, per launch."""
+    t = doc["arch_table"]
+    out = ["### `python3 bench/resources_check.py` (triton_resources: the CPU compile against "
+           "the real one)", "",
+           f"{doc['equal']} of {doc['launches']} launches of the bundled kernels' triton_resources "
+           f"tests read the same registers, spill bytes and shared memory on CPU (compiled for "
+           f"{t['arch']} from the launch's arguments) as the {t['device']}'s compile reports; "
+           f"env/device.py's {t['arch']} row {'matches' if t['ok'] else 'DIFFERS FROM'} "
+           "torch.cuda.get_device_properties().", "",
+           "| test | kernel | registers (real / CPU) | spilled bytes | shared bytes | same |",
+           "|---|---|---|---|---|---|"]
+    for r in doc["rows"]:
+        real, cpu = r["real"], r["cpu"]
+        cells = [f"{real.get(k)} / {cpu.get(k)}" for k in ("n_regs", "spill_bytes", "shared")]
+        out.append(f"| {r['test'].split('::')[-1]} | {r['kernel']} | {' | '.join(cells)} | "
+                   f"{'yes' if r['equal'] else 'NO'} |")
+    return out + [""]
+
+
+def judge_section(doc, runs):
+    """bench/judge_run.py's judge.json: the cheat suite on CUDA, the perf suite under
+    --triton-judge, and what the checks cost (as they measured themselves)."""
+    head = runs.get("judge", ["`bench/judge_run.py`"])
+    out = [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], ""]
+    suite = doc.get("cheat_suite") or {}
+    out += [f"The cheat suite (tests/judge: each cheat caught naming its exploit, each honest twin "
+            f"passing): {suite.get('summary') or suite.get('rc')} in {suite.get('wall_s')} s", "",
+            "| test | result |", "|---|---|"]
+    out += [f"| {t['test']} | {t['outcome']} |" for t in suite.get("tests", [])]
+    out.append("")
+    for key, what in (("perf_judged", "The bundled perf suite with --triton-judge"),
+                      ("perf_default", "The perf step (default checks only)")):
+        run = doc.get(key)
+        if not run:
+            continue
+        wall = f" in {run['wall_s']} s" if run.get("wall_s") is not None else ""
+        out.append(f"- {what}: {run.get('summary') or run.get('rc')}{wall}")
+        cost = run.get("cost")
+        if cost:
+            out.append(f"  - {cost['line'].removeprefix('pytest-triton judge: ')}")
+        out += [f"  - {f}" for f in run.get("failures", [])]
+    return out + [""]
+
+
 def main(args):
-    intro = []
-    if args[:1] == ["--intro"]:
-        intro, args = [open(args[1]).read().strip(), ""], args[2:]
+    intro, why = [], None
+    while args[:1] in (["--intro"], ["--why"]):
+        if args[0] == "--intro":
+            intro = [open(args[1]).read().strip(), ""]
+        else:
+            why = args[1]
+        args = args[2:]
     dirs = args
+    problems = mismatches(dirs)
+    if problems and not why:
+        print("render_benchmarks: refusing to render: " + "; ".join(problems) + ". Run perf and "
+              "the whole suite of one commit on each GPU (bench/final_run.sh perf suite), or say "
+              "why with --why TEXT.", file=sys.stderr)
+        sys.exit(2)
     out = ["# Benchmarks", "",
            "Generated by `bench/render_benchmarks.py` from the files GPU runs left under `$OUT`; "
            "nothing here is typed by hand.", "", *intro]
+    if problems:
+        out += ["**These runs are not one commit's perf and suite runs on each GPU:** "
+                + "; ".join(problems) + f". Why: {why}", ""]
     for d in dirs:
         out.append(f"## {os.path.basename(os.path.normpath(d))}")
         out.append("")
@@ -167,9 +277,14 @@ def main(args):
                     c, res, ok = (r["check"], r["result"], r["ok"]) if isinstance(r, dict) else r
                     out.append(f"| {c} | {res} | {'yes' if ok else 'NO'} |")
                 out.append("")
+        p = os.path.join(d, "resources_check.json")
+        if os.path.exists(p):
+            out += resources_section(json.load(open(p)))
         text = _read(d, "suite.log")
         if text is not None:
             out += suite_section(text, runs)
+        if os.path.exists(os.path.join(d, "judge.json")):
+            out += judge_section(json.load(open(os.path.join(d, "judge.json"))), runs)
         text = _read(d, "thirdparty.log")
         if text is not None:
             out += thirdparty_section(text, runs)

@@ -7,7 +7,7 @@ from .correctness.gradients import assert_grads_close
 from .correctness.guards import check_guards
 from .correctness.poison import poison_allocations
 from .correctness.tensors import TensorFactory, poison_value
-from .env.device import DeviceInfo
+from .env.device import ARCH_LIMITS, DeviceInfo, arch_of, sm_limits
 from .env.interpreter.base import interpreting
 from .env.interpreter.gaps import INTERPRETER_GAPS, skip_interpreter_gap
 from .env.runtime import autotune_configs
@@ -17,14 +17,17 @@ from .perf.record import Measurement, PerfRecord, Verdict
 from .perf.timing import Settings as TimingSettings
 from .perf.timing import Timings, do_bench, measure
 from .process.gpufaults import GPUContextLost
+from .process.oomretry import OutOfMemoryRetried
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ARCH_LIMITS",
     "DeviceInfo",
     "GPUContextLost",
     "INTERPRETER_GAPS",
     "Measurement",
+    "OutOfMemoryRetried",
     "PerfInconclusive",
     "PerfInvalid",
     "PerfRecord",
@@ -36,12 +39,14 @@ __all__ = [
     "Timings",
     "Verdict",
     "__version__",
+    "arch_of",
     "assert_close",
     "assert_deterministic",
     "assert_every_config",
     "assert_grads_close",
     "autotune_configs",
     "check_guards",
+    "compile_resources",
     "config_id",
     "config_params",
     "do_bench",
@@ -52,6 +57,22 @@ __all__ = [
     "pin_config",
     "poison_allocations",
     "poison_value",
+    "real_resources",
     "skip_interpreter_gap",
+    "sm_limits",
+    "spec_of_call",
     "tolerance_for",
 ]
+
+
+# Compiling a launch for an architecture without a GPU (env/archcompile.py): imported when first
+# asked for, as the triton_resources gate does, not with the package.
+_LAZY = {"compile_resources", "real_resources", "spec_of_call"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from .env import archcompile  # import time: only where resources are compiled
+
+        return getattr(archcompile, name)
+    raise AttributeError(f"module 'pytest_triton' has no attribute {name!r}")

@@ -35,6 +35,6 @@ def assert_close_fixture():
 @pytest.fixture
 def triton_bench(request: pytest.FixtureRequest):
     """triton_bench(fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
-    name=None) -> Measurement: time `fn` on the GPU (with --triton-perf); the test's perf_target
-    is checked against what it measured."""
+    name=None, inplace=None) -> Measurement: time `fn` on the GPU (with --triton-perf); the
+    test's perf_target is checked against what it measured."""
     return TritonBench(request)

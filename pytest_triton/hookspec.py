@@ -43,3 +43,16 @@ def pytest_triton_judged(item, record):
     its measurements, each judged, and its geomean check when the body ran through. Called in
     the process that timed them, before the test's failure (if any) is raised; what a listener
     adds to the record (an explanation) reaches every output."""
+
+
+def pytest_triton_resources_checked(item, recorded, lines):
+    """The triton_resources gate judged `item`, before raising its verdict: `recorded` (each
+    distinct launch: its CompileSpec, and on a GPU the CompiledKernel that ran), `lines` (each
+    verdict, in words)."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_triton_dry_call(item, fn, baseline, call):
+    """triton_bench's dry run (no GPU to time on) calls fn, then baseline, once each, untimed:
+    `call()` does it and returns what fn returned. An implementation that checks around the call
+    calls `call()` itself and returns True; with none, triton_bench calls it."""

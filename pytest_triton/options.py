@@ -78,6 +78,14 @@ OPTIONS: tuple[Option, ...] = (
            "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
            "tests: a perf test holds it alone) before it fails, naming who holds it",
            metavar="SECONDS"),
+    # issue 32: an out-of-memory caused by a neighbour is not the kernel's failure
+    Option("triton_oom_retry", "string", "auto",
+           "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
+           "processes hold GPU memory is run once more holding the GPU alone (the other workers' "
+           "tests end first and give their cached memory back): passing alone, it passes with a "
+           "warning naming what the others held; failing alone, it fails. auto: on under "
+           "pytest-xdist on a GPU; off: the first failure stands",
+           metavar="auto|off", choices=("auto", "off")),
     Option("triton_supervise", "flag", "auto",
            "run the tests in a child process that is replaced when it dies, so that a test which "
            "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "
@@ -120,12 +128,27 @@ OPTIONS: tuple[Option, ...] = (
            "dtype's least likely value for integers, so an element a kernel never writes fails "
            "assert_close (the poison_allocations marker does it for one test; perf tests timed "
            "under --triton-perf are left alone)"),
+    # issue 30: a verdict that cannot be gamed
+    Option("triton_judge", "flag", "default",
+           "judge kernels you do not trust (docs/judging.md): on adds the costly checks (fresh "
+           "and shuffled inputs for the timed call, its GPU trace for side streams and non-Triton "
+           "kernels, poisoned allocations and unannounced seeds and sizes for correctness tests, "
+           "timing in a supervised child whose verdict this process recomputes); default keeps "
+           "the cheap ones (inputs unchanged, plain outputs, timer identities, threads and "
+           "processes, launch errors); off turns every one off, to measure what they cost. The "
+           "value only with '=': on, default or off; the bare --triton-judge means on",
+           metavar="on|default|off", choices=("default", "on", "off"), const="on"),
     Option("triton_autotune", "string", "full",
            "how @triton.autotune kernels pick their config in correctness tests: full (time every "
            "config, as Triton does), heuristic (one config, untimed: the first the autotuner's "
            "own pruning keeps) or first (its first config). Perf tests (perf_target, "
            "triton_bench) always autotune; assert_every_config checks every config",
            metavar="MODE", choices=("full", "heuristic", "first")),
+    # issue 31: compile-resource gates without a GPU
+    Option("triton_resources_archs", "string", "sm_80 sm_90",
+           "the GPU architectures a triton_resources marker without archs= compiles its kernels "
+           "for, separated by spaces or commas (known: sm_80 sm_86 sm_89 sm_90 sm_100 sm_120)",
+           metavar="ARCHS"),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

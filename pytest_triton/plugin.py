@@ -11,6 +11,7 @@ import pytest
 
 from . import hookspec, options, state
 from .env import childcmd, runtime, seeding
+from .judge import identities
 from .perf import checklist
 from .process import child, forked
 
@@ -35,6 +36,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     forked.note_threads(early_config)
     # Before any conftest or test module imports a kernel: @triton.jit reads TRITON_INTERPRET then.
     early_config.stash[state.RUNTIME_KEY] = runtime.decide(early_config)
+    identities.note(early_config)  # the timer's functions, before a conftest can replace them
 
 
 # --- when each feature is in use -------------------------------------------------------------------
@@ -66,6 +68,10 @@ def pinning(config: pytest.Config) -> bool:  # --triton-autotune=heuristic|first
 
 def in_an_xdist_worker(config: pytest.Config) -> bool:  # (a pytester run inside one too)
     return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def retrying_oom(config: pytest.Config) -> bool:  # --triton-oom-retry=auto, an xdist worker
+    return hasattr(config, "workerinput") and options.get(config, "triton_oom_retry") == "auto"
 
 
 def plotting(config: pytest.Config) -> bool:
@@ -126,6 +132,10 @@ FEATURES = (
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     ("triton-gpu-lock", in_an_xdist_worker, "pytest_triton.process.gpulock", "GPULock"),
+    ("triton-lock-waits", always, "pytest_triton.process.lockwaits", "LockWaits"),
+    ("triton-oom-retry", retrying_oom, "pytest_triton.process.oomretry", "OOMRetry"),
+    # the judge: its cheap checks always, the costly ones with --triton-judge (it registers its parts)
+    ("triton-judge", always, "pytest_triton.judge.mode", "Judge"),
     # a GPU fault is blamed on the test that launched it, and the rest of the session runs on in
     # a fresh process: a child reports to its parent; an xdist worker retires and its controller
     # explains; otherwise this process supervises its own tests
@@ -135,6 +145,7 @@ FEATURES = (
     ("triton-fault-summary", running_tests_here, "pytest_triton.process.crash", "FaultSummary"),
     ("triton-xdist-controller", the_xdist_controller, "pytest_triton.process.xdistfaults", "Controller"),
     ("triton-supervisor", supervising, "pytest_triton.process.supervise", "Supervisor"),
+    ("triton-resources", always, "pytest_triton.perf.resources", "ResourceGate"),
 )
 
 

@@ -1,3 +1,5 @@
+import importlib.metadata
+
 import pytest
 
 # torch imports torch.distributed.tensor lazily, at the first torch.testing.assert_close. Were that
@@ -14,6 +16,40 @@ try:
 except (ImportError, RuntimeError):  # a torch built without distributed support
     pass
 import torch._inductor  # noqa: E402, F401
+
+REQUIRES_PLUGIN_HELP = (
+    "requires_plugin(dist, ...): the test drives the optional pytest plugin of each distribution "
+    "named (pytest-timeout, pytest-xdist, pytest-benchmark, pytest-reportlog), in an inner run: it "
+    "skips, naming the plugin, where that plugin is not installed or not loaded in this run "
+    "(-p no:NAME, PYTEST_DISABLE_PLUGIN_AUTOLOAD)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", REQUIRES_PLUGIN_HELP)
+
+
+def plugin_missing(config, dist: str) -> str | None:
+    """Why the pytest plugin of distribution `dist` is not there for this run's tests, or None."""
+    try:
+        found = importlib.metadata.distribution(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return f"{dist} is not installed"
+    names = [ep.name for ep in found.entry_points if ep.group == "pytest11"]
+    off = [n for n in names if not config.pluginmanager.has_plugin(n)]
+    if off:
+        return f"{dist} is installed but not loaded in this run (-p no:{off[0]}, or plugin autoload off)"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test marked requires_plugin skips, naming the plugin, where the plugin is missing: an inner
+    run would stop at its option (`--timeout`: unrecognized arguments) and fail the test."""
+    for mark in item.iter_markers("requires_plugin"):
+        for dist in mark.args:
+            why = plugin_missing(item.config, dist)
+            if why is not None:  # reported at the test's own line, one line per test under -rs
+                raise pytest.skip.Exception(f"needs {dist}: {why}", _use_item_location=True)
 
 
 @pytest.hookimpl(tryfirst=True)

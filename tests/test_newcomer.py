@@ -190,6 +190,37 @@ def test_finite_mismatches_still_lead_with_the_greatest_difference(outside_a_tes
     assert "Greatest absolute difference: 0.5 at index (4,)" in text
 
 
+def test_the_report_leads_with_the_element_furthest_over_its_allowance(outside_a_test):
+    # issue 32: "Greatest absolute difference: 0.0076 at index (4, 4) (up to 0.28 allowed
+    # there)" led the report while the mismatches were at (6, 18) and (6, 29)
+    expected = torch.full((8, 32), 0.01, dtype=torch.float64)
+    expected[4, 4] = 280.0
+    actual = expected.half()
+    actual[4, 4] += 0.25  # the greatest difference (one fp16 ulp), within 280's 0.28
+    actual[6, 18] += 0.002
+    actual[6, 29] -= 0.003  # the furthest over its allowance
+    with pytest.raises(AssertionError) as exc:
+        assert_close(actual, expected)
+    lines = str(exc.value).splitlines()
+    assert lines[1] == "Mismatched elements: 2 / 256 (0.781%)"
+    assert lines[2].startswith("Furthest over its allowance at index (6, 29): "), lines[2]
+    assert lines[3].startswith("Greatest absolute difference: 0.25 at index (4, 4)") \
+        and lines[3].endswith("allowed there: within it)"), lines[3]
+    table = lines[lines.index(next(ln for ln in lines if ln.startswith("All 2 mismatches"))) + 2:]
+    assert table[0].lstrip().startswith("(6, 29)") and table[1].lstrip().startswith("(6, 18)")
+
+
+def test_an_infinite_relative_difference_names_its_zero_reference(outside_a_test):
+    expected = torch.ones(5, dtype=torch.float64)
+    expected[2] = 0.0
+    actual = expected.float()
+    actual[2] = 0.5
+    with pytest.raises(AssertionError) as exc:
+        assert_close(actual, expected)
+    assert ("Greatest relative difference: inf at index (2,) (expected is 0 there, so any "
+            "difference is infinitely relative; atol 1e-05 decides there)") in str(exc.value)
+
+
 # --- autotune under the interpreter ----------------------------------------------------------
 
 AUTOTUNED = """
@@ -270,3 +301,56 @@ def test_device_assert_fires_under_the_interpreter_in_tritons_debug_mode(pyteste
         "FAILED test_assert.py::test_plain_kernel_under_TRITON_DEBUG*",
     ])
     assert result.stdout.str().count("InterpreterError: AssertionError('x must be positive')") == 3
+
+
+# --- one dtype vocabulary, and failures without the plugin's frames (issue 32 point 4) --------
+
+
+def test_every_api_takes_a_dtype_by_torch_dtype_or_name(outside_a_test):
+    from pytest_triton.perf.markers import parse_perf_target
+
+    m = TensorFactory("cpu", 0)
+    for name, dtype in (("fp16", torch.float16), ("float16", torch.float16),
+                        ("half", torch.float16), ("bf16", torch.bfloat16),
+                        ("fp32", torch.float32), (torch.float64, torch.float64)):
+        assert m(4, name).dtype == dtype
+        assert m.like(m(3), dtype=name).dtype == dtype
+    x = m(8)
+    assert_close(x, x.double(), precision="fp32")
+    assert_close(x, x.double(), precision=torch.float32)
+    assert parse_perf_target((), {"tflops_frac": 0.5, "dtype": "fp16"}, {}).dtype == "float16"
+    assert parse_perf_target((), {"tflops_frac": 0.5, "dtype": torch.bfloat16}, {}).dtype == \
+        "bfloat16"
+    with pytest.raises(TypeError, match=r"make_tensor: dtype='fp17': expected a torch.dtype or "
+                                        r"its name \(float32, float16, bfloat16"):
+        m(4, "fp17")
+    with pytest.raises(TypeError, match="tf32 is how float32 dots compute on tensor cores"):
+        m(4, "tf32")
+
+
+def test_bad_arguments_and_kernel_errors_show_no_plugin_frames(pytester):
+    pytester.makepyfile("""
+        import triton, triton.language as tl
+        from pytest_triton import assert_close
+
+        @triton.jit
+        def _k(x_ptr, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            tl.store(x_ptr + offs, tl.load(x_ptr + offs) + undefined_name, mask=offs < n)
+
+        def test_precision(make_tensor):
+            x = make_tensor(8)
+            assert_close(x, x.double(), precision="fp33")
+
+        def test_compile_error(make_tensor):
+            x = make_tensor(8)
+            _k[(1,)](x, 8, BLOCK=8)
+    """)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=2)
+    out = result.stdout.str()
+    assert "precision='fp33' is not in the tolerance table" in out
+    # the interpreter's words, or the compiler's on a GPU
+    assert re.search(r"name 'undefined_name' is not defined|undefined_name is not defined", out)
+    frames = [ln for ln in out.splitlines() if "pytest_triton" in ln and ".py:" in ln]
+    assert not frames, frames

@@ -173,8 +173,8 @@ def test_a_random_base_seed_is_printed_under_q_and_is_the_one_the_tests_used(pyt
     assert "seed base" not in pytester.runpytest("-q", "-p", "no:cacheprovider").stdout.str()
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_under_xdist_every_worker_takes_the_controllers_random_base(pytester):
-    pytest.importorskip("xdist")
     pytester.makepyfile(test_k=SEED_FILE)
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider", "-n", "2",
                                            "--triton-seed", "random")

@@ -119,7 +119,7 @@ def test_ci_runs_the_readme_set_up_and_test_commands_and_the_recipe():
     run = (ROOT / ".ci" / "run").read_text()
     for call in ("python .ci/readme.py setup", "python .ci/readme.py job cpu",
                  "python .ci/readme.py job gpu", "python .ci/readme.py first-test",
-                 "python -m build"):
+                 "pyproject-build"):
         assert call in run, call
     setup = ci.setup(README)
     assert setup[-1] == "python -m pytest"  # the README's test command, the whole suite
@@ -149,6 +149,23 @@ def test_no_message_names_an_install_command_that_cannot_work():
     for path in (ROOT / "pytest_triton").rglob("*.py"):
         for i, line in enumerate(path.read_text().splitlines(), 1):
             assert not bad.search(line) and "pytest-triton[" not in line, f"{path}:{i}: {line}"
-    prose = " ".join(README.split())  # commands wrapped across lines too
-    found = [prose[max(m.start() - 60, 0):m.end() + 20] for m in bad.finditer(prose)]
-    assert not found, found
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        prose = " ".join(doc.read_text().split())  # commands wrapped across lines too
+        found = [prose[max(m.start() - 60, 0):m.end() + 20] for m in bad.finditer(prose)]
+        assert not found, (doc.name, found)
+
+
+def test_every_build_command_a_reader_is_given_comes_after_installing_build():
+    # "python -m build" without "pip install build" fails on a fresh machine, and after a
+    # "pip wheel" in a checkout (it leaves build/) it fails even with it installed: "No module
+    # named build.__main__". The commands shown are pyproject-build, after pip install build.
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        blocks = "\n".join(re.findall(r"```(?:bash|yaml)\n(.*?)```", doc.read_text(), re.S))
+        lines = blocks.splitlines()
+        for i, line in enumerate(lines):
+            if re.search(r"python -m build\b", line):
+                raise AssertionError(f"{doc.name}: {line!r}: shadowed by a build/ folder; show "
+                                     "pyproject-build")
+            if "pyproject-build" in line:
+                assert any(re.search(r"pip install .*\bbuild\b", x) for x in lines[:i]), \
+                    f"{doc.name}: {line!r} without pip install build before it"

@@ -9,6 +9,18 @@ import torch
 from ..env import dtypes
 from . import guards, scope
 
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s elements as integers of their width (bool as it is, complex as (real, imag) pairs):
+    equal bits, NaN payloads and the sign of zero included."""
+    if t.dtype == torch.bool:
+        return t
+    if t.is_complex():
+        t = torch.view_as_real(t)
+    return t.view(_BITS[t.element_size()])
+
 
 def index_of(flat: int, shape: torch.Size) -> tuple[int, ...]:
     idx = []

@@ -150,20 +150,35 @@ def _todo(tuner, configs, all_configs) -> tuple[list, list, str]:
     return list(tuner.configs), declared, "held"
 
 
-def _record(tuner, todo, declared, why, passed, failed) -> None:
-    """'checked k of N configs (interpreter)' for the test's report, summary and JSON."""
-    ran = {config_id(todo[i]) for i in passed} | {config_id(cfg) for _, cfg, _ in failed}
-    ids = [config_id(c) for c in declared]
-    checked = sum(1 for c in dict.fromkeys(ids) if c in ran)
-    total = len(dict.fromkeys(ids))
-    extra = len(ran - set(ids))
+def _record(tuner, todo, declared, why, passed, failed, note) -> None:
+    """'checked k of N configs (interpreter)' for the test's report, summary and JSON: one count,
+    with one meaning. A config is checked when it ran, or when the interpreter cannot tell it
+    from one that ran (`note` says which); N counts the configs the kernel is tuned over."""
+    ran = [todo[i] for i in passed] + [cfg for _, cfg, _ in failed]
+    ran_ids = {config_id(c) for c in ran}
+    ids = list(dict.fromkeys(config_id(c) for c in declared))
+    first = {config_id(c): c for c in reversed(declared)}
+    # a declared config the interpreter cannot tell from one that ran is checked with it
+    same = pinning.interpreter_duplicates(ran + [first[i] for i in ids])
+    checked_ids = [i for k, i in enumerate(ids)
+                   if i in ran_ids or same.get(len(ran) + k, len(ran)) < len(ran)]
+    checked, total = len(checked_ids), len(ids)
+    extra = len(ran_ids - set(ids))
     where = "interpreter" if interpreting() else "GPU"
     text = f"assert_every_config: checked {checked} of {total} configs of {kernel_name(tuner)} ({where})"
     if extra:
         text += f", and {extra} config{'s' if extra > 1 else ''} of its own (not among the {total})"
+    if note:
+        text += f": {note}"
+    counted = [i for i in checked_ids if i not in ran_ids]
+    if counted and not note:
+        verb = "differ" if len(counted) > 1 else "differs"
+        text += (f": {len(counted)} of them {verb} from the one that ran only in launch "
+                 "parameters the interpreter ignores, and count as checked with it; a GPU runs "
+                 "all of them")
     reason = None
     if checked < total:
-        unchecked = [c for c in dict.fromkeys(ids) if c not in ran]
+        unchecked = [c for c in ids if c not in checked_ids]
         reason = "configs=" if why == "configs=" else \
             "interpreter config only" if why == "held" and where == "interpreter" else \
             "could not run"
@@ -172,7 +187,7 @@ def _record(tuner, todo, declared, why, passed, failed) -> None:
         elif why == "held" and where == "interpreter":
             text += ("; the autotuner holds only the interpreter's config here (autotune_configs); "
                      f"not checked: {'; '.join(unchecked[:4])}{' ...' if len(unchecked) > 4 else ''}"
-                     ". all_configs=True or --triton-all-configs checks every one here, or a GPU run")
+                     ". all_configs=True or --triton-all-configs runs them here, or a GPU run")
         else:
             text += f"; could not run here: {'; '.join(unchecked[:4])}"
     scope.note(text)
@@ -226,11 +241,8 @@ def assert_every_config(kernel, check, *, outputs=(), configs=None, all_configs=
         else:
             passed.append(i)
     note = pinning.duplicates_note(todo, same)
-    # a config the interpreter cannot tell from a checked one is checked with it
-    _record(tuner, todo, declared, why, passed + [i for i, j in same.items() if j in passed], failed)
+    _record(tuner, todo, declared, why, passed, failed, note)
     if not failed and passed:
-        if note:
-            scope.note(f"assert_every_config({kernel_name(tuner)}): {note}")
         return
     text = _failure(tuner, todo, failed, skipped, passed)
     raise AssertionError(text + ("\n" + note if note else ""))
@@ -278,18 +290,26 @@ class ConfigsSummary:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         # configs= is the test's own choice, and its report section says so; what a run must
         # say is the silent case: the interpreter's one config standing in for all of them
-        partial = [r for r in records(self.config) if r["reason"] == "interpreter config only"]
+        partial: dict[tuple, dict] = {}
+        for r in records(self.config):
+            if r["reason"] == "interpreter config only":
+                # one line per test and kernel, however many calls checked it
+                key = (r["nodeid"], r["kernel"])
+                if key not in partial or r["checked"] > partial[key]["checked"]:
+                    partial[key] = r
         if not partial:
             return
+        rows = list(partial.values())
         shown = "; ".join(f"{r['nodeid']}: {r['kernel']} {r['checked']} of {r['total']} "
-                          f"({r['where']})" for r in partial[:5])
-        more = f"; ... ({len(partial) - 5} more)" if len(partial) > 5 else ""
-        n = sum(r["unchecked"] for r in partial)
+                          f"({r['where']})" for r in rows[:5])
+        more = f"; ... ({len(rows) - 5} more)" if len(rows) > 5 else ""
+        n = sum(r["unchecked"] for r in rows)
+        tests = len({r["nodeid"] for r in rows})
         terminalreporter.write_line(
             f"pytest-triton: assert_every_config left {n} config{'s' if n > 1 else ''} unchecked "
-            f"under Triton's interpreter in {len(partial)} test{'s' if len(partial) > 1 else ''} "
+            f"under Triton's interpreter in {tests} test{'s' if tests > 1 else ''} "
             f"(autotune_configs holds one config there): {shown}{more}. --triton-all-configs (or "
-            "assert_every_config(..., all_configs=True)) checks every one", yellow=True)
+            "assert_every_config(..., all_configs=True)) runs them here", yellow=True)
 
 
 def records(config: pytest.Config) -> list[dict]:

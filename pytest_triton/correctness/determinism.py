@@ -23,11 +23,10 @@ import torch
 from ..env import dtypes, seeding
 from ..env.interpreter import program_order
 from ..env.interpreter.base import interpreting
-from . import scope
-from .comparing import index_of
+from . import inputs, scope
+from .comparing import bits, index_of
 from .tensors import poison_value
 
-_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 MAX_LISTED = 8
 
 
@@ -46,6 +45,12 @@ def _collect(value, name: str, into: list) -> None:
                         "expected tensors (or tuples, lists, dicts of them, or None with outputs=)")
 
 
+def _tensors(result) -> list[torch.Tensor]:
+    found: list = []
+    _collect(result, "result", found)
+    return [t for _, t in found]
+
+
 def _snapshot(result, outputs) -> list[tuple[str, torch.Tensor]]:
     found: list = []
     _collect(result, "result", found)
@@ -54,29 +59,21 @@ def _snapshot(result, outputs) -> list[tuple[str, torch.Tensor]]:
     return [(name, t.detach().clone(memory_format=torch.contiguous_format)) for name, t in found]
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    if t.dtype == torch.bool:
-        return t
-    if t.is_complex():
-        t = torch.view_as_real(t)
-    return t.view(_BITS[t.element_size()])
-
-
 def _ulps(a: torch.Tensor, b: torch.Tensor) -> int | None:
     """Units in the last place between two floats of the same sign (their bit patterns' distance)."""
     if not a.dtype.is_floating_point or not (torch.isfinite(a) & torch.isfinite(b)):
         return None
     if bool(torch.signbit(a)) != bool(torch.signbit(b)):
         return None
-    return abs(int(_bits(a.reshape(1))[0]) - int(_bits(b.reshape(1))[0]))
+    return abs(int(bits(a.reshape(1))[0]) - int(bits(b.reshape(1))[0]))
 
 
 def _describe_difference(name: str, first: torch.Tensor, other: torch.Tensor, run: int,
                          detail: bool) -> list[str]:
     shape = tuple(first.shape)
     dtype = dtypes.name(first.dtype)
-    differ = (_bits(first) != _bits(other)).reshape(-1) if first.dim() else \
-        (_bits(first) != _bits(other)).reshape(1)
+    differ = (bits(first) != bits(other)).reshape(-1) if first.dim() else \
+        (bits(first) != bits(other)).reshape(1)
     if differ.dim() > 1:  # complex: real and imaginary parts
         differ = differ.any(-1)
     n = int(differ.sum())
@@ -137,7 +134,7 @@ def _run(fn, outputs, order: str | None, seed: int):
 
 
 def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = None,
-                         reorder_programs: bool = True):
+                         reorder_programs: bool = True, inplace=None):
     """Run `fn()` `runs` times on the same inputs and assert bit-identical outputs.
 
     fn returns a tensor, or tuples, lists or dicts of tensors (or None when it writes only into
@@ -146,6 +143,9 @@ def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = Non
     Under Triton's interpreter the runs take each launch's programs in launch, reversed and
     shuffled order (reorder_programs=False: launch order only, for kernels whose programs wait
     on programs launched before them, which would wait forever when run first).
+    inplace: the tensors fn captures and writes by design (their names, or the tensors): each run
+    starts from their values before the first. Any other input fn writes into (a make_tensor
+    input it captures) fails at once, naming it: its runs would see different inputs.
     """
     __tracebackhide__ = True
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 2:
@@ -157,11 +157,22 @@ def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = Non
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"assert_deterministic: outputs must be tensors, got {type(t).__name__}")
     orders = _orders(runs, reorder_programs)
+    watched = inputs.Watched(fn, outputs, inplace)
     snapshots, records, first_result = [], [], None
     for r in range(runs):
+        watched.restore()
         result, record = _run(fn, outputs, orders and orders[r], r)
         if r == 0:
             first_result = result
+            mutated = watched.changed(_tensors(result), tracked_only=True)
+            if mutated:
+                raise AssertionError("\n".join(([msg] if msg else []) + [
+                    "assert_deterministic: input mutation, not a determinism failure: the first "
+                    "run of fn wrote into its input, so each run would see what the run before "
+                    "left:"] + [f"  {m}" for m in mutated] + [
+                    "A kernel that writes into a tensor it reads hands its next caller (and the "
+                    "reference) altered data. If fn is in place by design, pass inplace=[...] "
+                    "(names or tensors): each run then starts from the values before the first."]))
         snapshots.append(_snapshot(result, outputs))
         records.append(record)
     if not snapshots[0]:
@@ -182,6 +193,11 @@ def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = Non
     head.append(f"Not deterministic: {len(differing_runs)} of {runs - 1} repeated runs of the same "
                 "call on the same inputs differ from the first, bit for bit (a race between "
                 "programs, an order-dependent atomic sum, or stale or uninitialised memory read):")
+    changed = watched.changed(_tensors(first_result))
+    if changed:
+        problems.append("fn also changed tensors it captures, so the runs did not see the same "
+                        "values: " + "; ".join(changed) + " (an input it writes into: pass "
+                        "inplace=[...] to start each run from the values before the first)")
     if orders is not None and any(rec.programs for rec in records) and len(set(orders)) > 1:
         problems.append(_order_diagnosis(fn, outputs, snapshots, runs))
     seed = seeding.CURRENT.get()
@@ -197,7 +213,7 @@ def _order_diagnosis(fn, outputs, snapshots, runs: int) -> str:
     again = _snapshot(result, outputs)
     first = snapshots[0]
     same = [n for n, _ in again] == [n for n, _ in first] and all(
-        a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+        a.shape == b.shape and a.dtype == b.dtype and torch.equal(bits(a), bits(b))
         for (_, a), (_, b) in zip(first, again))
     if same:
         return ("Under Triton's interpreter programs run one at a time; the runs took each "
@@ -227,7 +243,7 @@ def _compare(snapshots, run) -> tuple[list[str], list[int]]:
             if a.shape != b.shape or a.dtype != b.dtype:
                 lines.append(f"  {name}: run 1 gave {a.dtype} {tuple(a.shape)}, run {r + 1} "
                              f"{b.dtype} {tuple(b.shape)}")
-            elif not torch.equal(_bits(a), _bits(b)):
+            elif not torch.equal(bits(a), bits(b)):
                 lines += _describe_difference(name, a, b, r + 1, detail)
         if lines:
             differing_runs.append(r + 1)

@@ -22,6 +22,7 @@ import torch
 from ..env import dtypes, seeding
 from . import baseline as _baseline
 from . import compare
+from . import inputs as input_guard
 
 
 def _names(reference, n: int, names) -> list[str]:
@@ -40,25 +41,38 @@ def _names(reference, n: int, names) -> list[str]:
     return [f"inputs[{i}]" for i in range(n)]
 
 
-def _outputs(value, where: str) -> list[torch.Tensor]:
+def _outputs(value, where: str) -> list[torch.Tensor | None]:
+    """What `where` returned, as a list: tensors, and None entries (an autograd Function's outputs
+    that are no tensors, `return y, None, None`), which are never differentiated."""
     outs = list(value) if isinstance(value, (tuple, list)) else [value]
-    for o in outs:
-        if not isinstance(o, torch.Tensor):
-            raise TypeError(f"assert_grads_close: {where} returned {type(o).__name__}; expected a "
-                            "tensor or a tuple of tensors")
+    for j, o in enumerate(outs):
+        if o is not None and not isinstance(o, torch.Tensor):
+            at = f" at position {j} of its {len(outs)} outputs" if len(outs) > 1 else ""
+            raise TypeError(f"assert_grads_close: {where} returned {type(o).__name__}{at}; "
+                            "expected a tensor or a tuple of tensors (None entries are skipped)")
+    if all(o is None for o in outs):
+        raise TypeError(f"assert_grads_close: {where} returned no tensor "
+                        f"({'None' if len(outs) == 1 else f'{len(outs)} None entries'})")
     return outs
 
 
-def _chosen(outputs, n: int) -> list[int]:
-    """The indices of fn's outputs to differentiate (outputs=; default: all)."""
+def _chosen(outputs, outs: list) -> list[int]:
+    """The indices of fn's outputs to differentiate (outputs=; default: every tensor)."""
+    n = len(outs)
     if outputs is None:
-        return list(range(n))
+        return [j for j, o in enumerate(outs) if o is not None]
     chosen = [outputs] if isinstance(outputs, int) else list(outputs)
     bad = [j for j in chosen if isinstance(j, bool) or not isinstance(j, int) or not -n <= j < n]
     if bad or not chosen or len({j % n for j in chosen}) != len(chosen):
         raise ValueError(f"assert_grads_close: outputs={tuple(chosen)}: fn returned {n} outputs; "
                          "give distinct indices of the outputs to differentiate")
-    return [j % n for j in chosen]
+    chosen = [j % n for j in chosen]
+    none = [j for j in chosen if outs[j] is None]
+    if none:
+        raise ValueError(f"assert_grads_close: outputs={tuple(chosen)}: fn's output"
+                         f"{'s' if len(none) > 1 else ''} {', '.join(map(str, none))} "
+                         f"{'are' if len(none) > 1 else 'is'} None, nothing to differentiate")
+    return chosen
 
 
 def _reaches(outs, leaves, grad_outputs) -> list[list[bool]]:
@@ -145,9 +159,38 @@ def _torch_precision_note(name, got, want, own, reduction_size, precision, facto
             f"baseline=True).")
 
 
+@input_guard.costed()
+def _mutated(inputs, diff, leaves, before, labels, inplace) -> str | None:
+    """fn's forward and backward must leave its inputs as they were: the differentiable ones (fn
+    got copies: compared with the originals) and the others (fn got them: compared with copies
+    taken before), but those named in `inplace`."""
+    names, storages = input_guard.declared(inplace)
+    found, k = [], 0
+    for i, (t, d) in enumerate(zip(inputs, diff)):
+        if d:
+            now, k = leaves[k], k + 1
+            was = t.detach()
+        elif i in before:
+            now, was = t, before[i]
+        else:
+            continue
+        if labels[i] in names or input_guard.storage_of(t) in storages:
+            continue
+        detail = input_guard.difference(was, now.detach())
+        if detail is not None:
+            found.append(f"  {labels[i]} ({input_guard.describe(t)}): {detail}")
+    if not found:
+        return None
+    return "\n".join(["assert_grads_close: input mutation: fn's forward or backward wrote into its "
+                      "input:", *found, "The reference ran on copies and did not see it; fn's "
+                      "callers (and its own backward) do. " + input_guard.HOW_TO_DECLARE.format(
+                          name=found[0].split()[0])])
+
+
 def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None, names=None,
                        reduction_sizes=None, precision=None, baseline: bool = False,
-                       baseline_factor: float | None = None, msg: str | None = None):
+                       baseline_factor: float | None = None, msg: str | None = None,
+                       inplace=None):
     """Assert that fn's gradients match float64 autograd of `reference`, input by input.
 
     fn(*inputs): the kernel (e.g. MyFunction.apply); reference(*inputs): the same op in torch.
@@ -162,7 +205,9 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
     precision: as assert_close's ("tf32" for float32 inputs whose kernel uses tf32 dots).
     baseline=True: instead of the tolerance table, each gradient's error may be at most
     baseline_factor (default 2) times that of reference's own gradients computed in the inputs'
-    dtype (FlashAttention's rule; assert_close(baseline=)).
+    dtype (FlashAttention's rule; assert_close(baseline=)). inplace: the inputs fn writes by
+    design (names, or the tensors); any other input fn's forward or backward changes fails,
+    naming it (correctness/inputs.py).
 
     Fails naming every input whose gradient is off, with assert_close's report for each. Returns
     fn's outputs (detached), for checking the forward too.
@@ -190,21 +235,39 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
             raise ValueError(f"assert_grads_close: reduction_sizes has {len(sizes)} entries for "
                              f"{len(inputs)} inputs")
 
+    guarded = input_guard.ENABLED.get()
+    before = {i: input_guard.snapshot(t) for i, (t, d) in enumerate(zip(inputs, diff))
+              if guarded and not d and isinstance(t, torch.Tensor)}
     all_outs, leaves = _forward(fn, inputs, diff, None, "fn")
-    chosen = _chosen(outputs, len(all_outs))
+    chosen = _chosen(outputs, all_outs)
     outs = [all_outs[j] for j in chosen]
 
     def pick(value, where):
-        if len(value) <= max(chosen):
+        """reference's outputs that pair with fn's chosen ones: by position when it returned as
+        many as fn; else, without outputs=, its tensors in order (a torch reference returns y
+        where an autograd Function returns y, None, None)."""
+        if len(value) == len(all_outs):
+            picked = [value[j] for j in chosen]
+        elif outputs is None and len([v for v in value if v is not None]) == len(chosen):
+            picked = [v for v in value if v is not None]
+        else:
             raise ValueError(f"assert_grads_close: {where} returned {len(value)} outputs, fn "
                              f"{len(all_outs)}; outputs={tuple(chosen)}")
-        return [value[j] for j in chosen] if outputs is not None else value
+        if any(v is None for v in picked):
+            raise ValueError(f"assert_grads_close: {where} returned None where fn returned a "
+                             f"tensor (outputs={tuple(chosen)})")
+        return picked
 
     if grad_outputs is None:
         grad_outputs = _default_grad_outputs(outs)
     grad_outputs = list(grad_outputs) if isinstance(grad_outputs, (tuple, list)) \
         else [grad_outputs]
     got = _backward(outs, leaves, grad_outputs, "fn")
+    if guarded:
+        input_guard.declare(inplace)
+        mutated = _mutated(inputs, diff, leaves, before, labels, inplace)
+        if mutated:
+            raise AssertionError("\n".join(([msg] if msg else []) + [mutated]))
     ref_outs, ref_leaves = _forward(reference, inputs, diff, torch.float64, "reference")
     ref_outs = pick(ref_outs, "reference")
     grad64 = [g.to(torch.float64) for g in grad_outputs]
@@ -279,4 +342,6 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
         if passed:
             lines.append(f"Gradients that match: {', '.join(passed)}")
         raise AssertionError("\n".join(lines))
-    return [o.detach() for o in all_outs] if len(all_outs) > 1 else all_outs[0].detach()
+    if len(all_outs) == 1:
+        return all_outs[0].detach()
+    return [o.detach() if o is not None else None for o in all_outs]

@@ -126,7 +126,8 @@ def interpreter_duplicates(configs: list) -> dict[int, int]:
 
 
 def duplicates_note(configs: list, same: dict[int, int]) -> str | None:
-    """The report's line for interpreter_duplicates' result."""
+    """The report's words for interpreter_duplicates' result: how many configs ran, and which
+    count as checked with a config that ran."""
     if not same:
         return None
     n = len(configs)
@@ -137,6 +138,8 @@ def duplicates_note(configs: list, same: dict[int, int]) -> str | None:
                      if getattr(configs[i], name, None) != getattr(configs[j], name, None)})
     parts = "; ".join(f"config{'s' if len(dups) > 1 else ''} {', '.join(map(str, dups))} as "
                       f"config {j}" for j, dups in sorted(groups.items()))
-    return (f"{n - len(same)} of {n} configs checked under Triton's interpreter: the other "
-            f"{len(same)} differ from a checked one only in {', '.join(differ) or 'launch parameters'}, "
-            f"which the interpreter ignores, and were not run again ({parts}); a GPU runs all {n}")
+    d = len(same)
+    return (f"{n - d} of the {n} ran under Triton's interpreter; the other {d} "
+            f"{'differ' if d > 1 else 'differs'} from one that ran only in "
+            f"{', '.join(differ) or 'launch parameters'}, which the interpreter ignores, and "
+            f"{'count' if d > 1 else 'counts'} as checked with it ({parts}); a GPU runs all {n}")

@@ -183,7 +183,9 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
         return
     report.sections.append(("pytest-triton poisoned allocations",
                             f"{record.describe()}: NaN (or the integer sentinel) in an output is "
-                            "an element that no kernel or op wrote after it was allocated"))
+                            "an element that no kernel or op wrote after it was allocated (a "
+                            "launch that failed silently, or a kernel that left the output to "
+                            "hold what recycled memory held: a freed reference's result)"))
 
 
 class Poison:

@@ -16,6 +16,7 @@ import contextvars
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -40,6 +41,7 @@ class TestScope:
     notes: list[str] = field(default_factory=list)  # for the report section
     all_configs: bool = False  # --triton-all-configs: assert_every_config checks every config
     configs_checked: list[dict] = field(default_factory=list)  # assert_every_config's records
+    inputs: Any = None  # inputs.Guard: the test's inputs, their copies, what changed in them
     problems: list[str] | None = None  # set by evaluate()
 
 
@@ -48,11 +50,19 @@ CURRENT: contextvars.ContextVar[TestScope | None] = contextvars.ContextVar("trit
                                                                           default=None)
 
 
+_INSIDE: dict[str, bool] = {}  # a code file: whether it lies in this package
+
+
+def _inside(filename: str) -> bool:
+    if filename not in _INSIDE:  # once per file: make_tensor asks at every tensor it makes
+        _INSIDE[filename] = os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR
+    return _INSIDE[filename]
+
+
 def caller() -> str:
     """file:line of the innermost frame outside pytest_triton (the test's own call)."""
     frame = sys._getframe(1)
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) \
-            == _PACKAGE_DIR:
+    while frame is not None and _inside(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return "?"
@@ -103,6 +113,8 @@ def evaluate(sc: TestScope) -> list[str]:
         if report:
             problems.append(report)
     sc.guarded.clear()
+    if sc.inputs is not None:
+        problems += sc.inputs.problems()
     sc.problems = problems
     return problems
 

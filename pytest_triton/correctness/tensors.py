@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import torch
 
-from . import guards
+from ..env import dtypes
+from . import guards, inputs
 
 DISTRIBUTIONS = ("normal", "uniform", "heavy", "constant")
 LAYOUTS = ("rows", "elements")
@@ -15,6 +16,25 @@ LAYOUTS = ("rows", "elements")
 # Integers get small values by default (like torch.testing.make_tensor) so that sums and
 # products of a few of them stay exact in every integer dtype.
 _INT_RANGE = (-9, 10)
+
+
+def as_torch_dtype(value, where: str) -> torch.dtype:
+    """A torch.dtype, or its name in the one vocabulary (env/dtypes.py: "float16", "fp16",
+    "half", "bf16", ...), as the torch.dtype; else a TypeError naming `where` and the names."""
+    __tracebackhide__ = True
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        n = dtypes.name(value)
+        if n == "tf32":
+            raise TypeError(f"{where}: dtype={value!r}: tf32 is how float32 dots compute on tensor "
+                            "cores, not a dtype a tensor holds: give torch.float32 (and "
+                            "precision='tf32' to assert_close)")
+        found = getattr(torch, n, None) if dtypes.known(n) else None
+        if isinstance(found, torch.dtype):
+            return found
+    raise TypeError(f"{where}: dtype={value!r}: expected a torch.dtype or its name (float32, "
+                    "float16, bfloat16, float64, int32, ...; also fp32, fp16, bf16, half)")
 
 
 def poison_value(dtype: torch.dtype) -> float | int:
@@ -40,6 +60,13 @@ class TensorFactory:
         self.seed = seed
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(seed)
+        # --triton-judge runs a test again at sizes it did not announce: shape -> shape
+        self.resize = None
+
+    def reseed(self, seed: int) -> None:
+        """Draw from `seed` from now on (--triton-judge runs a test again with other values)."""
+        self.seed = seed
+        self._generator.manual_seed(seed)
 
     def __call__(self, shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
                  dist: str | None = None, low: float | None = None, high: float | None = None,
@@ -63,8 +90,9 @@ class TensorFactory:
         """
         __tracebackhide__ = True
         shape = self._check_shape(shape)
-        if not isinstance(dtype, torch.dtype):
-            raise TypeError(f"make_tensor: dtype must be a torch.dtype, got {dtype!r}")
+        if self.resize is not None:
+            shape = self.resize(shape)
+        dtype = as_torch_dtype(dtype, "make_tensor")
         if dtype.is_complex:
             raise TypeError(f"make_tensor: {dtype} is not supported (real floating-point, integer "
                             "and bool dtypes are); build a complex tensor from two real ones")
@@ -82,6 +110,7 @@ class TensorFactory:
             out = self._values(shape, dtype, dist, low, high, scale, value)
             if layout is not None:
                 out = self._strided_copy(out, layout)
+            inputs.track(out)  # a kernel must not write into it (inputs.py)
         if requires_grad:
             out.requires_grad_(True)
         return out
@@ -94,20 +123,21 @@ class TensorFactory:
         (noncontiguous=False: contiguous). A `t` whose elements overlap (a stride of 0, as
         expand() makes) gives a contiguous tensor."""
         __tracebackhide__ = True
-        dtype = kwargs.pop("dtype", t.dtype)
+        dtype = as_torch_dtype(kwargs.pop("dtype", t.dtype), "make_tensor.like")
         shape = tuple(t.shape)
         if "noncontiguous" in kwargs or t.is_contiguous() or not distinct_elements(t):
-            return self(shape, dtype, **kwargs)
+            return self._as_given(shape, dtype, **kwargs)
         strides = tuple(t.stride())
         requires_grad = kwargs.pop("requires_grad", False)
         if kwargs.pop("poison", False):
             out = guards.allocate(shape, dtype, self.device, poison_value(dtype), strides)
         else:
-            dense = self(shape, dtype, **kwargs)
+            dense = self._as_given(shape, dtype, **kwargs)
             fill = poison_value(dtype) if dtype != torch.bool else False
             out = torch.full((guards.span_of(shape, strides),), fill, dtype=dtype,
                              device=self.device).as_strided(shape, strides)
             out.copy_(dense)
+            inputs.track(out)
         if requires_grad:
             out.requires_grad_(True)
         return out
@@ -118,6 +148,14 @@ class TensorFactory:
         make_tensor's poison)."""
         __tracebackhide__ = True
         return self.like(t, poison=True, **kwargs)
+
+    def _as_given(self, shape, dtype, **kwargs) -> torch.Tensor:
+        """make_tensor at `shape` itself (like(t)'s shape is t's, already resized)."""
+        resize, self.resize = self.resize, None
+        try:
+            return self(shape, dtype, **kwargs)
+        finally:
+            self.resize = resize
 
     @staticmethod
     def check_guards(t: torch.Tensor) -> None:

@@ -64,12 +64,15 @@ def precision_name(dtype) -> str:
 def tolerance_for(dtype, *, rtol: float | None = None, atol: float | None = None,
                   reduction_size: int | None = None, precision=None) -> Tolerance:
     """The tolerance assert_close uses for an output of `dtype`, and where each number came from."""
-    # precision: a torch.dtype, a table row's name ("tf32"), or None for the output's own dtype
+    __tracebackhide__ = True
+    # precision: a torch.dtype, a table row's name ("tf32", "fp16": the one dtype vocabulary), or
+    # None for the output's own dtype
     name = precision_name(dtype if precision is None else precision) \
-        if precision is None or not isinstance(precision, str) else precision
+        if precision is None or not isinstance(precision, str) else dtypes.name(precision)
     if name not in TOLERANCES:
         raise ValueError(f"assert_close: precision={precision!r} is not in the tolerance table "
-                         f"({', '.join(TOLERANCES)})")
+                         f"({', '.join(TOLERANCES)}; torch.dtypes and short names such as fp16, "
+                         "bf16 and fp32 are accepted too)")
     table_rtol, table_atol, reduction_atol = TOLERANCES[name]
     for arg, value in (("rtol", rtol), ("atol", atol)):
         if value is not None and (not isinstance(value, (int, float)) or value < 0

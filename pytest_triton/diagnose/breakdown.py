@@ -12,7 +12,7 @@ the torch op that launched it; copies and memsets; host synchronisations and the
 each; allocations; the GPU's idle time between the call's first and last activity. assess()
 turns that into hints (host-sync, host-bound, fusion, allocations), named before the kernel's
 own hints when they dominate the call, and into the noise line. Pure logic on trace-event dicts
-(the CPU suite feeds recorded events); only _profile() needs a GPU.
+(the CPU suite feeds recorded events); only profile_call() needs a GPU.
 """
 
 from __future__ import annotations
@@ -246,7 +246,7 @@ def lines(call: dict | None) -> list[str]:
 
 # --- the test's life --------------------------------------------------------------------------------
 
-def _profile(config: pytest.Config, fn) -> list[dict] | None:
+def profile_call(config: pytest.Config, fn) -> list[dict] | None:
     """Trace events of one call of fn on the GPU (None under the interpreter: no GPU to trace)."""
     rt = state.get(config).runtime
     if rt.interpret:
@@ -274,7 +274,7 @@ def after_measure(item: pytest.Item, m, fn) -> None:
     if (explain_mode == "off" and m.verdict == Verdict.PASS) or m.timings.method == "ncu-child":
         return
     try:
-        events = _profile(item.config, fn)
+        events = profile_call(item.config, fn)
         if events is None:
             return
         call = analyze(events)

@@ -25,6 +25,7 @@ from dataclasses import asdict
 
 import pytest
 
+from ..env.occupancy import occupancy
 from ..perf import record as perf_record
 from ..perf import roofline
 from ..perf import session as perf_session
@@ -32,7 +33,6 @@ from ..perf.record import Measurement, PerfRecord, Verdict
 from . import breakdown
 from .capture import CAPTURES_KEY, after_measure, mode, timed_launches
 from .hints import Hint, blocks_text, compile_time, fusion, kb, speed, structural
-from .occupancy import occupancy
 
 NCU_KEY = pytest.StashKey[dict]()  # per item: measurement index -> ncu result
 

@@ -89,6 +89,7 @@ def choose(tuner, args: tuple, kwargs: dict, how: str):
 
 def _wrap(run):
     def pinned_run(self, *args, **kwargs):
+        __tracebackhide__ = True  # the plugin's frame, not the kernel's: hidden from failures
         how = _how(self) if len(getattr(self, "configs", ())) > 1 else None
         if how is None:
             return run(self, *args, **kwargs)

@@ -208,6 +208,67 @@ MAX_BLOCKS_PER_SM = {(7, 0): 32, (7, 5): 16, (8, 0): 32, (8, 6): 16, (8, 7): 16,
                      (9, 0): 32, (10, 0): 32, (10, 3): 32, (12, 0): 32}
 
 
+@dataclass(frozen=True)
+class ArchLimits:
+    """The per-SM limits of a GPU architecture, for a kernel compiled for it on a machine that
+    does not have it: the attributes occupancy() reads from a DeviceInfo, under the same names."""
+    arch: str  # "sm_90"
+    cc: tuple[int, int]
+    regs_per_sm: int  # 32-bit registers per SM
+    max_regs_per_thread: int
+    smem_per_sm: int  # shared memory per SM, bytes
+    smem_per_block: int  # the most one block may opt in to, bytes
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    warp_size: int = 32
+    sms: int | None = None  # an architecture has no SM count: occupancy without waves
+
+    @property
+    def max_warps_per_sm(self) -> int:
+        return self.max_threads_per_sm // self.warp_size
+
+
+_KB = 1024
+# CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (compute
+# capabilities 8.0 to 12.0):
+# - 64 K 32-bit registers per SM, at most 255 per thread, on all of them;
+# - resident threads per SM: 2048 on 8.0, 9.0 and 10.0; 1536 on 8.6, 8.9 and 12.0;
+# - resident blocks per SM: as MAX_BLOCKS_PER_SM;
+# - shared memory per SM / the most one block may opt in to: 164 / 163 KB (8.0), 100 / 99 KB
+#   (8.6, 8.9), 228 / 227 KB (9.0, 10.0), 128 / 99 KB (12.0).
+# torch.cuda.get_device_properties() reports the same on an A100 and an H100
+# (shared_memory_per_multiprocessor, shared_memory_per_block_optin: what sm_limits() reads);
+# bench/resources_check.py compares the sm_90 row with the H100 it runs on.
+ARCH_LIMITS: dict[str, ArchLimits] = {
+    a.arch: a for a in (
+        ArchLimits("sm_80", (8, 0), 65536, 255, 164 * _KB, 163 * _KB, 2048, 32),
+        ArchLimits("sm_86", (8, 6), 65536, 255, 100 * _KB, 99 * _KB, 1536, 16),
+        ArchLimits("sm_89", (8, 9), 65536, 255, 100 * _KB, 99 * _KB, 1536, 24),
+        ArchLimits("sm_90", (9, 0), 65536, 255, 228 * _KB, 227 * _KB, 2048, 32),
+        ArchLimits("sm_100", (10, 0), 65536, 255, 228 * _KB, 227 * _KB, 2048, 32),
+        ArchLimits("sm_120", (12, 0), 65536, 255, 128 * _KB, 99 * _KB, 1536, 32),
+    )
+}
+
+
+class UnknownArch(ValueError):
+    """An architecture name that is not in ARCH_LIMITS."""
+
+
+def arch_limits(arch: str) -> ArchLimits:
+    """The limits of `arch` ("sm_90"; "sm_90a" reads as "sm_90"); UnknownArch names the known."""
+    name = re.sub(r"^(sm_\d+)[af]$", r"\1", str(arch).strip().lower())
+    if name not in ARCH_LIMITS:
+        raise UnknownArch(f"unknown GPU architecture {arch!r}: expected one of "
+                          f"{', '.join(ARCH_LIMITS)}")
+    return ARCH_LIMITS[name]
+
+
+def arch_of(cc: tuple[int, int]) -> str:
+    """The architecture name of a compute capability: (9, 0) -> "sm_90"."""
+    return f"sm_{cc[0]}{cc[1]}"
+
+
 def sm_limits(props, cc: tuple[int, int]) -> dict:
     """The per-SM limits of torch.cuda.get_device_properties(), as DeviceInfo fields."""
     def get(name):

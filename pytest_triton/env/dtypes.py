@@ -21,9 +21,29 @@ _ITEMSIZE = {"float64": 8, "float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2,
              "uint32": 4, "uint64": 8, "complex64": 8, "complex128": 16}
 
 
+# Other names users write for the same dtypes (numpy's, C's, the short ones of kernel libraries):
+# every API that takes a dtype takes these too, and speaks torch's names back.
+ALIASES = {
+    "fp64": "float64", "f64": "float64", "double": "float64",
+    "fp32": "float32", "f32": "float32", "float": "float32", "single": "float32",
+    "fp16": "float16", "f16": "float16", "half": "float16",
+    "bf16": "bfloat16",
+    "fp8_e4m3": "float8_e4m3fn", "fp8e4m3": "float8_e4m3fn", "e4m3": "float8_e4m3fn",
+    "fp8_e5m2": "float8_e5m2", "fp8e5m2": "float8_e5m2", "e5m2": "float8_e5m2",
+    "int": "int64", "long": "int64", "i64": "int64", "i32": "int32", "i16": "int16", "i8": "int8",
+    "u8": "uint8",
+}
+
+
 def name(dtype) -> str:
-    """torch.float16 or "float16" or "torch.float16" -> "float16"."""
-    return str(dtype).removeprefix("torch.")
+    """torch.float16, "float16", "torch.float16", "fp16" or "half" -> "float16"."""
+    n = str(dtype).removeprefix("torch.")
+    return ALIASES.get(n.lower(), n) if isinstance(dtype, str) else n
+
+
+def known(n: str) -> bool:
+    """Whether `n` (a name() result) is a dtype this vocabulary knows."""
+    return n in _ITEMSIZE
 
 
 def kind(dtype) -> str:

@@ -9,9 +9,8 @@ loaded, which a launch does), the grid (`grid_0..2`), the bound arguments (const
 tensors passed) and, further up, the Autotuner whose `run` chose the config. Nothing here times
 anything; each read is of metadata Triton already holds.
 
-`watch_compiles()` counts compilations (and their time) through
-`triton.knobs.compilation.listener`, for the whole triton_bench call: autotuning compiles every
-config in the first call, inside the measurement.
+`watch_compiles()` counts compilations (and their time) through Triton's compilation listener,
+for the whole triton_bench call: autotuning compiles every config in its first call.
 """
 
 from __future__ import annotations
@@ -139,11 +138,26 @@ def describe(kernel, grid=(1, 1, 1), jit=None, args: dict | None = None,
 
 
 def _looks_like_run(f) -> bool:
-    loc = f.f_locals
-    return "grid_0" in loc and hasattr(loc.get("kernel"), "metadata")
+    return "grid_0" in f.f_locals and hasattr(f.f_locals.get("kernel"), "metadata")
 
 
-def _autotuner_above(frame) -> object | None:
+def run_frame(frame):
+    """The frame of JITFunction.run launching from a hook's `frame` (None out of reach): its
+    locals hold `kernel`, `grid_0..2`, the JITFunction (`self`) and the bound arguments."""
+    f, depth = frame, 0
+    while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
+        f, depth = f.f_back, depth + 1
+    return None if f is None or depth >= _MAX_FRAMES else f
+
+
+def launch_arguments(frame) -> dict | None:
+    """The bound arguments of run_frame(frame)'s launch, by parameter name (None: no frame)."""
+    f = run_frame(frame)
+    return None if f is None else dict(f.f_locals.get("bound_args") or {})
+
+
+def autotuner_above(frame) -> object | None:
+    """The Autotuner whose run called the frame's launch, or None."""
     f, depth = frame.f_back, 0
     while f is not None and depth < _MAX_FRAMES:
         owner = f.f_locals.get("self")
@@ -162,10 +176,8 @@ class _Recorder:
 
     def __call__(self, metadata=None) -> None:
         try:
-            f, depth = sys._getframe(1), 0
-            while f is not None and depth < _MAX_FRAMES and not _looks_like_run(f):
-                f, depth = f.f_back, depth + 1
-            if f is None or depth >= _MAX_FRAMES:
+            f = run_frame(sys._getframe(1))
+            if f is None:
                 data = metadata.get() if hasattr(metadata, "get") else {}
                 self.launches.append(Launch(kernel=str(data.get("name", "?")),
                                             name=str(data.get("name", "?")), source="hook only"))
@@ -174,7 +186,7 @@ class _Recorder:
             grid = (loc.get("grid_0", 1), loc.get("grid_1", 1), loc.get("grid_2", 1))
             jit = loc.get("self")
             launch = describe(loc["kernel"], grid, jit, dict(loc.get("bound_args") or {}))
-            tuner = _autotuner_above(f)
+            tuner = autotuner_above(f)
             if tuner is not None:
                 launch.autotuner = _tuner_name(tuner)
                 if all(t is not tuner for t in self.autotuners):
@@ -347,6 +359,7 @@ class Compiles:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
 
 
 @contextmanager

@@ -112,3 +112,12 @@ def gpu_state(device) -> dict:
 def gpu_settings(device) -> dict:
     """The settings a benchmark must never change: application clocks, power limit, modes."""
     return _read(device, _SETTINGS)
+
+
+def processes_memory(device) -> dict[int, int] | None:
+    """{pid: bytes of GPU memory it holds} of the processes using `device` (pids as NVML sees them:
+    a container's own pids may differ); None without NVML."""
+    out = _read(device, (("procs", lambda nv, h: nv.nvmlDeviceGetComputeRunningProcesses(h)),))
+    if "procs" not in out:
+        return None
+    return {p.pid: p.usedGpuMemory for p in out["procs"] if isinstance(p.usedGpuMemory, int)}

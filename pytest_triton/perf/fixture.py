@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from .. import options, state
+from ..correctness import inputs
 from ..env import dtypes, launches
-from . import record, stats, verdict
+from ..process import gpulock
+from . import record, stats, timing, verdict
 from .checklist import NOTES
 from .markers import PerfTarget, PerfTargetError
 from .record import DryCall, Mode, PerfRecord
@@ -18,7 +20,8 @@ from .timing import Settings, Timings
 
 class TritonBench:
     """The triton_bench fixture: triton_bench(fn, *, bytes=None, flops=None, baseline=None,
-    dtype=None, kernel=None, name=None) -> Measurement."""
+    dtype=None, kernel=None, name=None, inplace=None) -> Measurement. inplace: the inputs fn
+    writes by design (names of the tensors it captures, or the tensors)."""
 
     def __init__(self, request: pytest.FixtureRequest):
         self._request = request
@@ -113,25 +116,37 @@ class TritonBench:
                 found.append(text)
 
     def _dry_call(self, fn, baseline, name) -> None:
-        """Call fn, then baseline, once each: what raises fails the test, as on the GPU."""
+        """Call fn, then baseline, once each: what raises fails the test, as on the GPU. Through
+        pytest_triton_dry_call, so that a checker can look at the call (judge/timedcall.py)."""
         __tracebackhide__ = True
-        for what, f in (("fn", fn), ("baseline", baseline)):
-            if f is None:
-                continue
-            try:
-                f()
-                if state.get(self._config).runtime.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-            except Exception as exc:
-                if hasattr(exc, "add_note"):  # Python 3.11+
-                    exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry run "
-                                 "(no GPU to time on: called once, untimed)")
-                raise
+
+        def call():
+            __tracebackhide__ = True
+            result = None
+            for what, f in (("fn", fn), ("baseline", baseline)):
+                if f is None:
+                    continue
+                try:
+                    value = f()
+                    result = value if what == "fn" else result
+                    if state.get(self._config).runtime.device.startswith("cuda"):
+                        torch.cuda.synchronize()
+                except Exception as exc:
+                    if hasattr(exc, "add_note"):  # Python 3.11+
+                        exc.add_note(f"pytest-triton: raised by triton_bench's {what} in a dry "
+                                     "run (no GPU to time on: called once, untimed)")
+                    raise
+            return result
+
+        if not self._config.hook.pytest_triton_dry_call(item=self._item, fn=fn, baseline=baseline,
+                                                        call=call):
+            call()
         self._record.dry_calls.append(DryCall(name, baseline is not None))
 
     def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
-                 name=None):
+                 name=None, inplace=None):
         __tracebackhide__ = True
+        inputs.declare(inplace)  # what fn writes by design (correctness/inputs.py)
         if self.dry_run:
             self._check_args(fn, bytes, flops, baseline, dtype, name)
             gap = self._record.gap_stops_body
@@ -139,19 +154,39 @@ class TritonBench:
                 pytest.skip(f"{gap} (its triton_bench arguments were checked; fn was not run)")
             self._dry_call(fn, baseline, name)
             return None
-        ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
-        dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
-        ps = session(self._config)
-        l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
-        settings = Settings(l2=l2, max_time=ps.max_time)
-        note = _checklist_note(self._target)
-        with launches.watch_compiles() as compiles:
-            m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
-        self._record.measurements.append(m)
-        # the diagnoses, the profiler trace and pytest-benchmark's table listen (plugin.py)
-        self._config.hook.pytest_triton_measured(item=self._item, measurement=m, fn=fn,
-                                                 kernel=kernel, compiles=compiles)
+        # Under xdist the measurement holds the GPU alone (gpulock): compile first, sharing it
+        with launches.watch_compiles() as first:
+            tuned = self._compile(fn, baseline) if gpulock.sharing() else []
+        wait_s = options.get_float(self._config, "triton_gpu_wait", minimum=0.0)
+        with gpulock.alone(wait_s=wait_s, nodeid=self._item.nodeid):
+            timing.retune(tuned)  # their configs compiled: timed again, alone
+            ensure_ceilings(self._config)  # both fractions are reported: of the datasheet, measured
+            dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
+            ps = session(self._config)
+            l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
+            settings = Settings(l2=l2, max_time=ps.max_time)
+            note = _checklist_note(self._target)
+            with launches.watch_compiles() as compiles:
+                m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
+            for key in ("count", "seconds", "cache_hits", "wall_s"):  # the compile above too
+                setattr(compiles, key, getattr(compiles, key) + getattr(first, key))
+            self._record.measurements.append(m)
+            # the diagnoses, the profiler trace and pytest-benchmark's table listen (plugin.py)
+            self._config.hook.pytest_triton_measured(item=self._item, measurement=m, fn=fn,
+                                                     kernel=kernel, compiles=compiles)
         return m
+
+    def _compile(self, fn, baseline) -> list:
+        """Call fn and baseline once, untimed, before the GPU is held alone: their kernels
+        compile (and autotune, the tuners' choices then forgotten, to be timed alone)."""
+        if not callable(fn) or not (baseline is None or callable(baseline)):
+            return []  # _check_args says what is wrong
+        sync = None
+        if state.get(self._config).runtime.device.startswith("cuda"):
+            import torch  # import time: a dry run never gets here
+
+            sync = torch.cuda.synchronize
+        return timing.compile_first([f for f in (fn, baseline) if f is not None], sync=sync)
 
     def _measure(self, fn, bytes, flops, baseline, dt, kernel, name, settings, note):
         __tracebackhide__ = True

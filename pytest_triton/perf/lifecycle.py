@@ -15,7 +15,6 @@ from .record import RECORD_KEY, Mode, PerfRecord, of
 from .session import mode
 
 CLEAN_ERRORS = (PerfTargetMissed, PerfInconclusive, PerfInvalid, PerfTargetError)
-_BAD_MARKERS_KEY = pytest.StashKey[list]()  # collector: the errors of its items' markers
 
 
 class PerfTests:
@@ -36,28 +35,15 @@ class PerfTests:
         checklist = state.get(collector.config).checklist
         for item in items:
             if isinstance(item, pytest.Item):
-                try:
-                    target = markers.validate_item(item, checklist)
-                except markers.PerfTargetError as exc:
-                    # gathered: the module's collection fails once, naming every bad marker in it
-                    collector.stash.setdefault(_BAD_MARKERS_KEY, []).append(str(exc))
-                    continue
+                # what is wrong with its markers errors this test alone, at its setup
+                target = markers.validate_item(item, checklist)
                 if target is not None or "triton_bench" in getattr(item, "fixturenames", ()):
                     item.stash[RECORD_KEY] = PerfRecord(item.nodeid, target)
         return result
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_make_collect_report(self, collector: pytest.Collector):
-        report = yield
-        bad = collector.stash.get(_BAD_MARKERS_KEY, None)
-        if bad and report.outcome == "passed":
-            report.outcome = "failed"
-            report.longrepr = "\n".join(bad)
-            report.result = []
-        return report
-
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item):
+        markers.raise_marker_error(item)  # a bad or misspelt marker errors this test alone
         record = of(item)
         if record is not None:  # first: a target the interpreter's gap skips is unchecked too
             record.mode = mode(item.config)

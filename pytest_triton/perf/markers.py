@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import math
 from dataclasses import dataclass, fields
 
@@ -13,14 +14,26 @@ from ..env.interpreter.gaps import INTERPRETER_GAP_KEY, INTERPRETER_GAPS, gap_re
 
 perf_target = pytest.mark.perf_target
 
+# per item: what is wrong with its markers, found at collection and raised at its setup, so that
+# only that test errors (and not at all when it is deselected)
+MARKER_ERROR_KEY = pytest.StashKey[str]()
+
+# The plugin's markers, for "did you mean" on a misspelt one.
+OUR_MARKERS = ("perf_target", "interpreter_gap", "triton_exclusive", "triton_no_gpu",
+               "poison_allocations", "triton_resources", "triton_judge")
+
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
-    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None, peak=None): with "
-    "--triton-perf, time the kernel passed to triton_bench on the GPU and fail the test unless "
-    "every target holds. `name` picks an entry of the performance checklist; peak='measured' "
-    "takes the fractions against this device's measured ceilings, 'datasheet' against its "
-    "datasheet (default: --triton-perf-peak)."
+    "max_ms=None, speedup=None, geomean_speedup=None, dtype=None, l2=None, peak=None, "
+    "max_registers=None, max_spills=None, max_shared_memory=None, min_occupancy=None, "
+    "archs=None, triton_only=None): with --triton-perf, time the kernel passed to triton_bench "
+    "on the GPU and fail the test unless every target holds. `name` picks an entry of the "
+    "performance checklist; peak='measured' takes the fractions against this device's measured "
+    "ceilings, 'datasheet' against its datasheet (default: --triton-perf-peak). The resource "
+    "keywords are triton_resources'. triton_only=True fails a timed call whose GPU time is "
+    "mostly kernels that are not Triton's (the default under --triton-judge; False allows them "
+    "there)."
 )
 INTERPRETER_GAP_HELP = (
     "interpreter_gap(gap, *, reason=None): skip the test under Triton's interpreter, which lacks "
@@ -29,17 +42,22 @@ INTERPRETER_GAP_HELP = (
 )
 
 EXCLUSIVE_HELP = (
-    "triton_exclusive: under pytest-xdist, run this test with its GPU to itself (no other "
-    "worker's test runs on that GPU meanwhile), as perf tests are; for tests that time things."
+    "triton_exclusive(scope='test'): under pytest-xdist, this test has its GPU to itself (no other "
+    "worker's test runs on it meanwhile): from its setup to its teardown, or with scope='timing' "
+    "only while it times (triton_bench's measurement, in it or in the pytest runs it starts), as "
+    "a perf test does; for tests that time things. Such tests run after the others."
 )
 
 NO_GPU_HELP = (
     "triton_no_gpu: the test does not use the GPU (say, it runs kernels under the interpreter in "
-    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a perf test has the "
-    "GPU to itself, and it is ordered right after those tests."
+    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a test that times "
+    "has the GPU to itself; it is ordered after the tests that share the GPU, before those that "
+    "time."
 )
 
 FRACTIONS = ("bandwidth_frac", "tflops_frac")
+# triton_resources' keywords, which perf_target takes too (the resources gate reads them there)
+RESOURCE_KEYS = ("max_registers", "max_spills", "max_shared_memory", "min_occupancy", "archs")
 POSITIVE = ("gbps", "tflops", "max_ms", "speedup", "geomean_speedup")
 TARGETS = FRACTIONS + POSITIVE
 PEAKS = ("datasheet", "measured")
@@ -76,6 +94,9 @@ class PerfTarget:
     # What bandwidth_frac and tflops_frac are fractions of: "datasheet" (the SKU's peaks) or
     # "measured" (this device's copy and cuBLAS ceilings); None: the --triton-perf-peak setting.
     peak: str | None = None
+    # True: most of the timed call's GPU time must be Triton kernels' (docs/judging.md); None:
+    # True under --triton-judge, else unchecked
+    triton_only: bool | None = None
 
     def targets(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in TARGETS if getattr(self, k) is not None}
@@ -121,7 +142,8 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
     if len(args) > 1:
         raise PerfTargetError(f"{where}takes at most one positional argument (a checklist name), "
                               f"got {len(args)}: {args!r}")
-    allowed = set(TARGETS) | {"dtype", "l2", "peak"}
+    allowed = set(TARGETS) | {"dtype", "l2", "peak", "triton_only"}
+    kwargs = {k: v for k, v in kwargs.items() if k not in RESOURCE_KEYS}
     for key in kwargs:
         if key not in allowed:
             raise PerfTargetError(f"{where}perf_target can't have {key!r} keyword argument; "
@@ -152,6 +174,10 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
         elif key == "l2":
             if value not in ("cold", "warm"):
                 raise PerfTargetError(f"{where}l2={value!r}: expected 'cold' or 'warm'")
+            values[key] = value
+        elif key == "triton_only":
+            if value is not None and not isinstance(value, bool):  # None: the run's default
+                raise PerfTargetError(f"{where}triton_only={value!r}: expected True or False")
             values[key] = value
         elif key == "peak":
             if value not in PEAKS:
@@ -203,11 +229,47 @@ def interpreter_gap_of(item: pytest.Item) -> str | None:
 
 
 def validate_item(item: pytest.Item, checklist: dict[str, dict]) -> PerfTarget | None:
-    """Parse the item's markers (its interpreter gap into its stash) and return its perf_target;
-    PerfTargetError names the test and the argument."""
-    target = perf_target_of(item, checklist)
-    if target is not None and "triton_bench" not in getattr(item, "fixturenames", ()):
-        raise PerfTargetError(f"{item.nodeid}: {target.describe()} on a test that does not use "
-                              "the triton_bench fixture: nothing would be measured")
-    item.stash[INTERPRETER_GAP_KEY] = interpreter_gap_of(item)
+    """Parse the item's markers (its interpreter gap into its stash) and return its perf_target.
+    What is wrong with them (PerfTargetError's message, naming the test and the argument; a
+    misspelt marker of ours) is kept for the test's setup (raise_marker_error), so that it
+    errors alone, and not at all when it is deselected."""
+    try:
+        target = perf_target_of(item, checklist)
+        if target is not None and "triton_bench" not in getattr(item, "fixturenames", ()):
+            raise PerfTargetError(f"{item.nodeid}: {target.describe()} on a test that does not "
+                                  "use the triton_bench fixture: nothing would be measured")
+        item.stash[INTERPRETER_GAP_KEY] = interpreter_gap_of(item)
+    except PerfTargetError as exc:
+        item.stash[MARKER_ERROR_KEY] = str(exc)
+        item.stash[INTERPRETER_GAP_KEY] = None
+        return None
+    near = _near_misses(item)
+    if near:
+        item.stash[MARKER_ERROR_KEY] = near
     return target
+
+
+def _near_misses(item: pytest.Item) -> str | None:
+    """A marker on the item that is not registered and is spelt almost as one of ours: pytest
+    only warns about it, and the test would run without what the marker asked for."""
+    registered = {line.split("(")[0].split(":")[0].strip()
+                  for line in item.config.getini("markers")}
+    misses = []
+    for mark in item.iter_markers():
+        if mark.name in registered or mark.name in OUR_MARKERS:
+            continue
+        close = difflib.get_close_matches(mark.name, OUR_MARKERS, n=1, cutoff=0.75)
+        if close:
+            misses.append(f"unknown marker {mark.name!r}: did you mean {close[0]}?")
+    if not misses:
+        return None
+    return (f"{item.nodeid}: " + "; ".join(dict.fromkeys(misses)) + " (pytest only warns about "
+            "an unknown marker, and the test would run without it; --strict-markers makes every "
+            "unknown marker an error)")
+
+
+def raise_marker_error(item: pytest.Item) -> None:
+    """At the test's setup: the error validate_item kept, as this test's error alone."""
+    error = item.stash.get(MARKER_ERROR_KEY, None)
+    if error is not None:
+        pytest.fail(error, pytrace=False)

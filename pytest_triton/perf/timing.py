@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..env import nvml
+from ..env import launches, nvml
 from ..env.device import flush_bytes
 from . import stats
 
@@ -234,6 +235,41 @@ class _GraphSampler:
         flush = times[-1]
         keep = [i for i in range(reps) if all(ts[i] > flush[i] for ts in times[:-1])]
         return [[(ts[i] - flush[i]) / n for i in keep] for ts in times[:-1]]
+
+
+def compile_first(fns, sync=None) -> list:
+    """Call each of `fns` once (compiling what they launch, and autotuning it) and return the
+    autotuners that tuned meanwhile, with the keys they tuned: retune() forgets those choices, so
+    that the next call times the configs again, compiled by then. Under pytest-xdist, triton_bench
+    compiles before it holds the GPU alone, and tunes and times while it does (gpulock)."""
+    seen: dict[int, tuple] = {}
+
+    def hook(metadata=None) -> None:
+        try:
+            f = launches.run_frame(sys._getframe(1))
+            tuner = launches.autotuner_above(f) if f is not None else None
+            if tuner is not None and id(tuner) not in seen:  # seen tuning, or using its choice
+                seen[id(tuner)] = (tuner, set(getattr(tuner, "cache", None) or ()))
+        except Exception:  # noqa: BLE001, S110 - a look must never break the kernel's launch
+            pass
+
+    remove = launches.add_launch_hook(hook)
+    try:
+        for fn in fns:
+            fn()
+        if sync is not None:
+            sync()
+    finally:
+        remove()
+    return [(t, set(t.cache) - before) for t, before in seen.values()
+            if isinstance(getattr(t, "cache", None), dict) and set(t.cache) - before]
+
+
+def retune(tuned: list) -> None:
+    """Forget the choices compile_first saw made: the autotuners time their configs again."""
+    for tuner, keys in tuned:
+        for key in keys:
+            tuner.cache.pop(key, None)
 
 
 def measure(fn, baseline, settings: Settings, device) -> Timings:

@@ -226,15 +226,18 @@ class FaultWatch:
                 item.stash[_OOM_KEY] = exc
         return report
 
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    @pytest.hookimpl(wrapper=True)  # around whichever plugin runs the test (oomretry may)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         self._item = item  # for pytest_runtest_logfinish, which is not given the item
+        return (yield)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logfinish(self, nodeid: str, location) -> None:
         # After the protocol has dropped the test's fixture values (item.funcargs).
         item = getattr(self, "_item", None)
         if item is not None and item.nodeid == nodeid and _OOM_KEY in item.stash:
-            self._release_memory(item, item.stash[_OOM_KEY])
+            release_memory(item.stash[_OOM_KEY],
+                           empty_cache=self.real_gpu and lost(item.config) is None)
             del item.stash[_OOM_KEY]
         self._item = None
 
@@ -319,32 +322,31 @@ class FaultWatch:
         # The session's final status (sessionfinish hooks may have changed it); 1 if it never ended.
         os._exit(int(getattr(self.session, "exitstatus", 1)))
 
-    def _release_memory(self, item: pytest.Item, exc: BaseException) -> None:
-        """After an out-of-memory failure: free the test's tensors, which its finished frames
-        still hold (through sys.last_traceback, kept for post-mortem debugging, and anything else
-        that kept the exception), then return the caching allocator's blocks to the device, so
-        the next test starts with the memory this one had."""
-        seen = set()
-        while exc is not None and id(exc) not in seen:
-            seen.add(id(exc))
-            tb = exc.__traceback__
-            while tb is not None:
-                try:
-                    tb.tb_frame.clear()
-                except RuntimeError:  # still executing
-                    pass
-                else:
-                    tb.tb_frame.f_locals  # noqa: B018 - before 3.13 this drops a stale snapshot
-                tb = tb.tb_next
-            exc = exc.__cause__ or exc.__context__
-        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-            try:
-                delattr(sys, name)
-            except AttributeError:
-                pass
-        gc.collect()
-        torch = sys.modules.get("torch")
-        if (self.real_gpu and lost(item.config) is None and torch is not None
-                and torch.cuda.is_initialized()):
-            torch.cuda.empty_cache()
 
+def release_memory(exc: BaseException, *, empty_cache: bool) -> None:
+    """After an out-of-memory failure: free the test's tensors, which its finished frames still
+    hold (through sys.last_traceback, kept for post-mortem debugging, and anything else that kept
+    the exception), then return the caching allocator's blocks to the device, so the next test (or
+    its re-run: oomretry.py) starts with the memory this one had."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            try:
+                tb.tb_frame.clear()
+            except RuntimeError:  # still executing
+                pass
+            else:
+                tb.tb_frame.f_locals  # noqa: B018 - before 3.13 this drops a stale snapshot
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+        try:
+            delattr(sys, name)
+        except AttributeError:
+            pass
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if empty_cache and torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()

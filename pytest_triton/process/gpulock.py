@@ -1,20 +1,29 @@
-"""Under pytest-xdist, a perf test never shares its GPU with another worker's tests.
+"""Under pytest-xdist, a test that times a kernel has the GPU to itself while it times.
 
-Every test holds a shared lock on its GPU; a perf test (or one marked triton_exclusive, such as
-a test of timing code) holds it exclusively, and one marked triton_no_gpu (it does not use the
-GPU: its kernels run under the interpreter, in a subprocess) holds none. A writer-preference
-gate keeps a waiting perf test from being starved by a stream of short correctness tests: a test
-passes through the gate (briefly, shared) before taking its lock, and a perf test holds the gate
-exclusively while it waits for, and holds, the GPU.
+Every test holds its GPU shared, from the start of its setup to the end of its teardown; one
+marked triton_no_gpu (it does not use the GPU: its kernels run under the interpreter, in a
+subprocess) holds nothing. The parts that time hold it *alone*: in a test that times (a perf
+test, one using triton_bench under --triton-perf, or one marked triton_exclusive(scope="timing")),
+triton_bench's measurement with the measured ceilings and the diagnoses that profile it, in the
+test or in the pytest runs it starts; and the whole of a test marked triton_exclusive. Nothing
+else does: a perf test's compiles, a child process's start-up, the rest of the test share the GPU.
+
+How: each holder writes a record (a file) into a folder beside the lock's gate while it holds.
+To go alone a thread announces itself (an intent: no shared holder starts while one is there),
+then, through the gate (an flock) one at a time, waits until every other record is gone or lent,
+and writes its own. A test lends its record while it waits to go alone, or while a process it
+started does (it does nothing on the GPU meanwhile): two tests that time never wait for each
+other's shared hold. A shared holder writes its record under the gate, so none is missed. The
+records of dead processes do not count (lockfiles.py).
+
+A process started under a hold (a pytester run, the ncu or compute-sanitizer child) runs under it
+(HELD_ENV): its tests take no lock of their own, and where they time they lend the ancestor's
+record and go alone in its place, their waits reported with the ancestor's test.
 
 The lock is taken at the start of the test's setup and given back after its teardown, inside the
-test's own phases: a wait that fails (longer than --triton-gpu-wait, or stopped by
-pytest-timeout) is that test's setup error, which names the tests holding the GPU, never an
-error of the worker (which xdist would report as a crash, and its controller as an
-INTERNALERROR). Holders are listed in a folder beside the lock files while they hold it.
-
-A thread holds at most one of these locks: a pytest session nested in a test (pytester) runs
-under the outer test's lock, since flock would make it wait for itself.
+test's own phases: a wait that fails (longer than --triton-gpu-wait, or stopped by pytest-timeout)
+is that test's error, which names the tests holding the GPU, never an error of the worker (which
+xdist would report as a crash, and its controller as an INTERNALERROR).
 """
 
 from __future__ import annotations
@@ -22,197 +31,286 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import tempfile
+import sys
 import threading
 import time
+from dataclasses import asdict
 
 import pytest
 
 from .. import options, state
 from ..perf import record
+from . import lockfiles
+from .lockfiles import POLL_S, GPUWaitTimeout, Hold, holders
 
-POLL_S = 0.02  # between tries of a lock another worker holds
+__all__ = ["GPUWaitTimeout", "HELD_ENV", "POLL_S", "acquire", "alone", "hold", "holders", "order",
+           "release", "sharing"]
+
+HELD_ENV = "PYTEST_TRITON_GPU_LOCK_HELD"  # for the processes a holder starts: the hold, as JSON
+SCOPES = ("test", "timing")  # triton_exclusive(scope=...)
 _HELD_KEY = pytest.StashKey[contextlib.ExitStack]()  # item: its hold, from setup to teardown
+_HOLD_KEY = pytest.StashKey["Hold"]()  # item: its own record (not one it runs under)
+WAITS_KEY = pytest.StashKey[list]()  # item: its waits for the lock (lockwaits.py reports them)
 
 
-class GPUWaitTimeout(Exception):
-    """A test waited longer than --triton-gpu-wait for its GPU."""
+def give_back_cached_memory() -> None:
+    """Return this process's cached GPU memory to the device (a test waiting to go alone may need
+    it: an out-of-memory re-run does). Nothing where CUDA never started here."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
-def _lock_paths(gpu_id: str) -> tuple[str, str]:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID", "run")
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{run}-{gpu_id}")
-    base = os.path.join(tempfile.gettempdir(), f"pytest-triton-gpu-{safe}")
-    return base + ".gate", base + ".lock"
+def _note(kind: str, gpu_id: str, wait_s: float, nodeid: str | None) -> tuple[dict, bool]:
+    """A wait for the lock, for the report: kept with the test this thread runs (True), else
+    left to the caller to write for the test whose hold this process runs under (_to_ancestor).
+    A hold alone fills in held_s when it ends (the dict is the one the report carries)."""
+    entry = {"kind": kind, "wait_s": round(wait_s, 3), "held_s": None, "nodeid": nodeid,
+             "gpu": gpu_id}
+    sink = getattr(_THREAD, "sink", None)
+    if sink is not None:
+        sink.append(entry)
+    return entry, sink is not None
 
 
-def _holders_dir(lock: str) -> str:
-    return lock + ".holders"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def holders(gpu_id: str) -> list[dict]:
-    """The tests that hold GPU `gpu_id` now (from the holder records of live processes)."""
-    folder = _holders_dir(_lock_paths(gpu_id)[1])
-    found = []
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    for name in names:
-        try:
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                rec = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if _alive(int(rec.get("pid", 0))):
-            found.append(rec)
-    return found
-
-
-def _describe_holders(gpu_id: str) -> str:
-    now = time.time()
-    recs = holders(gpu_id)
-    if not recs:
-        return "no holder recorded (it may have just let go, or held it from outside pytest-triton)"
-    return "; ".join(f"{r.get('nodeid') or '?'} ({r.get('worker') or 'pid ' + str(r.get('pid'))}, "
-                     f"{'exclusively' if r.get('exclusive') else 'shared'}, for "
-                     f"{now - r.get('since', now):.0f} s)" for r in recs)
+def _to_ancestor(entry: dict, ancestor: Hold | None) -> None:
+    """A wait of a process started under `ancestor`'s hold, for that hold's test (release())."""
+    if ancestor is not None:
+        with contextlib.suppress(OSError), \
+                open(os.path.join(ancestor.folder, f"waits.{ancestor.token}.jsonl"), "a") as f:
+            f.write(json.dumps(entry) + "\n")
 
 
 @contextlib.contextmanager
-def _flock(path: str, exclusive: bool, deadline: float | None, gpu_id: str):
-    import fcntl
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+def _shared(gpu_id: str, deadline: float | None, nodeid: str | None, timing: bool):
+    folder = lockfiles.folder_of(gpu_id)
+    os.makedirs(folder, exist_ok=True)
+    token, start, gave_back = lockfiles.token(), time.monotonic(), False
+    while True:
+        if not lockfiles.scan(folder)[1]:
+            # under the gate, shared: no thread goes alone without seeing this record
+            with lockfiles.flock(lockfiles.gate_of(folder), False, deadline,
+                                 lambda: lockfiles.timeout(gpu_id, start, False, holders(gpu_id))):
+                if not lockfiles.scan(folder)[1]:
+                    path = lockfiles.record(folder, token, nodeid, False)
+                    break
+        if not gave_back:  # another test waits to go alone: this worker's cache may be in its way
+            give_back_cached_memory()
+            gave_back = True
+        if deadline is not None and time.monotonic() >= deadline:
+            raise lockfiles.timeout(gpu_id, start, False, holders(gpu_id))
+        time.sleep(POLL_S)
+    _note("shared", gpu_id, time.monotonic() - start, nodeid)
     try:
-        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        start = time.monotonic()
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
+        yield Hold(gpu_id, folder, token, False, timing)
+    finally:
+        if lockfiles.scan(folder)[1]:
+            give_back_cached_memory()
+        lockfiles.remove(path)
+
+
+@contextlib.contextmanager
+def _alone(gpu_id: str, deadline: float | None, nodeid: str | None, kind: str,
+           lend: Hold | None = None, ancestor: Hold | None = None):
+    """Hold GPU `gpu_id` alone; `lend`: the record this thread holds (or runs under) meanwhile."""
+    folder = lockfiles.folder_of(gpu_id) if lend is None else lend.folder
+    os.makedirs(folder, exist_ok=True)
+    token, start = lockfiles.token("-a"), time.monotonic()
+    made = [os.path.join(folder, f"want.{token}")]
+    if lend is not None:
+        made.append(os.path.join(folder, f"lent.{token}.{lend.token}"))
+
+    def others() -> list[dict]:
+        records, _, lent = lockfiles.scan(folder)
+        return [r for t, r in records.items() if t not in lent and t != token]
+
+    try:
+        for path in made:
+            lockfiles.touch(path, str(os.getpid()))
+        # One at a time through the gate: a thread that finds no other record writes its own
+        # (exclusive) before it lets the next one look.
+        with lockfiles.flock(lockfiles.gate_of(folder), True, deadline,
+                             lambda: lockfiles.timeout(gpu_id, start, True, others())):
+            while blocking := others():
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise GPUWaitTimeout(
-                        f"waited {time.monotonic() - start:.0f} s for GPU {gpu_id} "
-                        f"({'alone' if exclusive else 'shared'}), held by: "
-                        f"{_describe_holders(gpu_id)}. --triton-gpu-wait sets how long a test "
-                        "waits") from None
+                    raise lockfiles.timeout(gpu_id, start, True, blocking)
                 time.sleep(POLL_S)
-        yield
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _recorded(lock: str, nodeid: str | None, exclusive: bool):
-    folder = _holders_dir(lock)
-    path = os.path.join(folder, f"{os.getpid()}-{threading.get_ident()}.json")
+            record = lockfiles.record(folder, token, nodeid, True)
+    except BaseException:
+        entry, kept = _note(kind, gpu_id, time.monotonic() - start, nodeid)
+        if not kept:
+            _to_ancestor(entry, ancestor)
+        for path in made:
+            lockfiles.remove(path)
+        raise
+    got = time.monotonic()
+    entry, kept = _note(kind, gpu_id, got - start, nodeid)
     try:
-        os.makedirs(folder, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"pid": os.getpid(), "worker": os.environ.get("PYTEST_XDIST_WORKER"),
-                       "nodeid": nodeid, "exclusive": exclusive, "since": time.time()}, f)
-    except OSError:
-        path = None  # the record is for messages only: holding the GPU matters more
-    try:
-        yield
+        yield Hold(gpu_id, folder, token, True)
     finally:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                os.remove(path)
+        lockfiles.remove(record)
+        for path in made:
+            lockfiles.remove(path)
+        entry["held_s"] = round(time.monotonic() - got, 3)
+        if not kept:
+            _to_ancestor(entry, ancestor)
 
 
-_THREAD = threading.local()  # .held: the lock this thread holds now (a nested session runs in it)
+_THREAD = threading.local()  # .held: this thread's hold (a nested session runs under it); .sink
+
+
+def _from_env() -> Hold | None:
+    try:
+        return Hold(**json.loads(os.environ[HELD_ENV]))
+    except (KeyError, ValueError, TypeError):
+        return None
+
 
 # Set while a process holds a GPU's lock, for the processes it starts (a pytester subprocess, the
-# compute-sanitizer run of --triton-sanitize): they run under their ancestor's lock, which flock
-# would make them wait for forever (and every other worker behind them, at the gate). Read once,
-# at import: other threads of the holding process are other holders (the tests use them so).
-HELD_ENV = "PYTEST_TRITON_GPU_LOCK_HELD"
-_ANCESTOR_HOLDS = os.environ.get(HELD_ENV)
+# compute-sanitizer run of --triton-sanitize): they run under their ancestor's hold, which they
+# would otherwise wait for (and every other worker behind them). Read once, at import: other
+# threads of the holding process are other holders (the tests use them so).
+_ANCESTOR = _from_env()
 
 
 @contextlib.contextmanager
-def hold(gpu_id: str, exclusive: bool, *, wait_s: float | None = None, nodeid: str | None = None):
-    """Hold GPU `gpu_id`: shared by correctness tests, exclusively by perf tests. Raises
-    GPUWaitTimeout, naming the holders, after `wait_s` seconds of waiting (None: no bound)."""
-    if getattr(_THREAD, "held", None) or _ANCESTOR_HOLDS == gpu_id:
-        yield  # nested in a test (of this process or an ancestor) that holds it already
-        return
-    gate, lock = _lock_paths(gpu_id)
-    deadline = None if wait_s is None else time.monotonic() + wait_s
-    _THREAD.held = gpu_id
-    outer = os.environ.get(HELD_ENV)
-    os.environ[HELD_ENV] = gpu_id
+def _as_held(hold: Hold):
+    """This thread holds `hold` for the block: nested holds and its children run under it."""
+    outer, outer_env = getattr(_THREAD, "held", None), os.environ.get(HELD_ENV)
+    _THREAD.held = hold
+    os.environ[HELD_ENV] = json.dumps(asdict(hold))
     try:
-        if exclusive:
-            with _flock(gate, True, deadline, gpu_id), _flock(lock, True, deadline, gpu_id), \
-                    _recorded(lock, nodeid, True):
-                yield
-        else:
-            with _flock(gate, False, deadline, gpu_id):
-                pass
-            with _flock(lock, False, deadline, gpu_id), _recorded(lock, nodeid, False):
-                yield
+        yield
     finally:
-        _THREAD.held = None
-        if outer is None:
+        _THREAD.held = outer
+        if outer_env is None:
             os.environ.pop(HELD_ENV, None)
         else:
-            os.environ[HELD_ENV] = outer
+            os.environ[HELD_ENV] = outer_env
 
 
-def _wanted(item: pytest.Item) -> tuple[str, bool | None] | None:
-    """(GPU id, exclusive) where the lock is on (under xdist, on a GPU), else None. exclusive is
-    None for a test marked triton_no_gpu: it takes no lock at all."""
+@contextlib.contextmanager
+def hold(gpu_id: str, exclusive: bool, *, timing: bool = False, wait_s: float | None = None,
+         nodeid: str | None = None):
+    """Hold GPU `gpu_id` (shared, or alone) and yield the hold; yield None, holding nothing new,
+    nested in a hold of this thread or of an ancestor process. `timing`: shared by a test that
+    times (alone() takes the GPU alone under it). Raises GPUWaitTimeout, naming the holders, after
+    `wait_s` seconds of waiting (None: no bound)."""
+    if nested(gpu_id):
+        yield None
+        return
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    taking = _alone(gpu_id, deadline, nodeid, "test") if exclusive else \
+        _shared(gpu_id, deadline, nodeid, timing)
+    with taking as held, _as_held(held):
+        yield held
+
+
+def nested(gpu_id: str) -> bool:
+    """Whether a hold of GPU `gpu_id` here would run under one of this thread or an ancestor."""
+    return getattr(_THREAD, "held", None) is not None or (
+        _ANCESTOR is not None and _ANCESTOR.gpu_id == gpu_id)
+
+
+def sharing() -> bool:
+    """Whether this thread runs under the shared hold of a test that times (its own, or one of a
+    test it runs inside: a pytest run that test started): alone() takes the GPU alone. Under the
+    hold of a test that does not time (a test of the plugin's logic, with a stand-in measure
+    hook, say) what it runs times as it would without xdist, sharing the GPU."""
+    held = getattr(_THREAD, "held", None) or _ANCESTOR
+    return held is not None and not held.exclusive and held.timing
+
+
+@contextlib.contextmanager
+def alone(*, wait_s: float | None = None, nodeid: str | None = None):
+    """Hold the GPU alone for the block (a timed part) where this thread runs under the shared
+    hold of a test that times (sharing()): the hold is lent meanwhile. Elsewhere (no lock, alone
+    already, or in a test that does not time) it does nothing."""
+    if not sharing():
+        yield
+        return
+    own = getattr(_THREAD, "held", None)
+    lend = own or _ANCESTOR
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    with _alone(lend.gpu_id, deadline, nodeid, "alone", lend, None if own else _ANCESTOR) as held, \
+            _as_held(held):
+        yield
+
+
+# --- the tests' holds ---------------------------------------------------------------------------
+
+def exclusive_scope(item: pytest.Item) -> str | None:
+    """The test's triton_exclusive scope ("test" or "timing"), None without the marker. A bad
+    argument raises ValueError naming the test and the argument."""
+    mark = item.get_closest_marker("triton_exclusive")
+    if mark is None:
+        return None
+    scope = mark.kwargs.get("scope", "test")
+    if scope not in SCOPES or mark.args or set(mark.kwargs) - {"scope"}:
+        given = ", ".join([repr(a) for a in mark.args]
+                          + [f"{k}={v!r}" for k, v in mark.kwargs.items()])
+        raise ValueError(f"{item.nodeid}: triton_exclusive({given}): expected triton_exclusive "
+                         f"or triton_exclusive(scope=...) with scope one of "
+                         f"{', '.join(map(repr, SCOPES))}")
+    return scope
+
+
+def _wanted(item: pytest.Item) -> tuple[str, str] | None:
+    """(GPU id, kind) where the lock is on (under xdist, on a GPU), else None. kind: "none" (a test
+    marked triton_no_gpu takes no lock), "shared", "timing" (shared, alone where it times: perf
+    tests, triton_exclusive(scope="timing")) or "test" (alone throughout: triton_exclusive)."""
     rt = state.get(item.config).runtime
     if rt.interpret or rt.gpu_id is None or not os.environ.get("PYTEST_XDIST_WORKER") \
             or os.name != "posix":
         return None
     if item.get_closest_marker("triton_no_gpu") is not None:
-        return rt.gpu_id, None
+        return rt.gpu_id, "none"
+    try:
+        scope = exclusive_scope(item)
+    except ValueError:
+        scope = "test"  # its setup fails, saying why (acquire)
+    if scope is not None:
+        return rt.gpu_id, scope
     rec = record.of(item)
-    perf = state.get(item.config).perf and rec is not None and rec.target is not None
-    return rt.gpu_id, perf or item.get_closest_marker("triton_exclusive") is not None
+    perf = state.get(item.config).perf and (rec is not None and rec.target is not None
+                                            or "triton_bench" in getattr(item, "fixturenames", ()))
+    return rt.gpu_id, "timing" if perf else "shared"
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Under xdist on a GPU: the tests that hold the GPU alone first, then those that do not use
-    it, each group in its own order. Taken later, a test that holds the GPU alone waits for every
-    test in flight to end (the slowest of up to N workers' tests) while every other worker waits
-    behind it at the gate: a convoy that, with two such tests in the project's own suite, left 8
-    workers idle for minutes on an H100. First, they wait for the workers' first tests only, and
-    the tests that take no lock keep the other workers busy meanwhile."""
+    """Under xdist on a GPU: the tests that share the GPU first, then those that do not use it,
+    then those that time (each group in its own order). A test going alone waits for every test
+    in flight on the GPU to end (the slowest of up to N workers'), while the others wait for it
+    to be done: amid the shared tests, each timed part would cost every worker the rest of the
+    longest test in flight. Last, they run beside each other and beside the tests that take no
+    lock, and no shared test is left to wait for. (Before: first, where xdist's first batch gave
+    all of them to one worker, and every other worker waited 86 s while they ran one by one.)"""
     if not items or _wanted(items[0]) is None:
         return
-    rank = {True: 0, None: 1, False: 2}
+    rank = {"shared": 0, "none": 1, "timing": 2, "test": 2}
     items.sort(key=lambda it: rank[_wanted(it)[1]])  # stable: each group keeps its order
 
 
 def acquire(item: pytest.Item) -> None:
     """At the start of the test's setup: take its GPU. A failed wait fails the test's setup."""
+    try:
+        exclusive_scope(item)
+    except ValueError as exc:
+        pytest.fail(str(exc), pytrace=False)
     wanted = _wanted(item)
-    if wanted is None or wanted[1] is None:
+    if wanted is None or wanted[1] == "none":
         return
-    gpu_id, exclusive = wanted
+    gpu_id, kind = wanted
     wait_s = options.get_float(item.config, "triton_gpu_wait", minimum=0.0)
     stack = contextlib.ExitStack()
+    waits = item.stash.setdefault(WAITS_KEY, [])  # a re-run's add to its first run's
+    if getattr(_THREAD, "sink", None) is None and not nested(gpu_id):  # its own hold: its waits
+        _THREAD.sink = waits
+        stack.callback(setattr, _THREAD, "sink", None)
     waited = None
     try:
-        stack.enter_context(hold(gpu_id, exclusive, wait_s=wait_s, nodeid=item.nodeid))
+        held = stack.enter_context(hold(gpu_id, kind == "test", timing=kind == "timing",
+                                        wait_s=wait_s, nodeid=item.nodeid))
     except GPUWaitTimeout as exc:
         waited = str(exc)
     except BaseException:  # pytest-timeout's Failed, KeyboardInterrupt: not held, let it raise
@@ -221,15 +319,42 @@ def acquire(item: pytest.Item) -> None:
     if waited is not None:
         stack.close()
         pytest.fail(f"pytest-triton: {waited}", pytrace=False)
+    if held is not None:
+        item.stash[_HOLD_KEY] = held
     item.stash[_HELD_KEY] = stack
 
 
+@contextlib.contextmanager
+def alone_for(item: pytest.Item):
+    """Hold the test's GPU alone across a whole run of it (an out-of-memory re-run, oomretry.py):
+    its setup's acquire runs under this hold, and the wait is reported with the test's. Raises
+    GPUWaitTimeout after --triton-gpu-wait seconds of waiting."""
+    gpu_id = _wanted(item)[0]
+    wait_s = options.get_float(item.config, "triton_gpu_wait", minimum=0.0)
+    outer = getattr(_THREAD, "sink", None)
+    _THREAD.sink = item.stash.setdefault(WAITS_KEY, [])
+    try:
+        with hold(gpu_id, True, wait_s=wait_s, nodeid=item.nodeid):
+            yield
+    finally:
+        _THREAD.sink = outer
+
+
 def release(item: pytest.Item) -> None:
-    """After the test's teardown: give its GPU back."""
+    """After the test's teardown: give its GPU back, and gather the waits of the processes that
+    ran under its hold."""
     stack = item.stash.get(_HELD_KEY, None)
-    if stack is not None:
-        del item.stash[_HELD_KEY]
-        stack.close()
+    if stack is None:
+        return
+    del item.stash[_HELD_KEY]
+    stack.close()
+    held = item.stash.get(_HOLD_KEY, None)
+    if held is not None:
+        path = os.path.join(held.folder, f"waits.{held.token}.jsonl")
+        with contextlib.suppress(OSError):
+            with open(path, encoding="utf-8") as f:
+                item.stash[WAITS_KEY].extend(json.loads(line) for line in f if line.strip())
+            os.remove(path)
 
 
 class GPULock:

@@ -31,7 +31,9 @@ def supervision(config: pytest.Config) -> tuple[bool, str]:
     mode = options.get(config, "triton_supervise")
     if mode in ("on", "off"):
         return mode == "on", f"--triton-supervise={mode}"
-    if not state.get(config).runtime.interpret:
+    # --triton-judge: this process, which then runs no test, recomputes the perf verdicts
+    judged = options.get(config, "triton_judge") == "on"
+    if not state.get(config).runtime.interpret and not judged:
         return False, "auto: kernels run on a GPU, whose faults are contained without it"
     if os.environ.get("PYTEST_CURRENT_TEST"):
         return False, "auto: this run is inside another test"
@@ -47,7 +49,8 @@ def supervision(config: pytest.Config) -> tuple[bool, str]:
             return False, f"auto: --{opt.replace('setup', 'setup-')} shows this process's fixtures"
     if config.getoption("log_cli_level", None) is not None or config.getini("log_cli"):
         return False, "auto: live logging (log_cli) writes to this process's terminal"
-    return True, "--triton-supervise=auto, under Triton's interpreter"
+    return True, ("--triton-supervise=auto, under --triton-judge: this process recomputes every "
+                  "perf verdict" if judged else "--triton-supervise=auto, under Triton's interpreter")
 
 
 def _held_here(items: list[pytest.Item]) -> str | None:

@@ -8,6 +8,7 @@ import torch
 import triton
 
 from pytest_triton import assert_close, interpreting, skip_interpreter_gap, tolerance_for
+from reference_kernels import attention as attn
 from reference_kernels.attention import VARIANTS, attention, attention_inputs, attention_reference
 from reference_kernels.matmul import tma_available
 
@@ -215,3 +216,27 @@ def test_attention_explicit_blocks(make_tensor, triton_device, shape, blocks, ca
                         num_stages=2)
     _check(attention(q, k, v, causal=causal, out=out, variant=variant, config=cfg), q, k, v,
            causal)
+
+
+# --- compiled resources -------------------------------------------------------------------------
+# Every tuned tile of each head dim (_attention_configs), launched as given, causal and not, and
+# compiled by triton_resources for sm_80 and sm_90, on CPU too: the pointer kernel for both, the
+# TMA kernel for sm_90. Limits that hold with Triton 3.6 and 3.9: shared memory within each
+# limit (the D 128 tiles of 128 x 128 in 3 stages: 229,376 bytes of the pointer kernel's, 230,400
+# of the TMA kernel's, within sm_90's 232,448), one program of 4 warps per SM at least (6.25%),
+# and no spills, but on sm_80 the pointer kernel's D 128 tile of 128 x 128 on 8 warps (an H100
+# tile): 255 registers and 80-128 bytes per thread.
+def _resources(variant: str, head_dim: int):
+    archs = ("sm_90",) if variant == "tma" else ("sm_80", "sm_90")
+    spills = 128 if (variant, head_dim) == ("pointer", 128) else 0
+    return pytest.mark.triton_resources(max_spills=spills, min_occupancy=0.0625, archs=archs)
+
+
+@pytest.mark.parametrize("variant, head_dim", [
+    pytest.param(v, d, id=f"{v}-{d}", marks=_resources(v, d)) for v in VARIANTS for d in (64, 128)])
+def test_attention_configs_compile_within_limits(make_tensor, triton_device, variant, head_dim):
+    _need_variant(variant, triton_device)
+    q, k, v = attention_inputs(make_tensor, 1, 1, 128, head_dim, dtype=torch.float16)
+    for cfg in attn._attention_configs()[head_dim]:
+        for causal in (False, True):
+            _check(attention(q, k, v, causal=causal, variant=variant, config=cfg), q, k, v, causal)

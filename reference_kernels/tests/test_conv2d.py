@@ -395,17 +395,36 @@ def test_conv2d_default_takes_the_faster_tma_variant(make_tensor, triton_device,
                                                      faster):
     # Timings stand in for the GPU's (the interpreter times nothing): the default must launch
     # the variant whose plan was faster, and only that one, with a correct result; a 1x1
-    # unpadded conv (no masks) stays on the TMA kernel without timing anything.
+    # unpadded conv (no masks) stays on the TMA kernel without timing anything. On a GPU the
+    # chosen variant still plans its config for real (_plan times its candidates, launching the
+    # kernel many times): those launches are the plan's, not the default's, and are not counted.
     _need_tma(triton_device)
     ms = {"tma": 1.0, "tma_nhwc": 2.0} if faster == "tma" else {"tma": 2.0, "tma_nhwc": 1.0}
-    timed, launched = [], []
+    timed, launched, planning = [], [], []
     monkeypatch.setattr(cv, "_VARIANT_CHOICES", {})
+    monkeypatch.setattr(cv, "_PLANS", {})
+    monkeypatch.setattr(cv, "_PLAN_MS", {})
     monkeypatch.setattr(cv, "_tunable", lambda x, w: True)
     monkeypatch.setattr(cv, "_plan_ms", lambda variant, *args: timed.append(variant) or ms[variant])
+    real_plan = cv._plan
+
+    def plan(*args):
+        planning.append(True)
+        try:
+            return real_plan(*args)
+        finally:
+            planning.pop()
+
+    monkeypatch.setattr(cv, "_plan", plan)
+    def recording(name, real):
+        def launch(*args):
+            if not planning:
+                launched.append(name)
+            return real(*args)
+        return launch
+
     for name in ("_conv2d_tma", "_conv2d_nhwc"):
-        real = getattr(cv, name)
-        monkeypatch.setattr(cv, name, lambda *a, real=real, name=name: launched.append(name)
-                            or real(*a))
+        monkeypatch.setattr(cv, name, recording(name, getattr(cv, name)))
     x, weight, bias = conv2d_inputs(make_tensor, 2, 16, 9, 7, 24, 3, 3, dtype=torch.float16,
                                     bias=True)
     y = conv2d(x, weight, bias, padding=1)
@@ -418,3 +437,35 @@ def test_conv2d_default_takes_the_faster_tma_variant(make_tensor, triton_device,
     x1, w1, _ = conv2d_inputs(make_tensor, 2, 32, 5, 6, 16, 1, 1, dtype=torch.float16)
     _check(conv2d(x1, w1), x1, w1, None)
     assert timed == [] and launched[-1] == "_conv2d_tma"
+
+
+# --- compiled resources -------------------------------------------------------------------------
+# The pointer kernel's tiles (_conv2d_configs) on a 3x3 conv of 64 channels, and the TMA
+# kernels' default plans (A by masked copies for a 3x3 conv, by TMA for a 1x1 one; the NHWC
+# kernel's first tile), launched as given and compiled by triton_resources for sm_80 and sm_90
+# (the TMA kernels: sm_90), on CPU too. Limits that hold with Triton 3.6 and 3.9: shared memory
+# within each limit, one program of 4 warps per SM at least (6.25%), no spills on sm_90; on
+# sm_80 the pointer kernel's tiles (sized for wgmma) reach 255 registers and spill up to 32 bytes
+# per thread (Triton 3.6: three tiles of four; 3.9: 128 x 256).
+RESOURCES = {
+    "implicit_gemm": pytest.mark.triton_resources(max_spills=32, min_occupancy=0.0625,
+                                                  archs=("sm_80", "sm_90")),
+    "tma": pytest.mark.triton_resources(max_spills=0, min_occupancy=0.0625, archs=("sm_90",)),
+}
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=m) for v, m in RESOURCES.items()])
+def test_conv2d_configs_compile_within_limits(make_tensor, triton_device, variant):
+    x, weight, _ = conv2d_inputs(make_tensor, 1, 64, 4, 4, 64, 3, 3, dtype=torch.float16)
+    if variant == "implicit_gemm":
+        for cfg in cv._conv2d_configs():
+            _check(conv2d(x, weight, padding=1, variant=variant, config=cfg), x, weight, None,
+                   padding=1)
+        return
+    _need_tma(triton_device)
+    x1, w1, _ = conv2d_inputs(make_tensor, 1, 64, 8, 8, 64, 1, 1, dtype=torch.float16)
+    for xx, ww, pad in ((x, weight, 1), (x1, w1, 0)):
+        cfg = cv._default_tma_config(64, ww.shape[0], cv._masked_taps(ww, pad))
+        _check(conv2d(xx, ww, padding=pad, variant="tma", config=cfg), xx, ww, None, padding=pad)
+    cfg = cv._nhwc_candidates(4, 4, 64, 64)[0]
+    _check(conv2d(x, weight, padding=1, variant="tma_nhwc", config=cfg), x, weight, None, padding=1)

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from pytest_triton import assert_close, assert_grads_close, skip_interpreter_gap
+from reference_kernels import _rows as rows
+from reference_kernels import layernorm as ln
 from reference_kernels.layernorm import (
     DTYPES,
     layer_norm,
@@ -335,3 +337,44 @@ def test_drops_term_control_needs_the_term(make_tensor):
     controls.layernorm_bwd_drops_term(dy, x, w, mean, rstd, dx=dx)
     dx_ref, _, _ = layernorm_backward_reference(dy.double(), x.double(), w.double(), b.double())
     assert_close(dx, dx_ref, reduction_size=129)
+
+
+# --- compiled resources -------------------------------------------------------------------------
+# The launches a GPU makes at the perf tests' widths (layernorm_config's and
+# layernorm_backward_config's heuristics, as on a GPU, register caps included), compiled for
+# sm_80 and sm_90 by triton_resources, on CPU too. Split forward rows (65536 columns) are
+# launched with one chunk (the interpreter runs one program at a time), so the split kernel
+# compiles with MAX_CHUNKS=1 where a GPU's take 8 or 16. Limits that hold with Triton 3.6 and
+# 3.9: shared memory within each architecture's limit, at least one program of 16 warps per SM
+# (25%) or two of 4 (12.5%), and no spills, but where ptxas spills today: the 16-bit split rows'
+# 8192-column chunks capped at 72 registers (tuned on an H100) spill 80 bytes per thread on
+# sm_80 with Triton 3.9.
+RESOURCES = pytest.mark.triton_resources(max_spills=0, min_occupancy=0.125,
+                                         archs=("sm_80", "sm_90"))
+RESOURCE_DTYPES = [pytest.param(torch.float32, id="float32"), pytest.param(torch.float16, id="float16")]
+FORWARD_RESOURCE_CASES = [
+    pytest.param(cols, dtype, id=f"{cols}-{str(dtype)[6:]}", marks=(
+        pytest.mark.triton_resources(max_spills=80, min_occupancy=0.125, archs=("sm_80", "sm_90"))
+        if (cols, dtype) == (65536, torch.float16) else RESOURCES))
+    for cols in (1024, 4096, 16384, 65536) for dtype in (torch.float32, torch.float16)]
+
+
+def _gpu_config(monkeypatch, config_fn, n_cols, dtype):
+    with monkeypatch.context() as gpu:
+        gpu.setattr(ln, "interpreting", lambda: False)
+        return config_fn((1 << 27) // n_cols, n_cols, dtype)
+
+
+@pytest.mark.parametrize("cols, dtype", FORWARD_RESOURCE_CASES)
+def test_gpu_forward_compiles_within_limits(cols, dtype, make_tensor, monkeypatch):
+    cfg = _gpu_config(monkeypatch, ln.layernorm_config, cols, dtype)
+    monkeypatch.setattr(rows, "interpreting", lambda: False)  # maxnreg reaches the launch
+    check_forward(make_tensor, (cfg["ROWS"], min(cols, cfg["BLOCK_N"])), dtype, config=cfg)
+
+
+@RESOURCES
+@pytest.mark.parametrize("dtype", RESOURCE_DTYPES)
+@pytest.mark.parametrize("cols", [1024, 4096, 8208])  # 8208: wider than FUSED_BWD_MAX_COLS
+def test_gpu_backward_compiles_within_limits(cols, dtype, make_tensor, monkeypatch):
+    cfg = _gpu_config(monkeypatch, ln.layernorm_backward_config, cols, dtype)
+    check_backward(make_tensor, (1, cols), dtype, config=cfg)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pytest_triton import assert_close, interpreting
+from reference_kernels import softmax as sm
 from reference_kernels.softmax import (
     DTYPES,
     softmax,
@@ -202,3 +203,38 @@ def test_rejects_softmax_that_drops_last_block(dtype, make_tensor):
     # The dropped 22-column tail is ~15% of each row's sum: past every dtype's tolerance.
     with pytest.raises(AssertionError, match="Mismatched elements"):
         check_softmax(controls.softmax_drops_last_block, make_tensor, (3, 150), dtype)
+
+
+# --- compiled resources -------------------------------------------------------------------------
+# The launches a GPU makes at the perf tests' widths (softmax_config's heuristic, as on a GPU),
+# compiled for sm_80 and sm_90 by triton_resources, on CPU too. Split rows (65536 columns) are
+# launched with one 4096-column chunk (the interpreter runs one program at a time), so the split
+# kernel compiles with MAX_CHUNKS=1 where a GPU's 65536-column rows take 16. Limits that hold
+# with Triton 3.6 and 3.9: shared memory within each architecture's limit; at least 12.5%
+# occupancy (the persistent 1024-column fp32 tiles: 4 programs of 2 warps per SM, as designed);
+# no spills, but where ptxas spills today: the persistent kernel's 1024-column fp16 tiles of 4
+# rows on sm_80 (Triton 3.6: 128 registers and 8 bytes per thread), and its 16384-column fp32
+# rows on 32 warps on sm_90 (Triton 3.9: 64 registers, all 1024 threads may have, and 32 bytes).
+def _softmax_resource_cases():
+    cases = []
+    for persistent in (False, True):
+        for cols in (1024, 4096, 16384, 65536):
+            for dtype in (torch.float32, torch.float16):
+                spills = {(1024, torch.float16): 8, (16384, torch.float32): 32}.get(
+                    (cols, dtype), 0) if persistent else 0
+                cases.append(pytest.param(
+                    persistent, cols, dtype,
+                    id=f"{'persistent' if persistent else 'tiled'}-{cols}-{str(dtype)[6:]}",
+                    marks=pytest.mark.triton_resources(max_spills=spills, min_occupancy=0.125,
+                                                       archs=("sm_80", "sm_90"))))
+    return cases
+
+
+@pytest.mark.parametrize("persistent, cols, dtype", _softmax_resource_cases())
+def test_gpu_launches_compile_within_limits(persistent, cols, dtype, make_tensor, monkeypatch):
+    with monkeypatch.context() as gpu:
+        gpu.setattr(sm, "interpreting", lambda: False)
+        cfg = sm.softmax_config((1 << 27) // cols, cols, dtype, persistent)
+    (x,) = softmax_inputs(make_tensor, cfg["ROWS"], min(cols, cfg["BLOCK_N"]), dtype=dtype)
+    launcher = softmax_persistent if persistent else softmax
+    assert_close(launcher(x, config=cfg), softmax_reference(x.double()))

@@ -211,13 +211,13 @@ def test_an_interpreter_run_says_it_checked_one_of_the_configs(pytester, run_int
         "assert_every_config: checked 1 of 3 configs of _double_kernel (interpreter); the "
         "autotuner holds only the interpreter's config here (autotune_configs); not checked: "
         "BLOCK=32, WRITE=False, num_warps=2, num_stages=1; BLOCK=64, WRITE=True, num_warps=4, "
-        "num_stages=2. all_configs=True or --triton-all-configs checks every one here, or a GPU run",
+        "num_stages=2. all_configs=True or --triton-all-configs runs them here, or a GPU run",
     ])
     result.stdout.fnmatch_lines([
         "pytest-triton: assert_every_config left 2 configs unchecked under Triton's interpreter "
         "in 1 test (autotune_configs holds one config there): test_portable.py::test_portable: "
         "_double_kernel 1 of 3 (interpreter). --triton-all-configs (or "
-        "assert_every_config(..., all_configs=True)) checks every one"])
+        "assert_every_config(..., all_configs=True)) runs them here"])
     junit = (pytester.path / "junit.xml").read_text()
     assert 'name="triton.configs_checked" value="_double_kernel: 1 of 3 (interpreter)"' in junit
 
@@ -251,3 +251,26 @@ def test_the_perf_json_records_the_configs_each_test_checked(pytester, run_inter
     assert doc["configs_checked"] == [{
         "nodeid": "test_portable.py::test_portable", "kernel": "_double_kernel", "checked": 1,
         "total": 3, "where": "interpreter", "unchecked": 2, "reason": "interpreter config only"}]
+
+
+def test_the_summary_names_each_test_and_kernel_once(pytester):
+    # issue 32: a test that called assert_every_config twice was listed twice and counted as
+    # two tests
+    from pytest_triton.correctness.configs import RECORDS_KEY, ConfigsSummary
+
+    config = pytester.parseconfig()
+    summary = ConfigsSummary(config)
+    rec = {"kernel": "_k", "checked": 0, "total": 7, "where": "interpreter", "unchecked": 7,
+           "reason": "interpreter config only"}
+    config.stash[RECORDS_KEY] += [{"nodeid": "t.py::a", **rec}, {"nodeid": "t.py::a", **rec},
+                                  {"nodeid": "t.py::b", **rec}]
+    lines = []
+
+    class Reporter:
+        def write_line(self, line, **kw):
+            lines.append(line)
+
+    summary.pytest_terminal_summary(Reporter())
+    assert lines[0].startswith("pytest-triton: assert_every_config left 14 configs unchecked "
+                               "under Triton's interpreter in 2 tests"), lines[0]
+    assert lines[0].count("t.py::a") == 1

@@ -230,6 +230,44 @@ def test_outputs_chooses_which_outputs_are_differentiated(make_tensor):
                            grad_outputs=[gy, gy])
 
 
+class ScaleWithExtras(torch.autograd.Function):
+    """Returns (y, None, None, None), as autograd Functions that carry non-tensor outputs do."""
+
+    bug = False
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x * w, None, None, None
+
+    @staticmethod
+    def backward(ctx, gy, *_):
+        x, w = ctx.saved_tensors
+        return gy * w * (1.5 if ScaleWithExtras.bug else 1.0), (gy * x).sum(0)
+
+
+def test_none_outputs_of_an_autograd_function_are_skipped(make_tensor):
+    # issue 32: "fn returned NoneType; expected a tensor or a tuple of tensors" for a function
+    # that returned (tensor, None, None, None)
+    x, w = make_tensor((6, 16)), make_tensor(16)
+    y, *rest = assert_grads_close(ScaleWithExtras.apply, lambda x, w: x * w, (x, w),
+                                  reduction_sizes={"w": 6}, names=["x", "w"])
+    assert y.shape == (6, 16) and rest == [None, None, None]
+    ScaleWithExtras.bug = True
+    try:
+        with pytest.raises(AssertionError, match="Gradients off for 1 of 2 inputs: x"):
+            assert_grads_close(ScaleWithExtras.apply, lambda x, w: x * w, (x, w),
+                               reduction_sizes={"w": 6}, names=["x", "w"])
+    finally:
+        ScaleWithExtras.bug = False
+    with pytest.raises(ValueError, match=r"outputs=\(1,\): fn's output 1 is None"):
+        assert_grads_close(ScaleWithExtras.apply, lambda x, w: x * w, (x, w), outputs=(1,))
+    with pytest.raises(TypeError, match="fn returned int at position 1 of its 2 outputs"):
+        assert_grads_close(lambda x, w: (x * w, 3), lambda x, w: x * w, (x, w))
+    with pytest.raises(TypeError, match="fn returned no tensor"):
+        assert_grads_close(lambda x, w: None, lambda x, w: x * w, (x, w))
+
+
 class HalfRMSNorm(torch.autograd.Function):
     """An RMSNorm that computes as torch's own autograd does at the inputs' precision: x_hat
     rounded to the inputs' dtype, the weight gradient summed from products in that dtype. `bug`

@@ -2,6 +2,8 @@
 starts as poison, so an output element a library's kernel never writes is caught, and nothing
 the code computes changes."""
 
+from collections import Counter
+
 import pytest
 import torch
 import triton
@@ -181,7 +183,9 @@ def test_an_unwritten_block_of_a_library_allocated_output_fails(library, on):
         "*Non-finite: 904 NaN and 0 Inf in actual where expected is finite*",
         "*- pytest-triton poisoned allocations -*",
         "*fresh allocations (*MB) filled with poison (empty_like x2)*NaN (or the integer "
-        "sentinel) in an output is an element that no kernel or op wrote after it was allocated",
+        "sentinel) in an output is an element that no kernel or op wrote after it was allocated "
+        "(a launch that failed silently, or a kernel that left the output to hold what recycled "
+        "memory held: a freed reference's result)",
     ])
 
 
@@ -324,3 +328,81 @@ def test_entering_the_mode_imports_nothing_more():
             "print(sorted(m for m in set(sys.modules) - before if m.startswith('torch')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _workload(device):
+    """Uninitialised allocations of every kind, a resize_ that grows one, and work on them."""
+    x = torch.empty(1 << 20, device=device)
+    y = torch.empty_like(x)
+    z = x.new_empty((1 << 18,))
+    w = torch.empty_strided((512, 512), (1024, 1), device=device)  # half its storage is gaps
+    t = torch.empty(1000, device=device).resize_(1 << 16)
+    y.copy_(x.fill_(1.0)).add_(2.0)
+    return float(y[0]) + z.numel() + w.numel() + t.numel()
+
+
+class _NewStorages:
+    """A dispatch mode below the poisoning one: the bytes of every storage an op creates."""
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        seen, ops = set(), []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for o in out if isinstance(out, (tuple, list)) else (out,):
+                    if isinstance(o, torch.Tensor):
+                        s = o.untyped_storage()
+                        new = s.data_ptr() not in seen
+                        seen.add(s.data_ptr())
+                        ops.append((func.overloadpacket.__name__, s.nbytes() if new else 0))
+                return out
+
+        self.mode, self.ops = Mode(), ops
+
+    def bytes_by_op(self) -> dict:
+        out: dict = {}
+        for name, n in self.ops:
+            out[name] = out.get(name, 0) + n
+        return out
+
+
+def test_poisoning_allocates_nothing():
+    # On the CPU there is no peak to read (torch.cuda.max_memory_allocated is the CUDA caching
+    # allocator's; torch's CPU allocator keeps no such count, and torch.profiler's CPU memory
+    # events saw 32 bytes of a 6 MB workload here), so this shows why the GPU's peak cannot move:
+    # the ops the poisoning adds create no storage (a view of each new tensor, filled in place).
+    plain, poisoned = _NewStorages(), _NewStorages()
+    with plain.mode:
+        _workload("cpu")
+    with poisoned.mode, poison_allocations():  # the poisoning mode above: its ops pass below
+        _workload("cpu")
+    added = Counter(name for name, _ in poisoned.ops) - Counter(name for name, _ in plain.ops)
+    assert added == {"as_strided": 6, "fill_": 6}, added  # 5 allocations, 1 growth: a view, filled
+    assert poisoned.bytes_by_op() == {**plain.bytes_by_op(), "as_strided": 0, "fill_": 0}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(),
+                    reason="needs CUDA: the peak is the CUDA caching allocator's "
+                           "(torch.cuda.max_memory_allocated); torch's CPU allocator keeps none "
+                           "(test_poisoning_allocates_nothing shows on the CPU why it cannot move)")
+def test_poisoning_uses_no_extra_gpu_memory(triton_device):
+    # Issue 32: under --triton-poison-allocations, Liger-Kernel's tests used no extra memory that
+    # could be seen. The peak of a workload of fresh allocations, with and without poisoning.
+    def peak(poison: bool) -> int:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        if poison:
+            with poison_allocations():
+                _workload(triton_device)
+        else:
+            _workload(triton_device)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    plain = peak(False)
+    assert plain >= 4 * (1 << 20) * 2  # x and y at least: the workload did allocate
+    assert peak(True) == plain == peak(False)

@@ -62,6 +62,7 @@ def test_without_a_gpu_the_run_says_nothing_was_checked(pytester, run_interprete
     ])
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_it_cannot_run_under_xdist(pytester):
     pytester.makepyfile("def test_a(): pass")
     result = pytester.runpytest("--triton-sanitize", "racecheck", "-n", "2")

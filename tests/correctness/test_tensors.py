@@ -73,7 +73,7 @@ def test_poisoned_outputs():
 
 @pytest.mark.parametrize("args, kwargs, error, match", [
     (("3",), {}, TypeError, "shape"), (((2, -1),), {}, TypeError, "ints >= 0"),
-    ((3, "float32"), {}, TypeError, "dtype must be a torch.dtype"),
+    ((3, "float17"), {}, TypeError, "dtype=.float17.: expected a torch.dtype or its name"),
     ((3,), {"dist": "gauss"}, ValueError, "dist='gauss'"),
     ((3,), {"dist": "uniform", "low": 1, "high": 1}, ValueError, "empty range"),
     ((3,), {"dist": "constant"}, ValueError, "needs value="),

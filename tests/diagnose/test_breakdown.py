@@ -133,7 +133,7 @@ def plugin_run(pytester, monkeypatch):
         profiled.append(1)
         return fn()
 
-    monkeypatch.setattr(breakdown, "_profile", profile)
+    monkeypatch.setattr(breakdown, "profile_call", profile)
     pytester.makeconftest(CONFTEST)
     pytester.syspathinsert()
     pytester.makepyfile(breakdown_traces=Path(_traces.__file__).read_text(), test_k=TESTS)
@@ -187,7 +187,7 @@ def test_a_profiler_that_fails_is_a_note_not_a_failure(plugin_run, monkeypatch):
     def broken(config, fn):
         raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
 
-    monkeypatch.setattr(breakdown, "_profile", broken)
+    monkeypatch.setattr(breakdown, "profile_call", broken)
     result, by_test = plugin_run("--triton-perf-explain", "-rP")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["  timed call: not taken apart (RuntimeError: "

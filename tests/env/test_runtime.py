@@ -58,6 +58,7 @@ def test_ini_twins_set_defaults_and_the_command_line_wins(pytester):
     result.stdout.fnmatch_lines(["pytest-triton: seed base 12 (--triton-seed); perf on*"])
 
 
+@pytest.mark.requires_plugin("pytest-benchmark", "pytest-xdist")
 def test_loads_beside_pytest_benchmark_and_xdist(pytester):
     pytester.makepyfile("""
         from pytest_triton import assert_close

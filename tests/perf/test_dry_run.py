@@ -151,6 +151,7 @@ def test_the_ini_twin_accepts_unchecked_targets_and_failures_keep_their_status(d
     failing.stdout.fnmatch_lines(["2 perf targets UNCHECKED (needs a CUDA GPU): the run FAILS*"])
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_the_gate_holds_under_xdist(pytester):
     pytester.makepyfile(test_k="""
         import pytest

@@ -5,7 +5,9 @@ import pytest
 from pytest_triton import skip_interpreter_gap
 
 
-def test_every_bad_marker_of_a_module_is_named_at_once(pytester):
+def test_each_bad_marker_errors_its_own_test_and_the_rest_run(pytester):
+    # issue 32: one bad marker argument interrupted the whole run (a collection error), even
+    # with its test deselected
     pytester.makepyfile(test_k="""
         from pytest_triton import perf_target
         @perf_target(gbps=-1)
@@ -17,11 +19,32 @@ def test_every_bad_marker_of_a_module_is_named_at_once(pytester):
         def test_c(triton_bench): pass
     """)
     result = pytester.runpytest("-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.INTERRUPTED  # collection errors stop the run
+    result.assert_outcomes(passed=1, errors=3)
     text = result.stdout.str()
     for needle in ("test_k.py::test_a: gbps=-1", "test_k.py::test_b: max_ms=0",
                    "test_k.py::test_c: 'sofmax' is not in the performance checklist"):
         assert needle in text, needle
+    deselected = pytester.runpytest("-p", "no:cacheprovider", "-k", "fine")
+    deselected.assert_outcomes(passed=1)
+    assert deselected.ret == pytest.ExitCode.OK
+
+
+@pytest.mark.parametrize("marker, wanted", [("perf_targt(gbps=1)", "perf_target"),
+                                            ("interpreter_gapp('bf16_dot')", "interpreter_gap"),
+                                            ("triton_exclusiv", "triton_exclusive")])
+def test_a_misspelt_marker_of_ours_errors_its_test_with_did_you_mean(pytester, marker, wanted):
+    pytester.makepyfile(test_k=f"""
+        import pytest
+        @pytest.mark.{marker}
+        def test_a(triton_bench): pass
+        @pytest.mark.flaky_network
+        def test_b(): pass
+    """)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-W", "ignore::pytest.PytestUnknownMarkWarning")
+    result.assert_outcomes(passed=1, errors=1)  # a name unlike ours is pytest's business
+    name = marker.split("(")[0]
+    result.stdout.fnmatch_lines([f"*test_k.py::test_a: unknown marker '{name}': did you mean "
+                                 f"{wanted}?*--strict-markers*"])
 
 
 @pytest.mark.parametrize("marker, needle", [
@@ -38,12 +61,12 @@ def test_every_bad_marker_of_a_module_is_named_at_once(pytester):
     ("perf_target('softmax', gbps=600)", "gbps is set both by the checklist entry 'softmax'"),
     ("perf_target('softmax', 'matmul')", "takes at most one positional argument"),
     ("perf_target(3)", "must be a checklist name (a string), got 3"),
-    ("perf_target(speedup=1, dtype='fp16')", "dtype='fp16': expected one of"),
+    ("perf_target(speedup=1, dtype='fp17')", "dtype='fp17': expected one of"),
     ("perf_target(speedup=1, l2='lukewarm')", "l2='lukewarm': expected 'cold' or 'warm'"),
     ("interpreter_gap('bf16')", "interpreter_gap('bf16'): unknown gap"),
     ("interpreter_gap('other')", "interpreter_gap('other') needs reason="),
 ])
-def test_bad_marker_is_a_collection_error_naming_test_and_argument(pytester, marker, needle):
+def test_bad_marker_is_a_setup_error_naming_test_and_argument(pytester, marker, needle):
     pytester.makepyfile(f"""
         import pytest
         from pytest_triton import perf_target
@@ -54,13 +77,13 @@ def test_bad_marker_is_a_collection_error_naming_test_and_argument(pytester, mar
         def test_kernel(triton_bench): pass
     """)
     result = pytester.runpytest()
-    result.assert_outcomes(errors=1)
+    result.assert_outcomes(passed=1, errors=1)
     text = result.stdout.str()
-    assert "ERROR collecting" in text
+    assert "ERROR at setup of test_kernel" in text
     assert "test_kernel" in text and needle in text, text
 
 
-def test_perf_target_on_a_test_without_triton_bench_is_a_collection_error(pytester):
+def test_perf_target_on_a_test_without_triton_bench_is_a_setup_error(pytester):
     pytester.makepyfile("""
         from pytest_triton import perf_target
         @perf_target(gbps=100)
@@ -93,7 +116,7 @@ def test_markers_are_registered_and_strict_markers_is_clean(pytester, run_interp
     markers = pytester.runpytest("--markers")
     markers.stdout.fnmatch_lines(["@pytest.mark.perf_target(name=None, *, bandwidth_frac=None,*",
                                   "@pytest.mark.interpreter_gap(gap, *, reason=None)*",
-                                  "@pytest.mark.triton_exclusive: under pytest-xdist*"])
+                                  "@pytest.mark.triton_exclusive(scope='test'): under pytest-xdist*"])
 
 
 def test_perf_without_a_gpu_skips_and_counts_unchecked_targets(pytester, run_interpreted):

@@ -214,8 +214,8 @@ def test_geomean_speedup_over_a_sweep(perf, pytester):
     ("@perf_target(tflops_frac=0.5, dtype='float16')\ndef test_k(triton_bench): "
      "triton_bench(lambda: None, flops=1, dtype='bfloat16')", "dtype conflict"),
     ("@perf_target(tflops_frac=0.5)\ndef test_k(triton_bench): "
-     "triton_bench(lambda: None, flops=1, dtype='fp16')",
-     "triton_bench(dtype='fp16'): expected one of float32, tf32, float16"),
+     "triton_bench(lambda: None, flops=1, dtype='fp17')",
+     "triton_bench(dtype='fp17'): expected one of float32, tf32, float16"),
     ("@perf_target(max_ms=9)\ndef test_k(triton_bench):\n    triton_bench(lambda: None)\n"
      "    triton_bench(lambda: None)", "triton_bench called more than once: give each call a distinct name="),
     ("@perf_target(max_ms=9)\ndef test_k(triton_bench): pass",
@@ -367,6 +367,7 @@ def test_measurement_returned_to_the_test(perf):
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_results_are_gathered_from_xdist_workers(pytester):
     pytester.makeconftest(FAKE_GPU + """
 import os
@@ -397,6 +398,7 @@ def pytest_triton_device_info(config):
     assert sorted(asked) == ["gw0", "gw1"], asked
 
 
+@pytest.mark.requires_plugin("pytest-benchmark")
 def test_pytest_benchmark_table_and_compare_catch_a_slower_kernel(perf, pytester):
     body = """
         import os

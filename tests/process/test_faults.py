@@ -304,6 +304,7 @@ def test_auto_supervision_stays_off_for_plugin_objects_given_to_pytest_main(pyte
     assert "supervised child" not in result.stdout.str()
 
 
+@pytest.mark.requires_plugin("pytest-benchmark")
 def test_auto_supervision_leaves_pytest_benchmark_results_where_they_are(pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_CURRENT_TEST")
     # pytest-benchmark switches itself off where PYTEST_XDIST_WORKER is set (this session may be
@@ -433,6 +434,7 @@ def test_supervise_takes_its_value_with_an_equals_sign(pytester):
     result.stderr.fnmatch_lines(["*'sometimes' is not one of auto, on, off; give a value with '='*"])
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_xdist_workers_retire_without_using_the_restart_budget(pytester):
     pytester.makeconftest(INJECT)
     pytester.makepyfile(test_x=STORE_FAR + textwrap.dedent("""

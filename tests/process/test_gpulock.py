@@ -1,5 +1,6 @@
-"""GPU locks under pytest-xdist: perf tests exclusive, others shared, nesting never self-deadlocks."""
+"""GPU locks under pytest-xdist: a test marked triton_exclusive holds its GPU alone, the others share it; nesting never self-deadlocks."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -78,22 +79,23 @@ def test_a_process_started_under_the_lock_runs_under_it():
     assert gpulock.HELD_ENV not in os.environ  # restored after the hold
 
 
-def test_tests_that_hold_the_gpu_alone_go_first(monkeypatch):
-    # Taken late, a perf (or triton_exclusive) test waits for every test in flight while the
-    # other workers wait behind it at the gate; first, it waits for the workers' first tests.
-    # The tests that use no GPU come next: they keep the other workers busy meanwhile.
+def test_tests_that_time_go_last(monkeypatch):
+    # Going alone, a test waits for every test in flight on the GPU while the other workers wait
+    # for it: amid the shared tests, each timed part would cost every worker the rest of the
+    # longest test in flight. Last, beside the tests that take no lock, no shared test is left.
+    # (First, xdist's first batch gave them all to one worker, and the others waited 86 s.)
     from types import SimpleNamespace as NS
 
-    names = ("a", "perf1", "cpu1", "b", "c", "perf2", "cpu2")
-    alone = {"perf1": True, "perf2": True, "cpu1": None, "cpu2": None}
-    items = [NS(name=n, alone=alone.get(n, False)) for n in names]
-    monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.alone))
+    names = ("a", "perf1", "cpu1", "b", "alone1", "c", "perf2", "cpu2")
+    kinds = {"perf1": "timing", "perf2": "timing", "alone1": "test", "cpu1": "none", "cpu2": "none"}
+    items = [NS(name=n, kind=kinds.get(n, "shared")) for n in names]
+    monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.kind))
     gpulock.order(items)
-    assert [it.name for it in items] == ["perf1", "perf2", "cpu1", "cpu2", "a", "b", "c"]
+    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "perf1", "alone1", "perf2"]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
-    assert [it.name for it in items] == ["c", "b", "a", "cpu2", "cpu1", "perf2", "perf1"]
+    assert [it.name for it in items] == ["perf2", "alone1", "perf1", "cpu2", "cpu1", "c", "b", "a"]
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
@@ -136,7 +138,7 @@ def test_a_wait_past_its_bound_names_who_holds_the_gpu():
 # Under xdist on a CPU machine the lock is off (no GPU); the inner runs pretend a GPU for it.
 LOCK_ON = """
 from pytest_triton.process import gpulock
-gpulock._wanted = lambda item: ("fake0", False)
+gpulock._wanted = lambda item: ("fake0", "shared")
 """
 HOLDER = """
 import os, sys, time
@@ -148,32 +150,38 @@ with gpulock.hold("fake0", True, nodeid="elsewhere.py::test_holding_the_gpu"):
 """
 
 
-@pytest.fixture
-def gpu_held_elsewhere(pytester):
-    """A process holding the inner run's GPU lock for the whole test: a stand-in worker whose
-    perf test never ends. Yields the --testrunuid the inner run must use."""
-    uid = f"locktest-{os.getpid()}-{time.time_ns()}"
-    # a process of its own: not under this test's lock, nor an xdist worker of the outer run
+@contextlib.contextmanager
+def process_beside(script: str, *args: str):
+    """A process running `script` (once it printed 'holding'), killed after the block: one of its
+    own, not under this test's lock nor an xdist worker of the outer run."""
     env = {k: v for k, v in os.environ.items()
            if k != gpulock.HELD_ENV and not k.startswith("PYTEST_XDIST")}
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, uid], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
                             text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "holding"
-        yield uid
+        yield proc
     finally:
         proc.kill()
         proc.wait()
 
 
-@pytest.mark.parametrize("bound", ["--triton-gpu-wait", "--timeout"])
+@pytest.fixture
+def gpu_held_elsewhere(pytester):
+    """A process holding the inner run's GPU lock for the whole test: a stand-in worker whose
+    perf test never ends. Yields the --testrunuid the inner run must use."""
+    uid = f"locktest-{os.getpid()}-{time.time_ns()}"
+    with process_beside(HOLDER, uid):
+        yield uid
+
+
+@pytest.mark.requires_plugin("pytest-xdist")
+@pytest.mark.parametrize("bound", ["--triton-gpu-wait", pytest.param(
+    "--timeout", marks=pytest.mark.requires_plugin("pytest-timeout"))])
 def test_a_failed_wait_for_the_gpu_fails_its_test_not_the_run(pytester, gpu_held_elsewhere, bound):
     # Seen on the H100 with -n 12 --timeout 150: pytest-timeout fired while a worker waited for
     # the lock inside the plugin's runtest hook, xdist took the worker for crashed and its
     # controller stopped with an INTERNALERROR. The wait now happens in the test's setup.
-    pytest.importorskip("xdist")
-    if bound == "--timeout":
-        pytest.importorskip("pytest_timeout")
     pytester.makeconftest(LOCK_ON)
     pytester.makepyfile("def test_a(): pass\ndef test_b(): pass\n")
     limits = ["--triton-gpu-wait", "1"] if bound == "--triton-gpu-wait" else \
@@ -204,10 +212,10 @@ def pytest_configure(config):
 """
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_a_test_marked_triton_no_gpu_takes_no_lock(pytester, gpu_held_elsewhere):
     # While another worker's perf test has the GPU to itself, a test that does not use the GPU
     # runs; an unmarked one waits (here past its bound): the negative control.
-    pytest.importorskip("xdist")
     pytester.makeconftest(STAND_IN_GPU)
     pytester.makepyfile("import pytest\n"
                         "@pytest.mark.triton_no_gpu\ndef test_cpu(): pass\n"

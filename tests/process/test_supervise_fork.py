@@ -195,6 +195,7 @@ SLOW = """
 """
 
 
+@pytest.mark.requires_plugin("pytest-timeout")
 def test_a_per_test_timeout_times_each_test_not_the_supervised_run(pytester, top_level):
     # Run from the first test's protocol, the children ran inside its pytest-timeout timer,
     # which failed the whole run (INTERNALERROR) once the run outlasted one test's limit.
@@ -206,6 +207,7 @@ def test_a_per_test_timeout_times_each_test_not_the_supervised_run(pytester, top
     assert {ppid for _, ppid in _ran(pytester).values()} == {parent}  # supervised: in a child
 
 
+@pytest.mark.requires_plugin("pytest-timeout")
 def test_a_per_test_timeout_times_each_test_after_a_lost_context(pytester, top_level):
     # The same after a (faked) lost CUDA context, in a run of its own that is not supervised:
     # the rest runs in a fresh process after pytest's loop, not inside test_1's timer.
@@ -221,10 +223,10 @@ def test_a_per_test_timeout_times_each_test_after_a_lost_context(pytester, top_l
     assert "INTERNALERROR" not in out and "Timeout" not in out
 
 
+@pytest.mark.requires_plugin("pytest-reportlog")
 def test_report_log_has_each_report_once(pytester, top_level):
     # pytest-reportlog writes each report as it arrives: a forked child has its plugin too, and
     # must not write the reports the parent writes again when it replays them.
-    pytest.importorskip("pytest_reportlog")
     pytester.makepyfile(test_rl=STORE_FAR + textwrap.dedent("""
         def test_before(): pass
         def test_segfaults(make_tensor):

@@ -206,9 +206,11 @@ def test_rotary_embedding_speed(make_tensor, triton_bench):
         c, s = cos[:, None], sin[:, None]
         return torch.cat((t1 * c - t2 * s, t2 * c + t1 * s), dim=-1)
 
+    # rotary_embedding rotates q and k in place, by design: declared, or the judge would call
+    # them mutated inputs (docs/judging.md)
     triton_bench(lambda: rotary_embedding(positions, q, k, 128, cache),
                  bytes=2 * (q.nbytes + k.nbytes) + tokens * cache.stride(0) * cache.element_size(),
-                 baseline=lambda: (torch_rope(q), torch_rope(k)))
+                 baseline=lambda: (torch_rope(q), torch_rope(k)), inplace=["q", "k"])
 
 
 # -- static int8 quantization ----------------------------------------------------------------

@@ -90,6 +90,7 @@ def apply_annotated_scalar_args(p: Patches) -> None:
     original = ti.GridExecutor.__call__
 
     def call(self, *args, **kwargs):
+        __tracebackhide__ = True  # the plugin's frame, not the kernel's: hidden from failures
         # Libraries annotate parameters (stride: tl.int64) so that products such as row * stride
         # do not overflow int32; the interpreter typed every int by its value (int32) and so
         # wrapped silently. Convert annotated Python scalars as a GPU launch would.

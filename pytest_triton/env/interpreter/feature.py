@@ -70,6 +70,7 @@ def install_debug_mode(config: pytest.Config) -> None:
         return
 
     def run_in_debug_mode(self, *args, **kwargs):
+        __tracebackhide__ = True  # the plugin's frame, not the kernel's: hidden from failures
         wanted = debug_requested(getattr(self, "kwargs", {}) or {}, kwargs)
         before = builder.options
         if wanted == bool(before.debug):

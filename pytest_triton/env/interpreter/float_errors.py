@@ -34,6 +34,7 @@ def apply_quiet_float_errors(p: Patches) -> None:
     original = ti.GridExecutor.__call__
 
     def call(self, *args, **kwargs):
+        __tracebackhide__ = True  # the plugin's frame, not the kernel's: hidden from failures
         with np.errstate(**_IGNORED):  # thread-local, restored when the launch returns
             return original(self, *args, **kwargs)
 

@@ -336,6 +336,7 @@ def apply_libdevice(p: Patches) -> None:
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            __tracebackhide__ = True  # the plugin's frame: hidden from failures
             if kwargs.get("_semantic") is None:
                 kwargs["_semantic"] = semantic
             return fn(*args, **kwargs)

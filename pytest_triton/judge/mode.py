@@ -1,0 +1,95 @@
+"""--triton-judge and the triton_judge marker: which of the judge's checks run, and their wiring.
+
+default: the cheap checks (inputs unchanged, plain outputs, timer identities, threads and
+processes, launch errors), for every test. on (--triton-judge, or the marker on one test): also
+the costly ones (the timed call's probe and GPU trace, poisoned allocations and unannounced seeds
+and sizes for correctness tests, perf verdicts recomputed by a process that runs no test).
+off: none, to measure what they cost.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .. import options
+from ..correctness import inputs, poison
+from ..env import launch_watch, runtime
+from . import cost, identities, reruns, timedcall, trace, verify
+
+MARKER = "triton_judge"
+MARKER_HELP = (
+    "triton_judge(*, sizes=True): run this test's costly judge checks as --triton-judge does for "
+    "every test (docs/judging.md): the timed call's probe and GPU trace, poisoned allocations, "
+    "seeds and sizes the test did not announce (sizes=False: not the sizes)."
+)
+
+
+def mode(config: pytest.Config) -> str:
+    return options.get(config, "triton_judge")
+
+
+def judging(item: pytest.Item) -> bool:
+    """Whether `item` gets the costly checks too."""
+    m = mode(item.config)
+    return m == "on" or (m == "default" and item.get_closest_marker(MARKER) is not None)
+
+
+class JudgedTests:
+    """The costly checks of correctness tests: poisoned allocations, and the body run again at
+    values and sizes it did not announce (reruns.py)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        for item in items:
+            mark = item.get_closest_marker(MARKER)
+            if mark is not None and (mark.args or set(mark.kwargs) - {"sizes"}):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: triton_judge takes sizes= only (sizes=False: no run at odd "
+                    f"sizes), got args={mark.args!r} kwargs={mark.kwargs!r}")
+            if judging(item):  # poison.wanted leaves the perf tests it times alone
+                item.add_marker(poison.MARKER)
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item):
+        # innermost: the runs happen inside the test's scope and its poisoned allocations
+        result = yield
+        if judging(item) and reruns.wanted(item):
+            reruns.run_again(item)
+        return result
+
+
+class _Cleanup:
+    def __init__(self, undo):
+        self.undo = undo
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        for undo in reversed(self.undo):
+            undo()
+
+
+class Judge:
+    """The judge as plugin.py's FEATURES registers it: it registers its parts (configure)."""
+
+    def __init__(self, config: pytest.Config):
+        configure(config)
+
+
+def configure(config: pytest.Config) -> None:
+    """Register the judge's plugin objects."""
+    identities.note(config)  # where pytest_load_initial_conftests did not (-p registration)
+    config.addinivalue_line("markers", MARKER_HELP)
+    if mode(config) == "off":
+        token = inputs.ENABLED.set(False)
+        config.pluginmanager.register(_Cleanup([lambda: inputs.ENABLED.reset(token)]),
+                                      "triton-judge-cleanup")
+        return
+    token = inputs.ENABLED.set(True)
+    undo = [lambda: inputs.ENABLED.reset(token), launch_watch.watch(inputs.on_launch)]
+    config.pluginmanager.register(_Cleanup(undo), "triton-judge-cleanup")
+    config.pluginmanager.register(timedcall.TimedCallJudge(judging), "triton-judge-timed-call")
+    config.pluginmanager.register(JudgedTests(), "triton-judge-tests")
+    config.pluginmanager.register(trace.TraceJudge(judging), "triton-judge-trace")
+    config.pluginmanager.register(cost.Cost(), "triton-judge-cost")
+    if mode(config) == "on" and not runtime.is_child(config) and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(verify.Verifier(config), "triton-judge-verify")

@@ -1,0 +1,48 @@
+"""Work the timing events do not cover: a side stream, or work left running past the end event
+(KernelBench's non_default_stream_kernel; mlx-benchmark #21). Checked after every timed call.
+
+The timing's events are recorded on the current stream, so they end when the current stream's
+work ends. After one more call of fn, an event recorded on the current stream is waited for, and
+then the whole device: an honest call (its work on the current stream, or on side streams it
+joins back) leaves nothing running by then, and the device's synchronize returns at once; work it
+left on another stream keeps it waiting. The smallest wait of two calls is taken, so that a host
+hiccup is not read as GPU work. Under Triton's interpreter there is no device.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+OUTSTANDING_MS = 0.05  # an idle device's synchronize returns in ~0.01 ms; 0.05 ms of GPU work
+CALLS = 2
+
+
+def outstanding_ms(fn) -> tuple[float | None, object]:
+    """(ms the device stayed busy after the current stream was done, fn's last result); None ms
+    where there is no CUDA device."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None, fn()
+    waits, result = [], None
+    for _ in range(CALLS):
+        result = fn()
+        done = torch.cuda.Event()
+        done.record()  # on the current stream, where the timing's end event is recorded
+        done.synchronize()
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()  # every stream of the device
+        waits.append(time.perf_counter() - t0)
+    return 1e3 * min(waits), result
+
+
+def check(fn, when: str) -> tuple[str | None, object]:
+    """(the problem, or None; fn's last result)."""
+    ms, result = outstanding_ms(fn)
+    if ms is None or ms < OUTSTANDING_MS:
+        return None, result
+    return (f"side stream: after {when}'s work on the current stream was done, the GPU stayed "
+            f"busy {ms:.3g} ms more: work on a stream the timing events do not wait for, or "
+            "left running past the end event (KernelBench's non_default_stream_kernel). Launch "
+            "on the current stream, or make it wait for the side stream "
+            "(torch.cuda.current_stream().wait_stream(side)) before returning."), result

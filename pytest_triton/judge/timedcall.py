@@ -1,0 +1,150 @@
+"""The timed call, watched: a plugin object around pytest_triton_measure (a hookwrapper, so that
+whoever times fn, the plugin or a conftest, is watched the same) and pytest_triton_dry_call (the
+one untimed call of a run without a GPU).
+
+Always (cheap, docs/judging.md has the costs):
+- the timer's functions are the ones noted at start-up, before and after (identities.py);
+- no thread or process the call started is still running (workers.py);
+- no CUDA error is left unread (launcherrors.py);
+- no work outlives the current stream's: a side stream, or work past the end event (streams.py);
+- the make_tensor inputs fn captures are unchanged, or compared later as outputs, or declared
+  in place (correctness/inputs.py; judged when the test's call ends);
+- what fn returns is a plain tensor, not a view of one of those inputs (correctness/outputs.py).
+Under --triton-judge (or the triton_judge marker) also the probe (probe.py): every tensor fn
+captures perturbed in turn, for mutated inputs, cached and aliased outputs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ..correctness import inputs, outputs
+from ..env import seeding
+from . import identities, launcherrors, probe, streams, workers
+
+
+class _Watch:
+    """One call (the timed call, or the dry run's) of `fn`, watched from before to after."""
+
+    def __init__(self, item: pytest.Item, fn, when: str, judging: bool):
+        self.item, self.fn, self.when = item, fn, when
+        self.config = item.config
+        self.judging = judging
+        self.guard = inputs.guard()
+
+    def fail(self, why: str | None) -> None:
+        __tracebackhide__ = True
+        if why:
+            pytest.fail(f"pytest-triton judge: {why}", pytrace=False)
+
+    @inputs.costed()
+    def before(self) -> None:
+        __tracebackhide__ = True
+        self.fail(identities.check(self.config, f"before {self.when}"))
+        self.census = workers.take()
+        self.captured = inputs.captured(self.fn)
+        tracked = {}
+        if self.guard is not None:
+            for entry in self.guard.inputs:
+                t = entry.ref()
+                if t is not None:
+                    tracked[inputs.storage_of(t)] = entry
+            self.guard.paused = True
+        self.inputs = [(name, t, tracked[inputs.storage_of(t)]) for name, t in self.captured
+                       if inputs.storage_of(t) in tracked]
+        self.copies = [inputs.snapshot(t) for _, t, _ in self.inputs]
+        self.before_all = {name: inputs.snapshot(t) for name, t in self.captured} \
+            if self.judging else {}
+
+    def resume(self) -> None:
+        if self.guard is not None:
+            self.guard.paused = False
+
+    @inputs.costed()
+    def after(self, result=None, called: bool = True) -> None:
+        __tracebackhide__ = True
+        self.fail(launcherrors.check(self.when))
+        self.fail(identities.check(self.config, f"during {self.when}"))
+        self.fail(workers.check(self.census, self.when))
+        if not called:  # the timed call's result: more calls, untimed, to look at it
+            problem, result = streams.check(self.fn, f"a call like {self.when}")
+            self.fail(launcherrors.check(f"a call after {self.when}"))
+            self.fail(problem)
+        self._check_inputs()
+        self._check_result(result)
+
+    @inputs.costed("judge")
+    def probe(self) -> None:
+        """--triton-judge: what the call reads and writes (probe.py)."""
+        __tracebackhide__ = True
+        if self.judging:
+            seed = seeding.CURRENT.get()
+            names, storages = self._declared()
+            self.fail("\n".join(probe.run(self.fn, self.captured, self.before_all, _sync, names,
+                                          storages, seed.seed if seed else 0)) or None)
+
+    def _declared(self) -> tuple[set, set]:
+        g = self.guard
+        return (g.names, g.storages) if g is not None else (set(), set())
+
+    def _check_inputs(self) -> None:
+        if self.guard is None:
+            return
+        for (name, t, entry), copy in zip(self.inputs, self.copies):
+            detail = inputs.difference(copy, t)
+            if detail is not None:
+                entry.changed = True
+                title = f"{name} ({entry.label}, made by make_tensor at {entry.where})"
+                self.guard.changes.append(inputs.Change(
+                    title, (name, entry.name), inputs.storage_of(t), detail, self.when,
+                    f"the end of {self.when}"))
+
+    def _check_result(self, result) -> None:
+        __tracebackhide__ = True
+        names, storages = self._declared()
+        for r in probe.tensors(result):
+            self.fail(outputs.problem(r, f"what {self.when}'s fn returns"))
+            ptr = inputs.storage_of(r)
+            for name, t, entry in self.inputs:
+                if inputs.storage_of(t) == ptr and not entry.changed and name not in names \
+                        and entry.name not in names and ptr not in storages:
+                    self.fail(f"aliased output: what {self.when}'s fn returns is (a view of) its "
+                              f"input {name}, unchanged: nothing is computed into it, and the "
+                              "call times nothing (KernelBench #110). "
+                              + inputs.HOW_TO_DECLARE.format(name=name))
+
+
+def _sync() -> None:
+    launcherrors.pending()
+
+
+class TimedCallJudge:
+    """Registered by mode.configure unless --triton-judge=off; `judging(item)`: whether the
+    costly checks run for the test too."""
+
+    def __init__(self, judging):
+        self.judging = judging
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_triton_measure(self, config, request, fn, baseline, settings):
+        watch = _Watch(request.node, fn, "the timed call", self.judging(request.node))
+        watch.before()
+        try:
+            timings = yield
+        finally:
+            watch.resume()
+        watch.after(called=False)
+        watch.probe()
+        return timings
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_triton_dry_call(self, item, fn, baseline, call):
+        watch = _Watch(item, fn, "the dry run's call", self.judging(item))
+        watch.before()
+        try:
+            result = call()
+        finally:
+            watch.resume()
+        watch.after(result)
+        watch.probe()
+        return True

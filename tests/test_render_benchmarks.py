@@ -1,0 +1,62 @@
+"""bench/render_benchmarks.py refuses runs that are not one commit's perf and suite runs on each
+GPU (issue 32: the landed head was red on the GPU because kernels changed after the last suite
+run, and BENCHMARKS.md showed perf runs of one commit beside suite runs of another)."""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+RENDER = ROOT / "bench" / "render_benchmarks.py"
+
+
+def _run_dir(tmp_path, name, commit, device, *, perf=True, suite=True):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "env.txt").write_text(
+        f"date (UTC): 2026-11-26 10:00\ncommit: {commit}\n"
+        "name, driver_version, clocks.max.sm [MHz]\n"
+        f"{device}, 580.159.04, 1980 MHz\n")
+    runs = []
+    if perf:
+        shutil.copy(ROOT / "bench" / "runs" / "2026-11-25-H100" / "perf.json", d / "perf.json")
+        runs += ["perf: `pytest --pyargs reference_kernels --triton-perf`", "perf: rc=0 wall=140s"]
+    if suite:
+        (d / "suite.log").write_text("1800 passed, 86 skipped in 300.00s\n")
+        runs += ["suite: `python3 -m pytest -n 14`", "suite: rc=0 wall=300s"]
+    (d / "runs.txt").write_text("\n".join(runs) + "\n")
+    return d
+
+
+def _render(*args):
+    return subprocess.run([sys.executable, str(RENDER), *map(str, args)], capture_output=True,
+                          text=True, cwd=ROOT)
+
+
+def test_one_commits_perf_and_suite_on_each_gpu_renders(tmp_path):
+    h100 = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    h200 = _run_dir(tmp_path, "a-H200", "abc1234", "NVIDIA H200")
+    done = _render(h100, h200)
+    assert done.returncode == 0, done.stderr
+    assert "### The whole suite on CUDA: `python3 -m pytest -n 14`" in done.stdout
+    assert "not one commit's" not in done.stdout
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("commits", "runs of different commits: a-H100 at abc1234, a-H200 at def5678"),
+    ("no suite", "NVIDIA H200: no whole-suite run (suite.log)"),
+    ("no perf", "NVIDIA H200: no perf run (perf.json)"),
+])
+def test_runs_that_are_not_one_commits_perf_and_suite_are_refused(tmp_path, case, needle):
+    h100 = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    h200 = _run_dir(tmp_path, "a-H200", "def5678" if case == "commits" else "abc1234",
+                    "NVIDIA H200", suite=case != "no suite", perf=case != "no perf")
+    refused = _render(h100, h200)
+    assert refused.returncode == 2 and needle in refused.stderr, refused.stderr
+    assert refused.stdout == ""
+    said = _render("--why", "the H200 was not lent", h100, h200)
+    assert said.returncode == 0
+    assert needle in said.stdout and "Why: the H200 was not lent" in said.stdout
