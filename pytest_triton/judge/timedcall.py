@@ -6,12 +6,12 @@ Always (cheap, docs/judging.md has the costs):
 - the timer's functions are the ones noted at start-up, before and after (identities.py);
 - no thread or process the call started is still running (workers.py);
 - no CUDA error is left unread (launcherrors.py);
-- no work outlives the current stream's: a side stream, or work past the end event (streams.py);
 - the make_tensor inputs fn captures are unchanged, or compared later as outputs, or declared
   in place (correctness/inputs.py; judged when the test's call ends);
 - what fn returns is a plain tensor, not a view of one of those inputs (correctness/outputs.py).
 Under --triton-judge (or the triton_judge marker) also the probe (probe.py): every tensor fn
-captures perturbed in turn, for mutated inputs, cached and aliased outputs.
+captures perturbed in turn, for mutated inputs, cached and aliased outputs; and no work outlives
+the current stream's (streams.py: a side stream, or work past the end event).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class _Watch:
         self.fail(identities.check(self.config, f"during {self.when}"))
         self.fail(workers.check(self.census, self.when))
         if not called:  # the timed call's result: more calls, untimed, to look at it
-            problem, result = streams.check(self.fn, f"a call like {self.when}")
+            problem, result = streams.check(self.fn, f"a call like {self.when}") \
+                if self.judging else (None, self.fn())
             self.fail(launcherrors.check(f"a call after {self.when}"))
             self.fail(problem)
         self._check_inputs()
