@@ -66,10 +66,6 @@ def pinning(config: pytest.Config) -> bool:  # --triton-autotune=heuristic|first
     return options.get(config, "triton_autotune") != "full"
 
 
-def in_an_xdist_worker(config: pytest.Config) -> bool:  # (a pytester run inside one too)
-    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
-
-
 def retrying_oom(config: pytest.Config) -> bool:  # --triton-oom-retry=auto, an xdist worker
     return hasattr(config, "workerinput") and options.get(config, "triton_oom_retry") == "auto"
 
@@ -131,7 +127,9 @@ FEATURES = (
     ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
-    ("triton-gpu-lock", in_an_xdist_worker, "pytest_triton.process.gpulock", "GPULock"),
+    # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under
+    # xdist on a GPU only (gpulock._wanted)
+    ("triton-gpu-lock", always, "pytest_triton.process.gpulock", "GPULock"),
     ("triton-lock-waits", always, "pytest_triton.process.lockwaits", "LockWaits"),
     ("triton-oom-retry", retrying_oom, "pytest_triton.process.oomretry", "OOMRetry"),
     # the judge: its cheap checks always, the costly ones with --triton-judge (it registers its parts)

@@ -358,8 +358,9 @@ def release(item: pytest.Item) -> None:
 
 
 class GPULock:
-    """Under pytest-xdist on a GPU: each test holds its GPU (a perf test alone) from its setup
-    to its teardown, and the tests that hold it alone run first."""
+    """Under pytest-xdist on a GPU: each test holds its GPU shared from its setup to its teardown
+    (alone where it times, or throughout with triton_exclusive), and the tests that time run
+    last (order). In every run a bad triton_exclusive argument errors its test (acquire)."""
 
     def __init__(self, config: pytest.Config):
         self._config = config
