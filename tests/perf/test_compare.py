@@ -1,0 +1,129 @@
+"""The regression gate's statistics (perf/compare.py) on synthetic samples: two draws of one
+distribution are never SLOW (the negative control), a 5% shift in 1% noise is never missed
+(the positive one), and the rules around them."""
+
+import math
+import random
+
+import pytest
+
+from pytest_triton.perf import compare as cmp
+from pytest_triton.perf.compare import Change, Side
+from pytest_triton.perf.stats import summarize
+
+
+def draw(rng: random.Random, n: int, median: float, noise: float) -> list[float]:
+    """n lognormal samples around `median` whose spread (sigma) is `noise`, with the long right
+    tail GPU timings have (a few slow samples)."""
+    xs = [median * math.exp(rng.gauss(0, noise)) for _ in range(n)]
+    return [x * (1.3 if rng.random() < 0.03 else 1.0) for x in xs]
+
+
+def verdict(a, b, kind="memory", ca=None, cb=None, medians=()):
+    spread, src = cmp.spread_of(list(medians), kind)
+    return cmp.compare(Side(summarize(a), ca), Side(summarize(b), cb), spread=spread,
+                       spread_from=src)
+
+
+@pytest.mark.parametrize("noise", [0.002, 0.01, 0.05])
+@pytest.mark.parametrize("n", [10, 40, 400])
+def test_two_draws_of_one_distribution_are_never_slow(n, noise):
+    rng = random.Random(f"{n}-{noise}")
+    for kind in ("memory", "compute"):
+        for _ in range(100):
+            r = verdict(draw(rng, n, 0.25, noise), draw(rng, n, 0.25, noise), kind)
+            assert r.verdict not in (Change.SLOW, Change.FAST), (r, kind)
+
+
+@pytest.mark.parametrize("n", [40, 200])
+def test_a_5_percent_shift_in_1_percent_noise_is_never_missed(n):
+    rng = random.Random(n)
+    for _ in range(100):
+        r = verdict(draw(rng, n, 0.25, 0.01), draw(rng, n, 0.25 * 1.05, 0.01))
+        assert r.verdict is Change.SLOW, r
+        assert r.lo > 0 and r.lo < 0.05 < r.hi
+        r = verdict(draw(rng, n, 0.25 * 1.05, 0.01), draw(rng, n, 0.25, 0.01))
+        assert r.verdict is Change.FAST, r
+
+
+def test_a_3_percent_slowdown_of_a_quiet_memory_bound_kernel_is_slow():
+    rng = random.Random(3)
+    hits = sum(verdict(draw(rng, 80, 0.27, 0.004), draw(rng, 80, 0.27 * 1.03, 0.004)).verdict
+               is Change.SLOW for _ in range(100))
+    assert hits >= 95
+
+
+def test_the_compute_prior_wants_a_larger_change_than_the_memory_prior():
+    rng = random.Random(7)
+    a, b = draw(rng, 200, 1.0, 0.01), draw(rng, 200, 1.05, 0.01)
+    assert verdict(a, b, "memory").verdict is Change.SLOW
+    r = verdict(a, b, "compute")
+    assert r.verdict is Change.UNCERTAIN
+    assert "run-to-run spread" in r.why and "save more runs" in r.why
+    # a 10% slowdown clears the compute prior
+    assert verdict(a, [x * 1.10 / 1.05 * 1.05 for x in draw(rng, 200, 1.05, 0.01)],
+                   "compute").verdict is Change.SLOW
+
+
+def test_saved_runs_replace_the_prior():
+    spread, src = cmp.spread_of([1.0, 1.02, 0.99, 1.005], "compute")  # median 1.0025
+    assert src == "4 saved runs" and spread == pytest.approx(1.02 / 1.0025 - 1, rel=1e-6)
+    spread, src = cmp.spread_of([1.0, 1.0, 1.0], "compute")
+    assert spread == cmp.MIN_HALF_WIDTH
+    assert cmp.spread_of([1.0, 1.2], "compute") == (cmp.PRIOR_SPREAD["compute"],
+                                                    "the prior for compute-bound kernels")
+    rng = random.Random(5)
+    a, b = draw(rng, 200, 1.0, 0.01), draw(rng, 200, 1.05, 0.01)
+    assert verdict(a, b, "compute", medians=[1.0, 1.004, 0.998]).verdict is Change.SLOW
+
+
+def test_same_when_the_interval_stays_within_the_threshold():
+    rng = random.Random(11)
+    r = verdict(draw(rng, 200, 1.0, 0.005), draw(rng, 200, 1.01, 0.005))
+    assert r.verdict is Change.SAME and -0.03 < r.lo < r.hi < 0.03
+
+
+def test_a_noisy_pair_is_uncertain_and_says_what_would_settle_it():
+    rng = random.Random(13)
+    r = verdict(draw(rng, 8, 1.0, 0.2), draw(rng, 8, 1.04, 0.2), medians=[1, 1, 1])
+    assert r.verdict is Change.UNCERTAIN
+    assert r.why.startswith("ran 8 samples; noise") and "--triton-perf-max-time" in r.why
+
+
+def test_a_change_the_clock_explains_is_uncertain():
+    rng = random.Random(17)
+    a, b = draw(rng, 200, 1.0, 0.005), draw(rng, 200, 1.08, 0.005)
+    r = verdict(a, b, "compute", ca=1980, cb=1830, medians=[1, 1.001, 0.999])
+    assert r.verdict is Change.UNCERTAIN
+    assert "SM clock ran -7.6%" in r.why and "1980 -> 1830 MHz" in r.why
+    # the same change at the same clock is SLOW; a clock that explains little leaves it SLOW
+    assert verdict(a, b, "compute", ca=1980, cb=1980, medians=[1, 1.001, 0.999]).verdict \
+        is Change.SLOW
+    assert verdict(a, b, "compute", ca=1980, cb=1950, medians=[1, 1.001, 0.999]).verdict \
+        is Change.SLOW
+
+
+def test_a_throttled_run_is_refused_by_name():
+    s = summarize([1.0] * 20)
+    r = cmp.compare(Side(s), Side(s, throttled=True), spread=0.01, spread_from="x")
+    assert r.verdict is Change.REFUSED and "this run" in r.why and "throttled" in r.why
+
+
+@pytest.mark.parametrize("lo, hi, expected", [
+    (0.001, 0.03, Change.SLOW), (0.001, 0.029, Change.SAME), (-0.001, 0.05, Change.UNCERTAIN),
+    (-0.03, -0.001, Change.FAST), (-0.029, -0.001, Change.SAME), (-0.05, 0.05, Change.UNCERTAIN),
+    (0.04, 0.06, Change.SLOW)])
+def test_the_rule(lo, hi, expected):
+    assert cmp.verdict_of(lo, hi, 0.03) is expected
+
+
+def test_shapes_as_a_whole():
+    rng = random.Random(19)
+    parts = [verdict(draw(rng, 100, m, 0.005), draw(rng, 100, m * f, 0.005), medians=[1, 1, 1])
+             for m, f in ((0.1, 1.06), (0.2, 1.05), (0.3, 1.0))]
+    whole = cmp.combine(parts, 0.03)
+    assert whole.change == pytest.approx((1.06 * 1.05) ** (1 / 3) - 1, abs=0.01)
+    assert whole.verdict is Change.SLOW
+    same = cmp.combine([verdict(draw(rng, 100, 1, 0.005), draw(rng, 100, 1, 0.005))
+                        for _ in range(3)], 0.03)
+    assert same.verdict is Change.SAME
