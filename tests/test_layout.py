@@ -23,7 +23,7 @@ LAYERS = {
     "state": 2,
     "correctness": 3, "perf": 3, "process": 3,
     "diagnose": 4, "report": 4, "judge": 4,
-    "fixtures": 5, "plugin": 5, "__init__": 5,
+    "fixtures": 5, "plugin": 5, "__init__": 5, "__main__": 5,
 }
 MAX_TOP_LEVEL = 8
 MAX_LINES = 400

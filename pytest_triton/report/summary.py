@@ -22,7 +22,7 @@ from ..process import crash
 JSON_SCHEMA = "pytest-triton-perf/1"
 
 
-def _versions() -> dict:
+def versions() -> dict:
     import triton
 
     return {"python": platform.python_version(), "torch": torch.__version__,
@@ -33,7 +33,7 @@ def _versions() -> dict:
 def header(config: pytest.Config) -> list[str]:
     st = state.get(config)
     rt = st.runtime
-    v = _versions()
+    v = versions()
     if rt.interpret:
         where = f"cpu under Triton's interpreter ({rt.why})"
     else:
@@ -131,7 +131,7 @@ def _environment(config: pytest.Config) -> dict:
     for r in ps.records:
         for m in r.measurements:
             devices[m.device.get("fingerprint", "")] = m.device
-    return {**_versions(), "platform": platform.platform(), "argv": sys.argv,
+    return {**versions(), "platform": platform.platform(), "argv": sys.argv,
             "devices": list(devices.values())}
 
 
@@ -206,19 +206,24 @@ def finish(config: pytest.Config) -> None:
         write_json(config)
 
 
-def write_json(config: pytest.Config) -> None:
+def measured_device(config: pytest.Config) -> dict | None:
+    """The device this run measured on; None when nothing was measured, or several devices were."""
     ps = session(config)
-    verdicts, geo = _verdicts(ps.records)
-    env = _environment(config)
-    device = ps.device.to_dict() if ps.device else None
-    if device is None and len(env["devices"]) == 1:
-        # the xdist controller looks up no device: its workers measured on this one
-        device = env["devices"][0]
-    doc = {
+    if ps.device is not None:
+        return ps.device.to_dict()
+    devices = _environment(config)["devices"]
+    # the xdist controller looks up no device: its workers measured on this one
+    return devices[0] if len(devices) == 1 else None
+
+
+def document(config: pytest.Config) -> dict:
+    """The run's JSON document: --triton-perf-json writes it; a saved run adds its "run" block."""
+    ps = session(config)
+    return {
         "schema": JSON_SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "environment": env,
-        "device": device,  # None when nothing was measured, or several devices were
+        "environment": _environment(config),
+        "device": measured_device(config),
         "settings": {"l2": ps.l2, "peak": options.get(config, "triton_perf_peak"),
                      "max_time_s": ps.max_time, "retries": ps.retries,
                      "base_seed": seeding.base(config), "calibration": ps.calibration},
@@ -229,12 +234,22 @@ def write_json(config: pytest.Config) -> None:
         "faults": crash.records(config),  # tests that lost the CUDA context or crashed
         # assert_every_config: how many of each kernel's configs each test checked, and where
         "configs_checked": configs.records(config),
-        "summary": {v.value: verdicts.count(v) for v in sorted(set(verdicts))},
-        # tests judged on the geometric mean of their measurements (their rows say "measured")
-        "geomean_summary": {v.value: geo.count(v) for v in sorted(set(geo))},
+        **verdict_counts(ps.records),
     }
-    with open(ps.json_path, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
+
+
+def verdict_counts(records: list[PerfRecord]) -> dict:
+    """The document's "summary" ({verdict: how many measurements have it}) and its
+    "geomean_summary" (the same of the tests judged on the geometric mean of their measurements,
+    whose rows say "measured")."""
+    verdicts, geo = _verdicts(records)
+    return {"summary": {v.value: verdicts.count(v) for v in sorted(set(verdicts))},
+            "geomean_summary": {v.value: geo.count(v) for v in sorted(set(geo))}}
+
+
+def write_json(config: pytest.Config) -> None:
+    with open(session(config).json_path, "w") as f:
+        json.dump(document(config), f, indent=1, default=str)
 
 
 class Header:

@@ -1,0 +1,366 @@
+"""Saved runs: one JSON file per run, in a directory per device, found again by name or as the
+latest, and the shards of one CI run merged into one.
+
+A saved run is the run's JSON document (summary.document, what --triton-perf-json writes) with
+"schema" set to HISTORY_SCHEMA and a "run" block: the name, the git commit, branch and dirty flag,
+the versions, the host and the shards merged in. docs/regressions.md describes the layout.
+
+Files are written once and never replaced: a temporary file in the same directory, then a hard
+link to a name no other file has (so a concurrent save cannot lose a file). Nothing here deletes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import secrets
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import pytest_triton
+
+from ..perf.record import PerfRecord
+from . import summary
+
+HISTORY_SCHEMA = "pytest-triton-history/1"
+DEFAULT_DIR = ".pytest-triton/history"
+NO_DEVICE = "no-device"  # runs that measured nothing on a GPU (dry runs on CPU, hand-made records)
+RUN_FIELDS = ("name", "commit", "branch", "dirty", "versions", "host", "shards")
+# <UTC stamp>-<commit or nocommit>-<name or run>-<random>.json; names may contain dashes
+_FILE = re.compile(r"^(\d{8}T\d{12}Z)-([0-9a-f]+|nocommit)-(.+)-([0-9a-f]{8})\.json$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class HistoryError(Exception):
+    """A history file or directory that cannot be used; the message names it and the reason."""
+
+
+@dataclass
+class SavedRun:
+    """One saved run: its run block, its device and settings, and a PerfRecord per perf test."""
+    name: str | None
+    commit: str | None  # None outside git, and for a plain --triton-perf-json report
+    branch: str | None
+    dirty: bool | None
+    versions: dict
+    host: str | None
+    shards: list[dict]  # one entry per file merged in; empty for a run saved by one process
+    created: str | None
+    device: dict | None  # None when nothing was measured, or several devices were
+    settings: dict
+    environment: dict
+    records: list[PerfRecord]
+    path: Path | None = None
+    rest: dict = field(default_factory=dict)  # the document's other fields, kept as they were
+
+    @property
+    def key(self) -> str:
+        """The directory its device's runs are saved in (device_key)."""
+        return device_key(run_device({"device": self.device, "environment": self.environment}))
+
+    @classmethod
+    def from_document(cls, doc, path: Path | str | None = None, *,
+                      allow_report: bool = False) -> SavedRun:
+        """Read a saved run (or, with allow_report, a plain --triton-perf-json report as a run of
+        unknown commit); HistoryError names `path` and what is wrong."""
+        where = str(path) if path is not None else "<document>"
+        if not isinstance(doc, dict):
+            raise HistoryError(f"{where}: a JSON {type(doc).__name__}, not a pytest-triton "
+                               "history document (a JSON object)")
+        schema = doc.get("schema")
+        if schema is None:
+            raise HistoryError(f"{where}: no \"schema\" field: not a pytest-triton history file")
+        kind, _, version = str(schema).partition("/")
+        if kind == "pytest-triton-perf" and schema == summary.JSON_SCHEMA:
+            if not allow_report:
+                raise HistoryError(
+                    f"{where}: a --triton-perf-json report, not a saved run: it has no \"run\" "
+                    "block (no commit, branch or versions)")
+            run = {"versions": {k: doc.get("environment", {}).get(k)
+                                for k in ("python", "torch", "triton", "pytest", "cuda")}}
+        elif kind in ("pytest-triton-history", "pytest-triton-perf") and schema not in (
+                HISTORY_SCHEMA, summary.JSON_SCHEMA):
+            what = "history" if kind == "pytest-triton-history" else "perf report"
+            raise HistoryError(f"{where}: written by pytest-triton {what} schema {version}; this "
+                               f"version reads {HISTORY_SCHEMA.rsplit('/', 1)[1]}")
+        elif schema != HISTORY_SCHEMA:
+            raise HistoryError(f"{where}: schema {schema!r}: not a pytest-triton history file "
+                               f"({HISTORY_SCHEMA})")
+        else:
+            run = doc.get("run")
+            if not isinstance(run, dict):
+                raise HistoryError(f"{where}: no \"run\" block")
+            missing = [k for k in RUN_FIELDS if k not in run]
+            if missing:
+                raise HistoryError(f"{where}: the \"run\" block lacks {', '.join(missing)}")
+        results = doc.get("results")
+        if not isinstance(results, list):
+            raise HistoryError(f"{where}: no \"results\" list")
+        records = []
+        for i, r in enumerate(results):
+            try:
+                records.append(PerfRecord.from_dict(r))
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                nodeid = r.get("nodeid", "?") if isinstance(r, dict) else "?"
+                raise HistoryError(f"{where}: result {i} ({nodeid}) cannot be read: "
+                                   f"{type(exc).__name__}: {exc}") from None
+        taken = {"schema", "run", "created", "device", "settings", "environment", "results"}
+        return cls(name=run.get("name"), commit=run.get("commit"), branch=run.get("branch"),
+                   dirty=run.get("dirty"), versions=run.get("versions") or {},
+                   host=run.get("host"), shards=list(run.get("shards") or []),
+                   created=doc.get("created"), device=doc.get("device"),
+                   settings=doc.get("settings") or {}, environment=doc.get("environment") or {},
+                   records=records, path=Path(path) if path is not None else None,
+                   rest={k: v for k, v in doc.items() if k not in taken})
+
+    def to_document(self) -> dict:
+        """The saved-run document (what save writes and from_document reads)."""
+        return {"schema": HISTORY_SCHEMA, "created": self.created,
+                "run": {k: getattr(self, k) for k in RUN_FIELDS},
+                "environment": self.environment, "device": self.device,
+                "settings": self.settings, **self.rest,
+                "results": [r.to_dict() for r in self.records]}
+
+
+def git_info(root: Path | str) -> dict:
+    """{"commit", "branch", "dirty"} of the git checkout holding `root`; each None outside git
+    (or without git installed), never an error."""
+    def git(*args) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                                  text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "branch": None, "dirty": None}
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    if branch in (None, "HEAD"):
+        # a detached checkout, as CI makes one: GitHub Actions names the branch in its variables
+        branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or None
+    # untracked files do not count: the history directory itself is usually one
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "branch": branch, "dirty": None if status is None else bool(status)}
+
+
+def run_block(config: pytest.Config, name: str | None) -> dict:
+    """The "run" block of this run's saved document."""
+    if name is not None:
+        check_name(name)
+    device = summary.measured_device(config) if summary.session(config) else None
+    return {"name": name, **git_info(config.rootpath),
+            "versions": {**summary.versions(), "pytest_triton": pytest_triton.__version__,
+                         "driver": (device or {}).get("driver")},
+            "host": platform.node() or None, "shards": []}
+
+
+def check_name(name: str) -> str:
+    """A run's name as given to save: letters, digits, '.', '_' and '-' (it is part of the file
+    name), at most 64 characters; not 'latest' nor 'run'."""
+    if not _NAME.match(name) or name in ("latest", "run"):
+        raise HistoryError(f"run name {name!r}: use letters, digits, '.', '_' and '-' (at most "
+                           "64, starting with a letter or digit), and not 'latest' or 'run' "
+                           "(find's word for the newest run, and an unnamed run's file name)")
+    return name
+
+
+def run_device(doc: dict) -> dict | None:
+    """The device a document's runs are keyed by: its device, or the first of several."""
+    devices = (doc.get("environment") or {}).get("devices") or [None]
+    return doc.get("device") or devices[0]
+
+
+def device_key(device: dict | None) -> str:
+    """A directory name for a device: its SKU (else its name) and its fingerprint's first 8
+    characters, e.g. 'H100-SXM-e53cef81'; 'no-device' for a run that measured nothing."""
+    if not device:
+        return NO_DEVICE
+    model = re.sub(r"[^A-Za-z0-9.]+", "-", str(device.get("sku") or device.get("name") or
+                                               "unknown")).strip("-.") or "unknown"
+    fp = re.sub(r"[^A-Za-z0-9]", "", str(device.get("fingerprint") or ""))[:8]
+    return f"{model}-{fp}" if fp else model
+
+
+def save(doc: dict, directory: Path | str) -> Path:
+    """Write a saved-run document into <directory>/<device_key>/ under a new name, atomically;
+    never replaces or deletes a file. Returns the new file's path."""
+    run = SavedRun.from_document(doc)  # refuse to save what load would refuse
+    if run.name is not None:
+        check_name(run.name)
+    folder = Path(directory) / device_key(run_device(doc))
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    stem = f"{stamp}-{(run.commit or 'nocommit')[:12]}-{run.name or 'run'}"
+    # a dot-name that does not end in .json: find and list never see a file being written
+    tmp = folder / f".{stem}-{os.getpid()}-{secrets.token_hex(4)}.part"
+    try:
+        with open(tmp, "x") as f:
+            json.dump(doc, f, indent=1, default=str)
+            f.flush()
+            os.fsync(f.fileno())
+        while True:
+            final = folder / f"{stem}-{secrets.token_hex(4)}.json"
+            try:
+                os.link(tmp, final)  # unlike os.replace, fails where the name is taken
+            except FileExistsError:
+                continue
+            except OSError:  # a filesystem without hard links
+                if final.exists():
+                    continue
+                os.replace(tmp, final)
+            return final
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load(path: Path | str, *, allow_report: bool = False) -> SavedRun:
+    """Read a saved run; allow_report=True also reads a --triton-perf-json report (a run of
+    unknown commit). HistoryError names the file and the reason."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise HistoryError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise HistoryError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise HistoryError(f"{path}: not JSON ({exc})") from None
+    return SavedRun.from_document(doc, path, allow_report=allow_report)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A saved run as its file name tells it (no file is read)."""
+    path: Path
+    key: str
+    stamp: str  # UTC, e.g. 20261125T091418632742Z: file names sort by it
+    commit: str | None
+    name: str | None  # None for an unnamed run
+
+
+def saved_runs(directory: Path | str) -> dict[str, list[Entry]]:
+    """{device key: its saved runs, newest first} in a history directory."""
+    out = {}
+    for folder in sorted(p for p in Path(directory).iterdir() if p.is_dir()):
+        entries = []
+        for p in folder.glob("*.json"):
+            m = _FILE.match(p.name)
+            if m:
+                stamp, commit, name, _ = m.groups()
+                entries.append(Entry(p, folder.name, stamp, None if commit == "nocommit" else
+                                     commit, None if name == "run" else name))
+        if entries:
+            out[folder.name] = sorted(entries, key=lambda e: e.path.name, reverse=True)
+    return out
+
+
+def find(ref: str, directory: Path | str, device: dict | None, *,
+         exclude: Path | str | None = None) -> Path:
+    """The file `ref` names: a path to a file; 'latest', this device's newest saved run (else
+    the newest of another GPU of its SKU); or a saved name, its newest run on this device, else
+    on any other (the compare then refuses it by name). `exclude` is a file never returned (the
+    one this run just saved). HistoryError lists what the directory holds."""
+    directory = Path(directory)
+    if ref != "latest" and (Path(ref).is_file() or ref.endswith(".json") or os.sep in ref):
+        if not Path(ref).is_file():
+            raise HistoryError(f"{ref}: no such file")
+        return Path(ref)
+    if not directory.is_dir():
+        raise HistoryError(f"no saved run {ref!r}: {directory} does not exist (no run was saved "
+                           "there)")
+    found = saved_runs(directory)
+    key = device_key(device)
+    skip = Path(exclude).resolve() if exclude is not None else None
+
+    def newest(keys) -> Path | None:
+        entries = [e for k in keys for e in found.get(k, []) if e.path.resolve() != skip
+                   and (ref == "latest" or e.name == ref)]
+        return max(entries, key=lambda e: e.stamp).path if entries else None
+
+    if ref == "latest":
+        # another GPU of the same SKU (its fingerprint differs) is the next best: CI runners
+        # rarely get the same card twice
+        model = re.escape(device_key({**device, "fingerprint": None})) if device else None
+        same_sku = [k for k in found if model and re.fullmatch(model + r"-[0-9a-f]{8}", k)]
+        hit = newest([key]) or newest(same_sku)
+        what = f"no saved run for this device ({key}) or another of its SKU"
+    else:
+        hit = newest([key]) or newest(found)
+        what = f"no saved run named {ref!r}"
+    if hit is None:
+        raise HistoryError(f"{what} in {directory}; it holds: {_holdings(found)}")
+    return hit
+
+
+def _holdings(found: dict[str, list[Entry]]) -> str:
+    if not found:
+        return "nothing"
+    parts = []
+    for key, entries in found.items():
+        names = sorted({e.name for e in entries if e.name})
+        unnamed = sum(e.name is None for e in entries)
+        shown = ", ".join(names[:5]) + (f", {len(names) - 5} more names" if len(names) > 5 else "")
+        shown += (", " if shown and unnamed else "") + (f"{unnamed} unnamed" if unnamed else "")
+        parts.append(f"{key} ({len(entries)} run{'s' if len(entries) != 1 else ''}: {shown})")
+    return "; ".join(parts)
+
+
+def merge(runs: list[SavedRun]) -> dict:
+    """One saved-run document from the shards of one CI run (several hosts or GPUs): the same
+    commit and SKU, each test in one shard only; "shards" lists each file merged in."""
+    if not runs:
+        raise HistoryError("nothing to merge")
+
+    def where(r: SavedRun) -> str:
+        return str(r.path) if r.path is not None else "<document>"
+
+    commits = {r.commit for r in runs}
+    if len(commits) > 1:
+        raise HistoryError("shards of one run must share a commit: " + ", ".join(
+            f"{where(r)} at {r.commit or 'no commit'}" for r in runs))
+    skus = {_sku(r) for r in runs}
+    if len(skus) > 1:
+        raise HistoryError("shards of one run must share a GPU model: " + ", ".join(
+            f"{where(r)} on {_sku(r) or 'no device'}" for r in runs))
+    seen: dict[str, SavedRun] = {}
+    records, shards, devices = [], [], {}
+    for r in runs:
+        for rec in r.records:
+            if rec.nodeid in seen:
+                raise HistoryError(f"{rec.nodeid} is in two shards: {where(seen[rec.nodeid])} and "
+                                   f"{where(r)}")
+            seen[rec.nodeid] = r
+        records.extend(r.records)
+        # a merged file's own shards are listed, not the file itself
+        shards.extend(r.shards or [{"file": where(r), "host": r.host, "device": r.key,
+                                    "created": r.created, "tests": len(r.records),
+                                    "versions": r.versions}])
+        for d in r.environment.get("devices") or []:
+            devices.setdefault(d.get("fingerprint", ""), d)
+    first = runs[0]
+    dirty = [r.dirty for r in runs if r.dirty is not None]
+    rest = {**first.rest, **summary.verdict_counts(records)}
+    for k in ("unchecked", "faults", "configs_checked"):
+        rest[k] = [x for r in runs for x in r.rest.get(k) or []]
+    merged = SavedRun(
+        name=first.name, commit=first.commit, branch=first.branch,
+        dirty=any(dirty) if dirty else None, versions=first.versions, host=first.host,
+        shards=shards, created=first.created, device=first.device, settings=first.settings,
+        environment={**first.environment, "devices": list(devices.values())},
+        records=records, rest=rest)
+    return merged.to_document()
+
+
+def _sku(r: SavedRun) -> str | None:
+    device = run_device({"device": r.device, "environment": r.environment})
+    return (device or {}).get("sku") or (device or {}).get("name")
