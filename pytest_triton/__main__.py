@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from .report import history
+from . import options
+from .report import history, regression
 
 
 def parser() -> argparse.ArgumentParser:
@@ -34,7 +35,27 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR",
                          help=f"the history directory (default {history.DEFAULT_DIR})")
     listing.set_defaults(run=_history)
-    # compare: added with the regression gate
+    comparing = commands.add_parser(
+        "compare", help="compare two saved runs, as --triton-perf-compare does",
+        description="NEW's measurements against REF's: FAST, SLOW, SAME or UNCERTAIN per test. "
+                    "Exit status 1 when a verdict --fail-on names is found.")
+    comparing.add_argument("ref", metavar="REF",
+                           help="a saved run: a file, a name saved in --history, or latest")
+    comparing.add_argument("new", metavar="NEW", help="the run to judge: a file or a name")
+    comparing.add_argument("--history", default=history.DEFAULT_DIR, metavar="DIR",
+                           help="where names are looked up and run-to-run spreads are taken "
+                                f"from (default {history.DEFAULT_DIR})")
+    comparing.add_argument("--by", choices=("time", "fraction"), default="time")
+    comparing.add_argument("--threshold", default="3%", metavar="PERCENT")
+    comparing.add_argument("--fail-on", default="off", metavar="VERDICTS",
+                           help="slow, or a comma list of slow, uncertain, missing, refused")
+    comparing.add_argument("--spread", choices=("history", "prior"), default="history",
+                           help="the run-to-run spread: from the reference GPU's saved runs "
+                                "(NEW left out), or the prior alone (a first comparison)")
+    comparing.add_argument("--md", metavar="FILE", help="write the Markdown table to FILE")
+    comparing.add_argument("--json", metavar="FILE", help="write the verdicts as JSON ('-': "
+                           "standard output, instead of the table)")
+    comparing.set_defaults(run=_compare)
     return p
 
 
@@ -42,10 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     try:
-        args.run(args)
-    except history.HistoryError as exc:
-        p.exit(1, f"{p.prog} {args.command}: error: {exc}\n")
-    return 0
+        return args.run(args) or 0
+    except (history.HistoryError, options.OptionError) as exc:
+        p.exit(2, f"{p.prog} {args.command}: error: {exc}\n")
 
 
 def _merge(args: argparse.Namespace) -> None:
@@ -92,6 +112,29 @@ def _history(args: argparse.Namespace) -> None:
 
 def _when(stamp: str) -> str:
     return datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%S%fZ").strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _compare(args: argparse.Namespace) -> int:
+    threshold = options.percent(args.threshold, "--threshold")
+    fail_on = options.words(args.fail_on, "triton_perf_fail_on", "--fail-on")
+    loaded = []
+    for ref in (args.ref, args.new):
+        path = history.find(ref, args.history, None)
+        loaded.append(history.load(path, allow_report=True))
+    ref, new = loaded
+    medians = {} if args.spread == "prior" else regression.spreads(ref, Path(args.history),
+                                                                  skip=new.path)
+    out = regression.compare_runs(ref, new.records, new.device, by=args.by, threshold=threshold,
+                                  medians=medians)
+    if args.md:
+        regression.write_markdown(out, args.md)
+    if args.json == "-":
+        json.dump(out.to_dict(), sys.stdout, indent=1)
+    else:
+        if args.json:
+            Path(args.json).write_text(json.dumps(out.to_dict(), indent=1))
+        print("\n".join(regression.lines(out, fail_on)))
+    return 1 if out.failing(fail_on) else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Settings resolve here and only here, with one precedence: command line > ini > d
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -128,6 +131,28 @@ OPTIONS: tuple[Option, ...] = (
            "dtype's least likely value for integers, so an element a kernel never writes fails "
            "assert_close (the poison_allocations marker does it for one test; perf tests timed "
            "under --triton-perf are left alone)"),
+    # issue 29: regressions against a saved run (docs/regressions.md)
+    Option("triton_perf_save", "flag", "off",
+           "save this run (samples, clocks, verdicts, commit, versions, device) in the history "
+           "for a later --triton-perf-compare; NAME only with '=': --triton-perf-save=main",
+           metavar="NAME", const="auto"),
+    Option("triton_perf_history", "string", ".pytest-triton/history",
+           "where runs are saved and looked up, a folder per device (under the rootdir)",
+           metavar="DIR"),
+    Option("triton_perf_compare", "string", None,
+           "compare each measurement with a saved run: latest (this device's newest), a name "
+           "saved with --triton-perf-save, or a file: FAST, SLOW, SAME or UNCERTAIN", metavar="REF"),
+    Option("triton_perf_compare_by", "string", "time",
+           "compare times (one GPU model), or fractions of the measured ceiling (any two GPUs)",
+           choices=("time", "fraction")),
+    Option("triton_perf_threshold", "string", "3%",
+           "the least change called SLOW or FAST; within it, SAME", metavar="PERCENT"),
+    Option("triton_perf_fail_on", "string", "off",
+           "fail the run on these verdicts of the compare: slow, or a comma list of slow, "
+           "uncertain, missing, refused", metavar="VERDICTS"),
+    Option("triton_perf_report_md", "string", None,
+           "write the compare's table as Markdown to PATH (and to $GITHUB_STEP_SUMMARY if set)",
+           metavar="PATH"),
     # issue 30: a verdict that cannot be gamed
     Option("triton_judge", "flag", "default",
            "judge kernels you do not trust (docs/judging.md): on adds the costly checks (fresh "
@@ -190,6 +215,12 @@ def _flag_value(opt: Option):
     its value (argparse's nargs="?"), so anything but a choice is refused, saying how to write
     it, rather than run without that path."""
     def check(value: str) -> str:
+        if opt.choices is None:  # a name: a path after the bare flag is not one
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) or os.path.exists(value):
+                raise argparse.ArgumentTypeError(
+                    f"{value!r} is not a name (letters, digits, '.', '_', '-'); give the name "
+                    f"with '=' ({opt.flag}=NAME), and put test paths before the bare {opt.flag}")
+            return value
         if value not in opt.choices:
             raise argparse.ArgumentTypeError(
                 f"{value!r} is not one of {', '.join(opt.choices)}; give a value with '=' "
@@ -237,8 +268,6 @@ def _source(config: pytest.Config, name: str) -> str:
 
 
 def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> float:
-    import math
-
     raw = get(config, name)
     try:
         value = float(raw)
@@ -266,7 +295,45 @@ def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
 # The options that hold a number, with their least value: read as numbers where they act, and
 # checked at start-up (validate) in every run.
 FLOATS = {"triton_perf_max_time": 0.01, "triton_gpu_wait": 0.0}
+PERCENTS = ("triton_perf_threshold",)
+# comma lists of words, each one of these ("off": none)
+WORDS = {"triton_perf_fail_on": ("slow", "uncertain", "missing", "refused")}
 COUNTS = {"triton_perf_retries": 0}
+
+
+class OptionError(pytest.UsageError):  # a bad value, named with where it came from
+    """A bad value of an option or a command's argument."""
+
+def get_percent(config: pytest.Config, name: str) -> float:
+    return percent(get(config, name), _source(config, name))
+
+
+def percent(raw, source: str) -> float:
+    """A percentage, '3%' or '3' (or a fraction below 1, '0.03') -> 0.03, between 0 and 100%."""
+    raw = str(raw).strip()
+    value = float(raw.rstrip("%")) if re.fullmatch(r"\d+(\.\d*)?%?", raw) else None
+    if value is not None and (raw.endswith("%") or value >= 1):
+        value /= 100
+    if value is None or not 0 < value < 1:
+        raise OptionError(f"{source} {raw!r}: expected a percentage between 0 and 100, e.g. 3%")
+    return value
+
+
+def get_words(config: pytest.Config, name: str) -> frozenset[str]:
+    return words(get(config, name), name, _source(config, name))
+
+
+def words(raw, name: str, source: str) -> frozenset[str]:
+    """A comma list of WORDS[name] ('off' or '': none)."""
+    raw = str(raw or "")
+    found = [w.strip().lower() for w in raw.split(",") if w.strip()]
+    if found in ([], ["off"]):
+        return frozenset()
+    bad = [w for w in found if w not in WORDS[name]]
+    if bad:
+        raise OptionError(f"{source} {raw!r}: {', '.join(bad)} is not one of "
+                          f"{', '.join(WORDS[name])} (a comma list, or off)")
+    return frozenset(found)
 
 
 def validate(config: pytest.Config) -> None:
@@ -281,14 +348,21 @@ def validate(config: pytest.Config) -> None:
             get_float(config, opt.name, minimum=FLOATS[opt.name])
         elif opt.name in COUNTS:
             get_count(config, opt.name, minimum=COUNTS[opt.name])
+        elif opt.name in PERCENTS:
+            get_percent(config, opt.name)
+        elif opt.name in WORDS:
+            get_words(config, opt.name)
         else:
             get(config, opt.name)
 
 
 # Options that act on perf measurements, which only --triton-perf makes.
-_PERF_ONLY = ("triton_perf_explain", "triton_perf_profile", "triton_perf_plot", "triton_perf_json",
-              "triton_perf_calibrate", "triton_perf_peak", "triton_perf_l2", "triton_perf_max_time",
-              "triton_perf_retries", "triton_perf_allow_unchecked")
+_PERF_ONLY = ("triton_perf_save", "triton_perf_history", "triton_perf_compare",
+              "triton_perf_compare_by", "triton_perf_threshold", "triton_perf_fail_on",
+              "triton_perf_report_md", "triton_perf_explain", "triton_perf_profile",
+              "triton_perf_plot", "triton_perf_json", "triton_perf_calibrate", "triton_perf_peak",
+              "triton_perf_l2", "triton_perf_max_time", "triton_perf_retries",
+              "triton_perf_allow_unchecked")
 
 
 def _given(config: pytest.Config, opt: Option) -> bool:

@@ -78,6 +78,11 @@ def profiling(config: pytest.Config) -> bool:
     return perf(config) and bool(options.get(config, "triton_perf_profile"))
 
 
+def regression_gate(config: pytest.Config) -> bool:  # --triton-perf-save, --triton-perf-compare
+    return perf(config) and any(options.get(config, name) not in (None, "", "off")
+                                for name in ("triton_perf_save", "triton_perf_compare"))
+
+
 def benchmarking(config: pytest.Config) -> bool:  # pytest-benchmark is active
     return perf(config) and hasattr(config.hook, "pytest_benchmark_update_machine_info")
 
@@ -125,6 +130,7 @@ FEATURES = (
     ("triton-ncu-child", ncu_child, "pytest_triton.diagnose.ncu", "NcuChild"),
     ("triton-perf-plot", plotting, "pytest_triton.report.plot", "Plot"),
     ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
+    ("triton-perf-regression", regression_gate, "pytest_triton.report.regression", "RegressionGate"),
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under

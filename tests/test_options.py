@@ -61,6 +61,13 @@ PERF_ONLY_VALUES = {
     "triton_perf_max_time": ["--triton-perf-max-time", "5"],
     "triton_perf_retries": ["--triton-perf-retries", "4"],
     "triton_perf_allow_unchecked": ["--triton-perf-allow-unchecked"],
+    "triton_perf_save": ["--triton-perf-save=main"],
+    "triton_perf_history": ["--triton-perf-history", "hist"],
+    "triton_perf_compare": ["--triton-perf-compare", "latest"],
+    "triton_perf_compare_by": ["--triton-perf-compare-by", "fraction"],
+    "triton_perf_threshold": ["--triton-perf-threshold", "5%"],
+    "triton_perf_fail_on": ["--triton-perf-fail-on", "slow"],
+    "triton_perf_report_md": ["--triton-perf-report-md", "pr.md"],
 }
 
 

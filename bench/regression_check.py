@@ -1,0 +1,123 @@
+"""Issue 29's GPU check: planted slowdowns and a commit against itself, each run a separate
+pytest process as in CI (not a test; a step of bench/final_run.sh: `regress`).
+
+    python bench/regression_check.py [--runs 10] [--max-time 0.5] [--out DIR]
+
+Writes a test file of two perf tests of the bundled kernels, a memory-bound one
+(reference_kernels.vector_add, 2^26 float32 elements) and a compute-bound one
+(reference_kernels.matmul, 4096^3 fp16), then runs it `--runs` times as it is (the baseline,
+saved as base-I) and `--runs` times with a slowdown planted (saved as planted-I), alternating,
+each `pytest --triton-perf --triton-perf-save=NAME` in a history directory of its own:
+
+- planted: 3% more elements for the vector add (its time grows with them), 10% more K for the
+  matmul;
+- then, offline (`python -m pytest_triton compare`): planted-I against base-I (a SLOW is a
+  hit), and base-I against base-(I+1) and base-(I+2) (any SLOW is a false verdict, as is a
+  FAST).
+
+Prints the counts per test and writes regression_check.json (every comparison's verdict,
+change and interval) under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TESTS = '''
+import os
+
+import pytest
+import torch
+
+from pytest_triton import perf_target
+from reference_kernels import matmul, vector_add
+
+MEM = float(os.environ.get("PLANT_MEMORY", "1"))
+MM = float(os.environ.get("PLANT_MATMUL", "1"))
+
+
+@perf_target(bandwidth_frac=0.05)  # floors any GPU clears: what is checked is the compare
+def test_vector_add(make_tensor, triton_bench):
+    n = int(2 ** 26 * MEM)
+    x, y = make_tensor(n, dtype=torch.float32), make_tensor(n, dtype=torch.float32)
+    out = torch.empty_like(x)
+    triton_bench(lambda: vector_add.vector_add(x, y, out=out), bytes=3 * 4 * n)
+
+
+@perf_target(tflops_frac=0.05)
+def test_matmul(make_tensor, triton_bench):
+    m = n = 4096
+    k = int(4096 * MM) // 64 * 64
+    a = make_tensor(m, k, dtype=torch.float16)
+    b = make_tensor(k, n, dtype=torch.float16)
+    out = torch.empty(m, n, dtype=torch.float16, device=a.device)
+    triton_bench(lambda: matmul.matmul(a, b, out=out), flops=2 * m * n * k, dtype=torch.float16)
+'''
+
+PLANTED = {"PLANT_MEMORY": "1.03", "PLANT_MATMUL": "1.10"}
+
+
+def pytest_run(folder: Path, name: str, env: dict, max_time: float, log) -> int:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+           str(folder / "test_planted.py"), "--triton-perf", f"--triton-perf-save={name}",
+           "--triton-perf-history", str(folder / "history"),
+           "--triton-perf-max-time", str(max_time)]
+    t0 = time.time()
+    rc = subprocess.run(cmd, cwd=folder, env={**os.environ, **env}, stdout=log,
+                        stderr=subprocess.STDOUT).returncode
+    print(f"{name}: rc={rc} in {time.time() - t0:.0f} s", flush=True)
+    return rc
+
+
+def compare(folder: Path, ref: str, new: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "pytest_triton", "compare", "--history",
+                          str(folder / "history"), ref, new, "--json", "-"],
+                         capture_output=True, text=True)
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"compare {ref} {new} failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--max-time", type=float, default=0.5)
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = p.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="regression-check-"))
+    (folder / "test_planted.py").write_text(TESTS)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "regression_check.log", "w") as log:
+        for i in range(args.runs):
+            pytest_run(folder, f"base-{i}", {}, args.max_time, log)
+            pytest_run(folder, f"planted-{i}", PLANTED, args.max_time, log)
+    pairs = [("planted", f"base-{i}", f"planted-{i}") for i in range(args.runs)]
+    pairs += [("self", f"base-{i}", f"base-{j}") for i in range(args.runs)
+              for j in (i + 1, i + 2) if j < args.runs]
+    results, counts = [], {}
+    for case, ref, new in pairs:
+        for row in compare(folder, ref, new)["rows"]:
+            results.append({"case": case, "ref": ref, "new": new, **row})
+            c = counts.setdefault((case, row["label"]), {})
+            c[row["verdict"]] = c.get(row["verdict"], 0) + 1
+    for (case, label), c in sorted(counts.items()):
+        n = sum(c.values())
+        what = "SLOW (hits)" if case == "planted" else "SLOW or FAST (false)"
+        bad = c.get("slow", 0) if case == "planted" else c.get("slow", 0) + c.get("fast", 0)
+        print(f"{case:8s} {label:40s} {what}: {bad} of {n}   {dict(sorted(c.items()))}")
+    (out / "regression_check.json").write_text(json.dumps(
+        {"runs": args.runs, "max_time_s": args.max_time, "planted": PLANTED,
+         "counts": [{"case": k[0], "label": k[1], **v} for k, v in sorted(counts.items())],
+         "comparisons": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

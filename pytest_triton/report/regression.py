@@ -1,0 +1,337 @@
+"""--triton-perf-save and --triton-perf-compare: this run's measurements saved to the history,
+and compared with a saved run (perf/compare.py's statistics), the run failed on the verdicts
+--triton-perf-fail-on names; the table in the terminal, in Markdown (--triton-perf-report-md,
+$GITHUB_STEP_SUMMARY). `python -m pytest_triton compare REF NEW` does the same on two files."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from .. import options
+from ..perf import compare as stats
+from ..perf import session as perf_session
+from ..perf.compare import Change, Result, Side
+from ..perf.record import Measurement, PerfRecord
+from . import history, summary
+
+# the order rows are shown in: what fails a run first
+ORDER = (Change.SLOW, Change.REFUSED, Change.UNCERTAIN, Change.MISSING, Change.FAST, Change.NEW,
+         Change.SAME)
+SPREAD_RUNS = 10  # the newest saved runs of the device a test's run-to-run spread is taken from
+
+
+@dataclass
+class Row:
+    """One measurement compared (or, `whole`, one test of several shapes as a whole)."""
+    label: str
+    verdict: Change
+    result: Result | None = None
+    ref: Measurement | None = None
+    new: Measurement | None = None
+    whole: bool = False
+    why: str = ""
+
+
+@dataclass
+class Outcome:
+    ref: history.SavedRun
+    by: str
+    threshold: float
+    rows: list[Row] = field(default_factory=list)
+    refusal: str = ""  # the whole run is not comparable
+
+    def count(self, verdict: Change) -> int:
+        return sum(r.verdict is verdict for r in self.rows)
+
+    def failing(self, fail_on: frozenset[str]) -> list[Row]:
+        return [r for r in self.rows if r.verdict.value in fail_on]
+
+    def to_dict(self) -> dict:
+        def row(r: Row) -> dict:
+            res = r.result
+            return {"label": r.label, "verdict": r.verdict.value, "whole": r.whole,
+                    "change": res.change if res else None, "lo": res.lo if res else None,
+                    "hi": res.hi if res else None, "spread": res.spread if res else None,
+                    "spread_from": res.spread_from if res else None,
+                    "clock_change": res.clock_change if res else None, "why": r.why,
+                    "ref_ms": r.ref.time.median if r.ref else None,
+                    "new_ms": r.new.time.median if r.new else None}
+        return {"reference": str(self.ref.path), "by": self.by, "threshold": self.threshold,
+                "refusal": self.refusal, "rows": [row(r) for r in self.rows]}
+
+
+def sku(device: dict | None) -> str:
+    device = device or {}
+    return device.get("sku") or device.get("name") or "an unknown device"
+
+
+def _clock(m: Measurement) -> float | None:
+    readings = [g.get("sm_clock_mhz") for g in (m.timings.gpu_before, m.timings.gpu_after) if g]
+    readings = [c for c in readings if c]
+    return sum(readings) / len(readings) if readings else None
+
+
+def _kind(m: Measurement) -> str:
+    return "compute" if m.flops else "memory"
+
+
+def _peak(m: Measurement, both_measured: bool) -> float | None:
+    key = "tflops" if m.flops else "dram_gbps"
+    return m.peaks.get(f"{key}_{'measured' if both_measured else 'datasheet'}")
+
+
+def _scaled(m: Measurement, factor: float):
+    """The measurement's time summary times `factor` (fractions: the other GPU's peak)."""
+    s = m.time
+    return type(s)(n=s.n, median=s.median * factor, q1=s.q1 * factor, q3=s.q3 * factor,
+                   mean=s.mean * factor, stdev=s.stdev * factor, min=s.min * factor,
+                   max=s.max * factor, ci_lo=s.ci_lo * factor, ci_hi=s.ci_hi * factor)
+
+
+def _labelled(records: list[PerfRecord]) -> dict[str, Measurement]:
+    return {m.label: m for r in records for m in r.measurements}
+
+
+def spreads(ref: history.SavedRun, directory: Path, *, skip: Path | None = None
+            ) -> dict[str, list[float]]:
+    """Each label's medians in the newest SPREAD_RUNS saved runs of the reference's GPU model
+    (its own card or another of its SKU: CI runners rarely get one card twice), `skip` left
+    out; runs of another branch than the reference's are left out too, where it has one (a
+    pull request's runs are not the reference branch's spread)."""
+    found: dict[str, list[float]] = {}
+    if not Path(directory).is_dir():
+        return found
+    model = history.device_key({**(ref.device or {}), "fingerprint": None})
+    entries = [e for key, runs in history.saved_runs(directory).items()
+               if key == model or key.startswith(model + "-") for e in runs
+               if skip is None or e.path.resolve() != Path(skip).resolve()]
+    for entry in sorted(entries, key=lambda e: e.stamp)[-SPREAD_RUNS:]:
+        try:
+            run = history.load(entry.path)
+        except history.HistoryError:
+            continue  # a bad file is named when it is the reference; here it adds no spread
+        if ref.branch and run.branch and run.branch != ref.branch:
+            continue
+        for label, m in _labelled(run.records).items():
+            found.setdefault(label, []).append(m.time.median)
+    return found
+
+
+def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict | None, *,
+                 by: str = "time", threshold: float = stats.DEFAULT_THRESHOLD,
+                 medians: dict[str, list[float]] | None = None) -> Outcome:
+    """Every measurement of `records` (this run, on `device`) against the reference run's."""
+    out = Outcome(ref, by, threshold)
+    same_gpu = sku(ref.device) == sku(device)
+    if not same_gpu and by == "time":
+        out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
+                       "the measured ceiling with --triton-perf-compare-by=fraction")
+    old, new = _labelled(ref.records), _labelled(records)
+    for label, m in new.items():
+        if label not in old:
+            out.rows.append(Row(label, Change.NEW, new=m))
+        elif out.refusal:
+            out.rows.append(Row(label, Change.REFUSED, ref=old[label], new=m, why=out.refusal))
+        else:
+            out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
+    out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items() if label not in new]
+    for r in records:  # the shapes of one test, as a whole
+        parts = [row for row in out.rows if row.result and row.label in
+                 {m.label for m in r.measurements}]
+        if len(r.measurements) > 1 and parts:
+            whole = stats.combine([p.result for p in parts], threshold)
+            out.rows.append(Row(r.nodeid, whole.verdict, whole, whole=True, why=whole.why))
+    out.rows.sort(key=lambda row: (ORDER.index(row.verdict), row.label))
+    return out
+
+
+def _row(label: str, ref: Measurement, new: Measurement, out: Outcome, same_gpu: bool,
+         medians: list[float] | None) -> Row:
+    a, b = ref.time, new.time
+    if out.by == "fraction":
+        both = all(_peak(m, True) for m in (ref, new))
+        pa, pb = _peak(ref, both), _peak(new, both)
+        if not (ref.bytes or ref.flops) or not pa or not pb:
+            return Row(label, Change.REFUSED, ref=ref, new=new,
+                       why="no bytes= or flops= (or no peak of this kind): no fraction of peak "
+                           "to compare")
+        b = _scaled(new, pb / pa)
+    if same_gpu and medians and out.by == "time":
+        spread, src = stats.spread_of(medians, _kind(new))
+    else:
+        spread, src = stats.spread_of([], _kind(new))
+    clocks = (_clock(ref), _clock(new)) if same_gpu else (None, None)
+    result = stats.compare(Side(a, clocks[0], ref.timings.throttled),
+                           Side(b, clocks[1], new.timings.throttled),
+                           threshold=out.threshold, spread=spread, spread_from=src)
+    return Row(label, result.verdict, result, ref, new, why=result.why)
+
+
+# --- text -------------------------------------------------------------------------------------------
+
+def _units(row: Row) -> str:
+    """The row's times, and its rates and fractions of peak where the test gave bytes= or
+    flops=, reference -> this run."""
+    a, b = row.ref, row.new
+    if a is None or b is None:
+        m = a or b
+        return f"{m.time.median:.4g} ms" if m else ""
+    text = f"{a.time.median:.4g} -> {b.time.median:.4g} ms"
+    if a.tflops and b.tflops:
+        text += f"; {a.tflops:.1f} -> {b.tflops:.1f} TFLOP/s"
+    elif a.gbps and b.gbps:
+        text += f"; {a.gbps:,.0f} -> {b.gbps:,.0f} GB/s"
+    fa, fb = (m.tflops_frac or m.bandwidth_frac for m in (a, b))
+    if fa and fb:
+        text += f"; {100 * fa:.1f}% -> {100 * fb:.1f}% of peak"
+    return text
+
+
+def _change(row: Row) -> str:
+    r = row.result
+    if r is None or not math.isfinite(r.change):
+        return ""
+    return f"{100 * r.change:+.1f}% {r.interval_text}"
+
+
+def describe_ref(ref: history.SavedRun) -> str:
+    bits = [ref.name or "unnamed", (ref.commit or "no commit")[:10]]
+    if ref.branch:
+        bits.append(f"branch {ref.branch}")
+    bits += [str(ref.created)[:16].replace("T", " "), sku(ref.device)]
+    return ", ".join(bits)
+
+
+def counts_text(out: Outcome) -> str:
+    counts = ", ".join(f"{out.count(v)} {v.value}" for v in ORDER if out.count(v))
+    return (f"{counts or 'nothing compared'} (threshold {100 * out.threshold:g}%, by "
+            f"{out.by}; SLOW or FAST: the interval is past zero and reaches the threshold)")
+
+
+def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
+    """The terminal section's lines."""
+    text = [f"against {describe_ref(out.ref)} ({out.ref.path})"]
+    if out.refusal:
+        text.append(f"REFUSED: {out.refusal}")
+    for row in out.rows:
+        if row.verdict is Change.SAME or (out.refusal and row.verdict is Change.REFUSED):
+            continue
+        what = f"{row.verdict.value.upper():9s} {row.label}{' (all shapes)' if row.whole else ''}"
+        detail = "; ".join(x for x in (_change(row), _units(row)) if x)
+        text.append(f"{what}: {detail}" if detail else what)
+        if row.why and row.verdict is not Change.SLOW:
+            text.append(f"          {row.why}")
+    text.append(counts_text(out))
+    failing = out.failing(fail_on)
+    if failing:
+        text.append(f"the run FAILS: --triton-perf-fail-on={','.join(sorted(fail_on))}, and "
+                    f"{len(failing)} {'is' if len(failing) == 1 else 'are'} "
+                    f"{' or '.join(sorted({r.verdict.value.upper() for r in failing}))}")
+    return text
+
+
+def markdown(out: Outcome) -> str:
+    """The pull request's table: regressions first, then improvements, then the counts."""
+    head = [f"### pytest-triton: against {describe_ref(out.ref)}", ""]
+    if out.refusal:
+        return "\n".join(head + [f"**Refused**: {out.refusal}", ""])
+    shown = [r for r in out.rows if r.verdict is not Change.SAME]
+    shown.sort(key=lambda r: ({Change.SLOW: 0, Change.FAST: 1}.get(r.verdict, 2), r.label))
+    table = ["| verdict | test | change [99% interval] | reference -> this run |",
+             "|---|---|---|---|"]
+    for r in shown:
+        label = r.label.replace("|", "\\|") + (" (all shapes)" if r.whole else "")
+        table.append(f"| {r.verdict.value.upper()} | `{label}` | {_change(r)} | "
+                     f"{_units(r).replace('|', '/')} |")
+    return "\n".join(head + (table if shown else []) + ["", counts_text(out), ""])
+
+
+def write_markdown(out: Outcome, path: str | None) -> None:
+    """The table to `path` (if given) and appended to $GITHUB_STEP_SUMMARY (if set)."""
+    text = markdown(out)
+    if path:
+        Path(path).write_text(text)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
+            f.write(text + "\n")
+
+
+# --- the plugin object --------------------------------------------------------------------------------
+
+class RegressionGate:
+    """--triton-perf-save / --triton-perf-compare on the process that writes the results."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+        self._dir = Path(config.rootpath, options.get(config, "triton_perf_history"))
+        save = options.get(config, "triton_perf_save")
+        self._save = None if save in (None, "", "off") else save
+        self._ref = options.get(config, "triton_perf_compare")
+        self._by = options.get(config, "triton_perf_compare_by")
+        self._threshold = options.get_percent(config, "triton_perf_threshold")
+        self._fail_on = options.get_words(config, "triton_perf_fail_on")
+        self._md = options.get(config, "triton_perf_report_md")
+        self.outcome: Outcome | None = None
+        self.saved: Path | None = None
+        self.note = ""
+        if self._ref:  # a reference that cannot be found stops the run before it times anything
+            try:  # (which device's latest is known once a test has measured)
+                if self._ref != "latest":
+                    history.find(self._ref, self._dir, None)
+                elif not (self._dir.is_dir() and history.saved_runs(self._dir)):
+                    raise history.HistoryError(f"no run was saved in {self._dir}")
+            except history.HistoryError as exc:
+                raise pytest.UsageError(f"--triton-perf-compare={self._ref}: {exc}") from None
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        ps = perf_session.session(self._config)
+        if ps is None or not ps.controller:
+            return
+        doc = summary.document(self._config)
+        if self._ref:
+            self._compare(session, ps, doc)
+        if self._save:
+            doc["schema"] = history.HISTORY_SCHEMA
+            doc["run"] = history.run_block(self._config, None if self._save == "auto"
+                                           else self._save)
+            self.saved = history.save(doc, self._dir)
+
+    def _compare(self, run: pytest.Session, ps, doc: dict) -> None:
+        try:
+            ref = history.load(history.find(self._ref, self._dir, doc.get("device")))
+        except history.HistoryError as exc:
+            self.note = f"--triton-perf-compare={self._ref}: {exc}"
+            run.exitstatus = pytest.ExitCode.USAGE_ERROR
+            return
+        if not ps.records:
+            self.note = (f"nothing measured in this run to compare with {describe_ref(ref)} "
+                         "(a dry run, or no perf test selected)")
+            return
+        self.outcome = compare_runs(ref, ps.records, doc.get("device"), by=self._by,
+                                    threshold=self._threshold, medians=spreads(ref, self._dir))
+        self._report(run)
+
+    def _report(self, run: pytest.Session) -> None:
+        if self.outcome.failing(self._fail_on) and run.exitstatus == pytest.ExitCode.OK:
+            run.exitstatus = pytest.ExitCode.TESTS_FAILED
+        write_markdown(self.outcome, self._md)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not (self.outcome or self.note or self.saved):
+            return
+        tr = terminalreporter
+        tr.write_sep("=", "pytest-triton: regressions")
+        if self.note:
+            tr.write_line(self.note)
+        if self.outcome:
+            for line in lines(self.outcome, self._fail_on):
+                tr.write_line(line, red=line.startswith(("SLOW", "the run FAILS", "REFUSED")),
+                              green=line.startswith("FAST"))
+        if self.saved:
+            tr.write_line(f"saved this run: {self.saved}")

@@ -1,0 +1,186 @@
+"""The regression gate end to end (report/regression.py): separate pytest runs on a stand-in GPU
+save to the history and compare with it, as a CI job's main and pull-request runs do. The
+stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
+
+import json
+import re
+
+import pytest
+
+from pytest_triton.__main__ import main as cli
+
+pytest_plugins = ["pytester"]
+
+FAKE_GPU = '''
+import math, os, random
+from pytest_triton.env.device import DeviceInfo
+from pytest_triton.perf.timing import Timings
+
+def pytest_triton_device_info(config):
+    name = os.environ.get("FAKE_GPU", "NVIDIA H100 80GB HBM3")
+    big = "H200" in name
+    return DeviceInfo(name=name, sms=132, dram_gbps=4800.0 if big else 3352.0,
+                      tflops={"float16": 989.4}, sku="H200" if big else "H100 SXM",
+                      fingerprint="fa11" if big else "beef")
+
+def pytest_triton_calibrate(config, device):
+    return {"dram_gbps": 0.9 * device.dram_gbps, "tflops": {"float16": 700.0}}
+
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    fn()
+    name = request.node.name
+    slow = float(os.environ.get("SLOWDOWN", "1")) if name in os.environ.get("SLOW_TESTS", name) \\
+        else 1.0
+    if "H200" in os.environ.get("FAKE_GPU", ""):
+        slow *= 0.7
+    rng = random.Random(os.environ.get("RUN_SEED", "0") + name)
+    ms = request.module.MS[name] * slow
+    return Timings(ms=[ms * math.exp(rng.gauss(0, 0.003)) for _ in range(60)])
+'''
+
+TESTS = '''
+from pytest_triton import perf_target
+
+MS = {"test_copy": 0.27, "test_scale": 0.31, "test_gone": 0.2}
+
+@perf_target(bandwidth_frac=0.01)
+def test_copy(triton_bench):
+    triton_bench(lambda: None, bytes=800_000_000)
+
+@perf_target(bandwidth_frac=0.01)
+def test_scale(triton_bench):
+    triton_bench(lambda: None, bytes=800_000_000)
+'''
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    pytester.makeconftest(FAKE_GPU)
+    pytester.makepyfile(test_k=TESTS)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    return pytester
+
+
+def run(p, *args, **env):
+    for k in ("SLOWDOWN", "SLOW_TESTS", "RUN_SEED", "FAKE_GPU"):
+        p._monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        p._monkeypatch.setenv(k, str(v))
+    return p.runpytest_subprocess("--triton-perf", "-p", "no:randomly", *args)
+
+
+def saved(p) -> list:
+    return sorted((p.path / ".pytest-triton" / "history").glob("*/*.json"))
+
+
+def test_a_slowdown_fails_the_run_naming_the_test_its_change_and_interval(project):
+    assert run(project, "--triton-perf-save=main", RUN_SEED=1).ret == 0
+    [main] = saved(project)
+    assert main.parent.name == "H100-SXM-beef"
+    md = project.path / "pr.md"
+    summary = project.path / "step-summary.md"
+    result = run(project, "--triton-perf-compare=main", "--triton-perf-fail-on=slow",
+                 f"--triton-perf-report-md={md}", SLOWDOWN=1.05, SLOW_TESTS="test_copy",
+                 RUN_SEED=2, GITHUB_STEP_SUMMARY=summary)
+    assert result.ret == 1
+    out = result.stdout.str()
+    line = re.search(r"^SLOW +test_k.py::test_copy: \+(\d\.\d)% \[\+(\d\.\d)%, \+(\d\.\d)%\]; "
+                     r"0\.27 -> 0\.2835 ms; [\d,]+ -> [\d,]+ GB/s; [\d.]+% -> [\d.]+% of peak$",
+                     out, re.M)
+    assert line, out
+    change, lo, hi = (float(x) for x in line.groups())
+    assert lo < change < hi and lo > 0 and abs(change - 5) < 0.5
+    assert "1 slow, 1 same" in out
+    assert "the run FAILS: --triton-perf-fail-on=slow, and 1 is SLOW" in out
+    table = md.read_text()
+    assert table == summary.read_text().rstrip("\n") + "\n" or table in summary.read_text()
+    assert "| SLOW | `test_k.py::test_copy` | +5.0%" in table or \
+        re.search(r"\| SLOW \| `test_k.py::test_copy` \| \+\d\.\d% ", table), table
+    assert "test_scale" not in table  # SAME rows are counted, not listed
+    # nothing is saved by a run that only compares
+    assert saved(project) == [main]
+
+
+def test_the_same_commit_again_is_same_and_passes(project):
+    assert run(project, "--triton-perf-save", RUN_SEED=1).ret == 0
+    result = run(project, "--triton-perf-compare=latest", "--triton-perf-fail-on=slow,uncertain",
+                 RUN_SEED=9)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*2 same (threshold 3%, by time*"])
+
+
+def test_without_fail_on_a_slowdown_is_reported_and_the_run_passes(project):
+    run(project, "--triton-perf-save=main", RUN_SEED=1)
+    result = run(project, "--triton-perf-compare=main", SLOWDOWN=1.2, RUN_SEED=3)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["SLOW *test_k.py::test_copy: +20.0%*", "SLOW *test_scale*"])
+
+
+def test_new_and_missing_tests_are_named(project):
+    run(project, "--triton-perf-save=main", RUN_SEED=1)
+    project.makepyfile(test_k=TESTS.replace("def test_scale", "def test_gone"))
+    result = run(project, "--triton-perf-compare=main", "--triton-perf-fail-on=missing")
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["MISSING   test_k.py::test_scale*", "NEW       test_k.py::test_gone*"],
+                                consecutive=False)
+
+
+def test_another_gpu_model_is_refused_unless_compared_by_fraction(project):
+    run(project, "--triton-perf-save=main", RUN_SEED=1)
+    result = run(project, "--triton-perf-compare=main", "--triton-perf-fail-on=slow",
+                 FAKE_GPU="NVIDIA H200")
+    assert result.ret == 0  # refused is not slow
+    result.stdout.fnmatch_lines(["REFUSED: H100 SXM vs H200: not comparable; compare fractions of "
+                                 "the measured ceiling with --triton-perf-compare-by=fraction"])
+    assert not re.search(r"^SLOW", result.stdout.str(), re.M)
+    result.stdout.fnmatch_lines(["2 refused (threshold 3%, by time*"])
+    result = run(project, "--triton-perf-compare=main", "--triton-perf-fail-on=refused",
+                 FAKE_GPU="NVIDIA H200")
+    assert result.ret == 1
+    # by fraction: the H200's 30% shorter times are ~1% more of its 43% larger ceiling
+    result = run(project, "--triton-perf-compare=main", "--triton-perf-compare-by=fraction",
+                 "--triton-perf-fail-on=slow,refused", FAKE_GPU="NVIDIA H200")
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*2 same (threshold 3%, by fraction*"])
+
+
+def test_a_missing_reference_stops_the_run_before_it_times_anything(project):
+    result = run(project, "--triton-perf-compare=main")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--triton-perf-compare=main: no saved run 'main'*"])
+    assert "passed" not in result.stdout.str()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--triton-perf-threshold=lots"], "--triton-perf-threshold 'lots': expected a percentage"),
+    (["--triton-perf-threshold=200%"], "--triton-perf-threshold '200%': expected a percentage"),
+    (["--triton-perf-fail-on=slow,worse"], "--triton-perf-fail-on 'slow,worse': worse is not "
+                                           "one of slow, uncertain, missing, refused"),
+    (["--triton-perf-save", "test_k.py"], "'test_k.py' is not a name"),
+])
+def test_bad_values_name_the_option(project, args, message):
+    result = run(project, *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
+
+
+def test_xdist_workers_measurements_are_saved_in_one_run(project):
+    pytest.importorskip("xdist")
+    assert run(project, "-n", "2", "--triton-perf-save=main").ret == 0
+    [path] = saved(project)
+    doc = json.loads(path.read_text())
+    assert sorted(r["nodeid"] for r in doc["results"]) == ["test_k.py::test_copy",
+                                                           "test_k.py::test_scale"]
+    assert doc["run"]["name"] == "main"
+
+
+def test_the_command_line_compares_two_saved_runs(project, capsys):
+    run(project, "--triton-perf-save=main", RUN_SEED=1)
+    run(project, "--triton-perf-save=pr", SLOWDOWN=1.1, SLOW_TESTS="test_scale", RUN_SEED=2)
+    hist = str(project.path / ".pytest-triton" / "history")
+    assert cli(["compare", "--history", hist, "main", "pr", "--fail-on", "slow"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^SLOW +test_k.py::test_scale: \+10\.\d%", out, re.M), out
+    assert cli(["compare", "--history", hist, "main", "pr", "--json", "-"]) == 0
+    rows = {r["label"]: r["verdict"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows == {"test_k.py::test_scale": "slow", "test_k.py::test_copy": "same"}
