@@ -162,6 +162,11 @@ def run_block(config: pytest.Config, name: str | None) -> dict:
             "host": platform.node() or None, "shards": []}
 
 
+def saved_document(config: pytest.Config, name: str | None) -> dict:
+    """This run's document as a saved run (what save takes): --triton-perf's only."""
+    return {**summary.document(config), "schema": HISTORY_SCHEMA, "run": run_block(config, name)}
+
+
 def check_name(name: str) -> str:
     """A run's name as given to save: letters, digits, '.', '_' and '-' (it is part of the file
     name), at most 64 characters; not 'latest' nor 'run'."""
