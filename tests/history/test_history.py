@@ -303,3 +303,13 @@ def test_a_sessions_document_saves_and_is_found(pytester, monkeypatch, gpu):
     assert saved.versions["pytest_triton"] and saved.host
     assert saved.commit is None or len(saved.commit) == 40  # pytester's dir may be in no checkout
     assert history.find("latest", pytester.path / "hist", saved.device) == path
+
+
+def test_the_docs_snippet_runs(capsys, monkeypatch):
+    from ._docs import ROOT
+    page = (ROOT / "docs" / "regressions.md").read_text()
+    [snippet] = re.findall(r"```python\n(.*?)```", page, re.S)
+    monkeypatch.chdir(ROOT)
+    exec(snippet, {})
+    assert capsys.readouterr().out.split() == [
+        "H100-SXM-e53cef81", "None", "75", "tests/test_compute_perf.py::test_matmul_square_speed[4096-fp16]"]
