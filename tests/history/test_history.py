@@ -40,6 +40,7 @@ def test_a_plain_report_is_refused_unless_allowed():
     saved = history.load(H100, allow_report=True)
     assert saved.commit is None and saved.name is None
     assert saved.versions["torch"] == report(H100)["environment"]["torch"]
+    assert saved.versions["driver"] == "580.159.04"
     assert len(saved.records) == 75 and saved.key == "H100-SXM-e53cef81"
 
 
@@ -64,6 +65,7 @@ def _write(tmp_path, content: str):
     (json.dumps(small(None)).replace('"results": [', '"results": [{"nodeid": "t.py::x"}, '),
      r"result 0 \(t.py::x\) cannot be read: KeyError: 'measurements'"),
     (json.dumps({**small(None), "results": None}), r'no "results" list'),
+    (json.dumps({**small(None), "device": "H100"}), r'"device" is a JSON str, not an object'),
 ])
 def test_a_bad_file_is_refused_naming_it_and_why(tmp_path, content, reason):
     path = _write(tmp_path, content)
