@@ -76,19 +76,26 @@ class SavedRun:
         schema = doc.get("schema")
         if schema is None:
             raise HistoryError(f"{where}: no \"schema\" field: not a pytest-triton history file")
+        for k in ("device", "settings", "environment"):
+            if doc.get(k) is not None and not isinstance(doc[k], dict):
+                raise HistoryError(f"{where}: \"{k}\" is a JSON {type(doc[k]).__name__}, not an "
+                                   "object")
         kind, _, version = str(schema).partition("/")
-        if kind == "pytest-triton-perf" and schema == summary.JSON_SCHEMA:
+        reads = {"pytest-triton-history": HISTORY_SCHEMA, "pytest-triton-perf": summary.JSON_SCHEMA}
+        if schema == summary.JSON_SCHEMA:
             if not allow_report:
                 raise HistoryError(
                     f"{where}: a --triton-perf-json report, not a saved run: it has no \"run\" "
                     "block (no commit, branch or versions)")
-            run = {"versions": {k: doc.get("environment", {}).get(k)
-                                for k in ("python", "torch", "triton", "pytest", "cuda")}}
-        elif kind in ("pytest-triton-history", "pytest-triton-perf") and schema not in (
-                HISTORY_SCHEMA, summary.JSON_SCHEMA):
+            env = doc.get("environment") or {}
+            run = {"versions": {**{k: env.get(k) for k in ("python", "torch", "triton", "pytest",
+                                                           "cuda")},
+                                "pytest_triton": None,
+                                "driver": (run_device(doc) or {}).get("driver")}}
+        elif kind in reads and schema != reads[kind]:
             what = "history" if kind == "pytest-triton-history" else "perf report"
             raise HistoryError(f"{where}: written by pytest-triton {what} schema {version}; this "
-                               f"version reads {HISTORY_SCHEMA.rsplit('/', 1)[1]}")
+                               f"version reads {reads[kind].rsplit('/', 1)[1]}")
         elif schema != HISTORY_SCHEMA:
             raise HistoryError(f"{where}: schema {schema!r}: not a pytest-triton history file "
                                f"({HISTORY_SCHEMA})")
@@ -160,6 +167,11 @@ def run_block(config: pytest.Config, name: str | None) -> dict:
             "versions": {**summary.versions(), "pytest_triton": pytest_triton.__version__,
                          "driver": (device or {}).get("driver")},
             "host": platform.node() or None, "shards": []}
+
+
+def saved_document(config: pytest.Config, name: str | None) -> dict:
+    """This run's document as a saved run (what save takes): --triton-perf's only."""
+    return {**summary.document(config), "schema": HISTORY_SCHEMA, "run": run_block(config, name)}
 
 
 def check_name(name: str) -> str:

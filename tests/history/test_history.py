@@ -4,6 +4,7 @@ run a name, a path or 'latest' means."""
 
 import datetime
 import json
+import pathlib
 import re
 import subprocess
 import types
@@ -39,6 +40,7 @@ def test_a_plain_report_is_refused_unless_allowed():
     saved = history.load(H100, allow_report=True)
     assert saved.commit is None and saved.name is None
     assert saved.versions["torch"] == report(H100)["environment"]["torch"]
+    assert saved.versions["driver"] == "580.159.04"
     assert len(saved.records) == 75 and saved.key == "H100-SXM-e53cef81"
 
 
@@ -63,6 +65,7 @@ def _write(tmp_path, content: str):
     (json.dumps(small(None)).replace('"results": [', '"results": [{"nodeid": "t.py::x"}, '),
      r"result 0 \(t.py::x\) cannot be read: KeyError: 'measurements'"),
     (json.dumps({**small(None), "results": None}), r'no "results" list'),
+    (json.dumps({**small(None), "device": "H100"}), r'"device" is a JSON str, not an object'),
 ])
 def test_a_bad_file_is_refused_naming_it_and_why(tmp_path, content, reason):
     path = _write(tmp_path, content)
@@ -245,3 +248,70 @@ def test_the_h200_run_loads_too(tmp_path):
 def test_saved_run_from_document_names_a_document_without_path():
     with pytest.raises(HistoryError, match=r"^<document>: a JSON str"):
         SavedRun.from_document("x")
+
+
+# a real session's document, saved as the plugin will save it
+
+SAVE_AT_THE_END = """
+import pytest
+from pytest_triton.report import history
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    doc = history.saved_document(session.config, "cpu-ci")
+    print("SAVED", history.save(doc, session.config.rootpath / "hist"))
+"""
+
+FAKE_H100 = """
+from pytest_triton.env.device import DeviceInfo
+from pytest_triton.perf.timing import Timings
+
+def pytest_triton_device_info(config):
+    return DeviceInfo(name="NVIDIA H100 80GB HBM3", sms=132, dram_gbps=3352.0, sku="H100 SXM",
+                      tflops={"float16": 989.4}, driver="580.0", fingerprint="0123abcd4567ef89")
+
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    return Timings(ms=[0.5 * (1 + 0.001 * (i % 3)) for i in range(30)], method="injected",
+                   l2=settings.l2, gpu_before={"sm_clock_mhz": 1980})
+"""
+
+PERF_TEST = """
+from pytest_triton import perf_target
+@perf_target(gbps=100)
+def test_copy(triton_bench): triton_bench(lambda: None, bytes=1e8)
+"""
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["dry-run", "fake-h100"])
+def test_a_sessions_document_saves_and_is_found(pytester, monkeypatch, gpu):
+    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(pytester.path / "cache"))
+    pytester.makeconftest(SAVE_AT_THE_END + (FAKE_H100 if gpu else ""))
+    pytester.makepyfile(test_k=PERF_TEST)
+    result = pytester.runpytest("--triton-perf", "--triton-perf-allow-unchecked",
+                                "-p", "no:cacheprovider")
+    # on CPU the body dry-runs, and the test skips as its target is unchecked
+    result.assert_outcomes(**({"passed": 1} if gpu else {"skipped": 1}))
+    path = pathlib.Path(re.search(r"SAVED (\S+)", result.stdout.str()).group(1))
+    saved = history.load(path)
+    key = "H100-SXM-0123abcd" if gpu else "no-device"
+    assert path.parent.name == key == saved.key
+    assert saved.name == "cpu-ci"
+    if gpu:
+        [record] = saved.records
+        assert record.nodeid == "test_k.py::test_copy" and len(record.measurements) == 1
+    else:
+        assert saved.records == []
+        assert saved.rest["unchecked"][0]["nodeid"] == "test_k.py::test_copy"
+    assert saved.versions["pytest_triton"] and saved.host
+    assert saved.commit is None or len(saved.commit) == 40  # pytester's dir may be in no checkout
+    assert history.find("latest", pytester.path / "hist", saved.device) == path
+
+
+def test_the_docs_snippet_runs(capsys, monkeypatch):
+    from ._docs import ROOT
+    page = (ROOT / "docs" / "regressions.md").read_text()
+    [snippet] = re.findall(r"```python\n(.*?)```", page, re.S)
+    monkeypatch.chdir(ROOT)
+    exec(snippet, {})
+    assert capsys.readouterr().out.split() == [
+        "H100-SXM-e53cef81", "None", "75", "tests/test_compute_perf.py::test_matmul_square_speed[4096-fp16]"]
