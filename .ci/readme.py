@@ -4,6 +4,8 @@
     python .ci/readme.py first-test   the test file of "Your first kernel test"
     python .ci/readme.py job cpu      the `run:` steps of the CI recipe's cpu job, one per line
     python .ci/readme.py job gpu      ... of its gpu job, less `nvidia-smi` (no GPU here)
+    python .ci/readme.py perf-addopts pull_request|push
+                                      the PYTEST_ADDOPTS its perf step gets on that event
 
 Each fails loudly when the README no longer has what it looks for.
 """
@@ -46,6 +48,15 @@ def job(text: str, name: str) -> list[str]:
     return [r for r in runs if r.strip() != "nvidia-smi"]
 
 
+def perf_addopts(text: str, event: str) -> str:
+    recipe = fenced(section(text, "## Use it in your kernel project"), "yaml")[0]
+    m = re.search(r"PYTEST_ADDOPTS: \$\{\{ github\.event_name == 'pull_request' && '([^']*)' "
+                  r"\|\| '([^']*)' \}\}", recipe)
+    if not m:
+        raise SystemExit("README: the CI recipe's perf step sets no PYTEST_ADDOPTS per event")
+    return m.group(1) if event == "pull_request" else m.group(2)
+
+
 def main(argv: list[str]) -> None:
     text = README.read_text()
     if argv[:1] == ["setup"]:
@@ -54,6 +65,8 @@ def main(argv: list[str]) -> None:
         sys.stdout.write(first_test(text))
     elif argv[:1] == ["job"] and len(argv) == 2:
         print("\n".join(job(text, argv[1])))
+    elif argv[:1] == ["perf-addopts"] and len(argv) == 2:
+        print(perf_addopts(text, argv[1]))
     else:
         raise SystemExit(__doc__)
 

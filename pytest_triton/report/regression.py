@@ -297,9 +297,8 @@ class RegressionGate:
         if self._ref:
             self._compare(session, ps, doc)
         if self._save:
-            doc["schema"] = history.HISTORY_SCHEMA
-            doc["run"] = history.run_block(self._config, None if self._save == "auto"
-                                           else self._save)
+            doc = history.saved_document(self._config, None if self._save == "auto"
+                                         else self._save)
             self.saved = history.save(doc, self._dir)
 
     def _compare(self, run: pytest.Session, ps, doc: dict) -> None:
