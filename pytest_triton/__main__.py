@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .report import history, regression
+from .report import history, regression, trend
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,6 +56,16 @@ def parser() -> argparse.ArgumentParser:
     comparing.add_argument("--json", metavar="FILE", help="write the verdicts as JSON ('-': "
                            "standard output, instead of the table)")
     comparing.set_defaults(run=_compare)
+
+    trending = commands.add_parser(
+        "trend", help="plot each test's median over the saved runs of one GPU model")
+    trending.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR")
+    trending.add_argument("-o", "--output", default="perf-trend", metavar="OUT_DIR",
+                          help="the folder the pictures go to, one PNG per test")
+    trending.add_argument("--device", help="a device folder, or its start (e.g. H100-SXM); "
+                                           "default: the one with the most runs")
+    trending.add_argument("-k", dest="match", help="only the tests whose label contains this")
+    trending.set_defaults(run=_trend)
     return p
 
 
@@ -136,6 +146,11 @@ def _compare(args: argparse.Namespace) -> int:
         print("\n".join(regression.lines(out, fail_on)))
     return 1 if out.failing(fail_on) else 0
 
+
+
+def _trend(args: argparse.Namespace) -> None:
+    written = trend.plot(args.directory, args.output, device=args.device, match=args.match)
+    print(f"{len(written)} pictures in {args.output}")
 
 if __name__ == "__main__":
     sys.exit(main())

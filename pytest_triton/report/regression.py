@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -279,6 +280,7 @@ class RegressionGate:
         self.outcome: Outcome | None = None
         self.saved: Path | None = None
         self.note = ""
+        self.seconds = 0.0  # what comparing and saving took, said in the summary
         if self._ref:  # a reference that cannot be found stops the run before it times anything
             try:  # (which device's latest is known once a test has measured)
                 if self._ref != "latest":
@@ -293,6 +295,7 @@ class RegressionGate:
         ps = perf_session.session(self._config)
         if ps is None or not ps.controller:
             return
+        t0 = time.perf_counter()
         doc = summary.document(self._config)
         if self._ref:
             self._compare(session, ps, doc)
@@ -300,6 +303,7 @@ class RegressionGate:
             doc = history.saved_document(self._config, None if self._save == "auto"
                                          else self._save)
             self.saved = history.save(doc, self._dir)
+        self.seconds = time.perf_counter() - t0
 
     def _compare(self, run: pytest.Session, ps, doc: dict) -> None:
         try:
@@ -334,3 +338,4 @@ class RegressionGate:
                               green=line.startswith("FAST"))
         if self.saved:
             tr.write_line(f"saved this run: {self.saved}")
+        tr.write_line(f"comparing and saving took {self.seconds:.2f} s")

@@ -105,7 +105,7 @@ def test_the_merge_command_writes_a_file_or_saves_into_a_history(tmp_path):
     assert done.stdout.strip() == f"merged 2 files (75 tests) into {out}"
     assert len(history.load(out).records) == 75
     refused = _cli("merge", "-o", out, shards)  # a directory of files; out exists
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert refused.stderr == (f"python -m pytest_triton merge: error: {out} exists: merge writes "
                               "a new file, never over one\n")
     hist = tmp_path / "history"
@@ -121,7 +121,7 @@ def test_the_merge_command_reads_plain_reports_and_names_a_bad_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     done = _cli("merge", "-o", out, H100, bad)
-    assert done.returncode == 1 and not out.exists()
+    assert done.returncode == 2 and not out.exists()
     assert done.stderr.startswith(f"python -m pytest_triton merge: error: {bad}: not JSON")
     done = _cli("merge", "-o", out, H100)
     assert done.returncode == 0, done.stderr
@@ -143,7 +143,7 @@ def test_the_history_command_lists_each_devices_runs(tmp_path):
     assert re.fullmatch(r"  \S+ \S+  +a{12}  +2  +H200-SXM-e53cef81/\S+-run-\S+\.json",
                         lines[5]), lines[5]
     missing = _cli("history", tmp_path / "none")
-    assert missing.returncode == 1 and "no such history directory" in missing.stderr
+    assert missing.returncode == 2 and "no such history directory" in missing.stderr
 
 
 # many processes saving at once

@@ -184,3 +184,18 @@ def test_the_command_line_compares_two_saved_runs(project, capsys):
     assert cli(["compare", "--history", hist, "main", "pr", "--json", "-"]) == 0
     rows = {r["label"]: r["verdict"] for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows == {"test_k.py::test_scale": "slow", "test_k.py::test_copy": "same"}
+
+
+def test_the_trend_plot_draws_each_test_over_the_saved_runs(project, capsys):
+    pytest.importorskip("matplotlib")
+    for seed in (1, 2, 3):
+        run(project, f"--triton-perf-save=r{seed}", RUN_SEED=seed)
+    hist = str(project.path / ".pytest-triton" / "history")
+    out = project.path / "trend"
+    assert cli(["trend", hist, "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["test_k.py_test_copy.png",
+                                                     "test_k.py_test_scale.png"]
+    with pytest.raises(SystemExit) as stop:  # no such GPU model: named
+        cli(["trend", hist, "-o", str(out), "--device", "A100"])
+    assert stop.value.code == 2
+    assert "no saved runs for A100" in capsys.readouterr().err
