@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge]...
+#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge|again|regress]...
 #   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
 #   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
@@ -12,6 +12,8 @@ set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; LOGS=$(mktemp -d)
 export PYTHONUNBUFFERED=1
 T0=$(date +%s); LIMIT=${FINAL_LIMIT:-570}
+# saved runs (issue 29) outlive the call: a later call on the warm machine compares with them
+HIST=/tmp/pytest-triton-history; mkdir -p "$HIST"
 left() { echo $(( LIMIT - ($(date +%s) - T0) )); }
 cap() { local l; l=$(left); echo $(( l < $1 ? l : $1 )); }  # a step's limit: its cap, or what is left
 run() {  # run STEP SECONDS TITLE CMD...: one step under a limit, its rc and wall time in runs.txt
@@ -40,7 +42,8 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       (cd /tmp && run perf "$(cap 220)" \
         "\`pytest --pyargs reference_kernels --triton-perf -m perf_target --triton-perf-json perf.json\` (cold Triton cache)" \
         python3 -m pytest --pyargs reference_kernels --triton-perf -m perf_target -p no:cacheprovider \
-          --benchmark-disable --triton-perf-json "$OUT/perf.json" --triton-judge=default -rfE > "$LOGS/perf.log" 2>&1)
+          --benchmark-disable --triton-perf-json "$OUT/perf.json" --triton-judge=default -rfE \
+          --triton-perf-save=final --triton-perf-history "$HIST" > "$LOGS/perf.log" 2>&1)
       grep -E "measurements:|GPU settings|passed|failed|judge:" "$LOGS/perf.log" | tail -5 ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
@@ -82,6 +85,21 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       run sweeps "$secs" "\`bench/sweep_final.py --budget $(( secs - 35 ))\` (issue 23 candidates)" \
         env OUT="$LOGS" python3 bench/sweep_final.py --budget $(( secs - 35 )) --max-time 0.15 > "$LOGS/sweeps.log" 2>&1
       cp "$LOGS/sweeps.json" "$OUT/" 2>/dev/null; grep -A 60 "^Per candidate" "$LOGS/sweeps.log" | head -60 ;;
+    again)
+      # Issue 29: the perf suite once more (a warm Triton cache), saved as "again", and compared
+      # with the perf step's run: one commit against itself, each test (self_compare.json)
+      (cd /tmp && run again "$(cap 200)" "\`pytest --pyargs reference_kernels --triton-perf -m perf_target --triton-perf-compare=final\` (the same commit again)" \
+        python3 -m pytest --pyargs reference_kernels --triton-perf -m perf_target -p no:cacheprovider \
+          --benchmark-disable -q --triton-perf-save=again --triton-perf-history "$HIST" \
+          --triton-perf-compare=final > "$LOGS/again.log" 2>&1)
+      python3 -m pytest_triton compare --history "$HIST" final again --json "$OUT/self_compare.json" \
+        > "$LOGS/self_compare.txt" 2>&1; tail -3 "$LOGS/self_compare.txt" ;;
+    regress)
+      # Issue 29: planted slowdowns (3% vector add, 10% matmul) and the baseline against itself,
+      # each run its own pytest process (bench/regression_check.py; ~10 s a run)
+      run regress "$(cap 300)" "\`bench/regression_check.py --runs ${REGRESS_RUNS:-10}\` (planted slowdowns, separate processes)" \
+        python3 bench/regression_check.py --runs "${REGRESS_RUNS:-10}" --out "$LOGS" > "$LOGS/regress.log" 2>&1
+      cp "$LOGS/regression_check.json" "$OUT/" 2>/dev/null; tail -6 "$LOGS/regress.log" ;;
     judge)
       # Issue 30: the cheat suite (tests/judge) on CUDA, then the perf suite with --triton-judge;
       # judge.json for render_benchmarks.py (with the perf step's cost line when it ran first)
@@ -91,5 +109,6 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       cp "$LOGS/judge.json" "$OUT/" 2>/dev/null; tail -12 "$LOGS/judge.log" ;;
   esac
 done
+cp -r "$HIST" "$LOGS/history"
 tar -czf "$OUT/logs.tar.gz" -C "$LOGS" $(cd "$LOGS" && ls)
 cat "$OUT/runs.txt"

@@ -39,24 +39,25 @@ import torch
 from pytest_triton import perf_target
 from reference_kernels import matmul, vector_add
 
+SMALL = os.environ.get("REGRESSION_CHECK_SMALL") == "1"  # a smoke test on CPU
 MEM = float(os.environ.get("PLANT_MEMORY", "1"))
 MM = float(os.environ.get("PLANT_MATMUL", "1"))
 
 
 @perf_target(bandwidth_frac=0.05)  # floors any GPU clears: what is checked is the compare
 def test_vector_add(make_tensor, triton_bench):
-    n = int(2 ** 26 * MEM)
-    x, y = make_tensor(n, dtype=torch.float32), make_tensor(n, dtype=torch.float32)
+    n = int(2 ** (12 if SMALL else 26) * MEM)
+    x, y = make_tensor((n,), dtype=torch.float32), make_tensor((n,), dtype=torch.float32)
     out = torch.empty_like(x)
     triton_bench(lambda: vector_add.vector_add(x, y, out=out), bytes=3 * 4 * n)
 
 
 @perf_target(tflops_frac=0.05)
 def test_matmul(make_tensor, triton_bench):
-    m = n = 4096
-    k = int(4096 * MM) // 64 * 64
-    a = make_tensor(m, k, dtype=torch.float16)
-    b = make_tensor(k, n, dtype=torch.float16)
+    m = n = 64 if SMALL else 4096
+    k = int(m * MM) // 64 * 64 or 64
+    a = make_tensor((m, k), dtype=torch.float16)
+    b = make_tensor((k, n), dtype=torch.float16)
     out = torch.empty(m, n, dtype=torch.float16, device=a.device)
     triton_bench(lambda: matmul.matmul(a, b, out=out), flops=2 * m * n * k, dtype=torch.float16)
 '''
@@ -90,7 +91,11 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--max-time", type=float, default=0.5)
     p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--small", action="store_true",
+                   help="tiny sizes: a smoke test of the script on CPU (dry runs, no verdicts)")
     args = p.parse_args()
+    if args.small:
+        os.environ["REGRESSION_CHECK_SMALL"] = "1"
     folder = Path(tempfile.mkdtemp(prefix="regression-check-"))
     (folder / "test_planted.py").write_text(TESTS)
     out = Path(args.out)
