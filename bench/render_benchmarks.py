@@ -232,6 +232,45 @@ def judge_section(doc, runs):
     return out + [""]
 
 
+def regression_section(d, runs):
+    """Issue 29: bench/regression_check.py's planted slowdowns and the perf suite against itself
+    (final_run.sh's regress and again steps)."""
+    out = []
+    p = os.path.join(d, "regression_check.json")
+    if os.path.exists(p):
+        doc = json.load(open(p))
+        head = runs.get("regress", ["`bench/regression_check.py`"])
+        out += [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "",
+                f"{doc['runs']} baseline and {doc['runs']} planted runs, each its own pytest "
+                f"process (--triton-perf-max-time {doc['max_time_s']}), alternating; planted: "
+                f"{doc['planted']}. Planted against baseline: a SLOW is a hit; baseline against "
+                "baseline (each run against the next two): a SLOW or FAST is false.", "",
+                "| case | test | hits or false verdicts | every verdict |", "|---|---|---|---|"]
+        for c in doc["counts"]:
+            verdicts = {k: v for k, v in c.items() if k not in ("case", "label")}
+            n = sum(verdicts.values())
+            bad = verdicts.get("slow", 0) if c["case"] == "planted" else \
+                verdicts.get("slow", 0) + verdicts.get("fast", 0)
+            what = "SLOW" if c["case"] == "planted" else "SLOW or FAST"
+            out.append(f"| {c['case']} | {c['label']} | {what} {bad} of {n} | {verdicts} |")
+        out.append("")
+    p = os.path.join(d, "self_compare.json")
+    if os.path.exists(p):
+        doc = json.load(open(p))
+        counts = {}
+        for r in doc["rows"]:
+            counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
+        out += ["### The perf suite against itself (`python -m pytest_triton compare final again`)",
+                "", "The perf step's run and a second run of the same commit (final_run.sh's "
+                f"again step): {counts} (threshold {100 * doc['threshold']:g}%).", ""]
+        for r in doc["rows"]:
+            if r["verdict"] in ("slow", "fast"):
+                out.append(f"- {r['verdict'].upper()} {r['label']}: {100 * r['change']:+.1f}% "
+                           f"[{100 * r['lo']:+.1f}%, {100 * r['hi']:+.1f}%]")
+        out.append("")
+    return out
+
+
 def main(args):
     intro, why = [], None
     while args[:1] in (["--intro"], ["--why"]):
@@ -283,6 +322,7 @@ def main(args):
         text = _read(d, "suite.log")
         if text is not None:
             out += suite_section(text, runs)
+        out += regression_section(d, runs)
         if os.path.exists(os.path.join(d, "judge.json")):
             out += judge_section(json.load(open(os.path.join(d, "judge.json"))), runs)
         text = _read(d, "thirdparty.log")

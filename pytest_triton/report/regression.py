@@ -194,10 +194,16 @@ def _units(row: Row) -> str:
 
 
 def _change(row: Row) -> str:
+    """'+3.2% [+2.1%, +4.3%] (+0.0086 ms [+0.0057, +0.0116])': the change and its interval,
+    relative and in ms per call (of the reference's time)."""
     r = row.result
     if r is None or not math.isfinite(r.change):
         return ""
-    return f"{100 * r.change:+.1f}% {r.interval_text}"
+    text = f"{100 * r.change:+.1f}% {r.interval_text}"
+    if row.ref is not None and not row.whole:
+        ms = row.ref.time.median
+        text += f" ({ms * r.change:+.4g} ms [{ms * r.lo:+.4g}, {ms * r.hi:+.4g}])"
+    return text
 
 
 def describe_ref(ref: history.SavedRun) -> str:

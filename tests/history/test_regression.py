@@ -84,7 +84,8 @@ def test_a_slowdown_fails_the_run_naming_the_test_its_change_and_interval(projec
                  RUN_SEED=2, GITHUB_STEP_SUMMARY=summary)
     assert result.ret == 1
     out = result.stdout.str()
-    line = re.search(r"^SLOW +test_k.py::test_copy: \+(\d\.\d)% \[\+(\d\.\d)%, \+(\d\.\d)%\]; "
+    line = re.search(r"^SLOW +test_k.py::test_copy: \+(\d\.\d)% \[\+(\d\.\d)%, \+(\d\.\d)%\] "
+                     r"\(\+0\.01\d+ ms \[\+0\.0\d+, \+0\.0\d+\]\); "
                      r"0\.27 -> 0\.2835 ms; [\d,]+ -> [\d,]+ GB/s; [\d.]+% -> [\d.]+% of peak$",
                      out, re.M)
     assert line, out
@@ -199,3 +200,18 @@ def test_the_trend_plot_draws_each_test_over_the_saved_runs(project, capsys):
         cli(["trend", hist, "-o", str(out), "--device", "A100"])
     assert stop.value.code == 2
     assert "no saved runs for A100" in capsys.readouterr().err
+
+
+def test_real_h100_runs_against_an_h200_run_are_refused_unless_by_fraction(tmp_path, capsys):
+    from ._docs import H100, H200
+    assert cli(["compare", str(H100), str(H200), "--fail-on", "slow,refused"]) == 1
+    out = capsys.readouterr().out
+    assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
+        "ceiling with --triton-perf-compare-by=fraction" in out
+    assert not re.search(r"^SLOW", out, re.M)
+    assert cli(["compare", str(H100), str(H200), "--by", "fraction", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    judged = [r for r in rows if r["verdict"] in ("slow", "fast", "same", "uncertain")]
+    assert len(judged) > 50  # each test with bytes= or flops= is compared on the two GPUs
+    assert {r["verdict"] for r in rows} <= {"slow", "fast", "same", "uncertain", "refused",
+                                             "new", "missing"}
