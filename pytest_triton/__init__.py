@@ -12,6 +12,7 @@ from .env.interpreter.base import interpreting
 from .env.interpreter.gaps import INTERPRETER_GAPS, skip_interpreter_gap
 from .env.runtime import autotune_configs
 from .perf.calibrate import measure_ceilings
+from .perf.compare import Change, compare_samples
 from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
 from .perf.record import Measurement, PerfRecord, Verdict
 from .perf.timing import Settings as TimingSettings
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ARCH_LIMITS",
+    "Change",
     "DeviceInfo",
     "GPUContextLost",
     "INTERPRETER_GAPS",
@@ -46,6 +48,7 @@ __all__ = [
     "assert_grads_close",
     "autotune_configs",
     "check_guards",
+    "compare_samples",
     "compile_resources",
     "config_id",
     "config_params",

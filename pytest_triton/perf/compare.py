@@ -26,7 +26,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from .stats import MIN_HALF_WIDTH, Summary
+from .stats import MIN_HALF_WIDTH, Summary, summarize
 
 DEFAULT_THRESHOLD = 0.03
 # The run-to-run spread (a 99% half-width, relative) assumed where the history has fewer than
@@ -171,3 +171,17 @@ def combine(results: list[Result], threshold: float) -> Result:
         f"the geometric mean of {len(ok)} shapes; {sum(r.verdict is Change.SLOW for r in ok)} "
         "of them SLOW on their own")
     return Result(verdict, math.expm1(d), lo, hi, spread, ok[0].spread_from, None, why)
+
+
+def compare_samples(ref_ms: list[float], new_ms: list[float], *, kind: str = "memory",
+                    threshold: float = DEFAULT_THRESHOLD, ref_clock_mhz: float | None = None,
+                    new_clock_mhz: float | None = None, ref_medians: list[float] = ()) -> Result:
+    """Two runs' samples (ms per call) of one kernel judged as --triton-perf-compare judges
+    them: `kind` "memory" or "compute" picks the prior run-to-run spread, which `ref_medians`
+    (the kernel's medians in earlier runs of the reference, at least MIN_RUNS_FOR_SPREAD)
+    replace."""
+    if kind not in PRIOR_SPREAD:
+        raise ValueError(f"kind={kind!r}: expected one of {', '.join(PRIOR_SPREAD)}")
+    spread, source = spread_of(list(ref_medians), kind)
+    return compare(Side(summarize(ref_ms), ref_clock_mhz), Side(summarize(new_ms), new_clock_mhz),
+                   threshold=threshold, spread=spread, spread_from=source)

@@ -165,8 +165,8 @@ def test_bad_values_name_the_option(project, args, message):
     assert message in result.stderr.str()
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_xdist_workers_measurements_are_saved_in_one_run(project):
-    pytest.importorskip("xdist")
     assert run(project, "-n", "2", "--triton-perf-save=main").ret == 0
     [path] = saved(project)
     doc = json.loads(path.read_text())

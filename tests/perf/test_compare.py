@@ -127,3 +127,16 @@ def test_shapes_as_a_whole():
     same = cmp.combine([verdict(draw(rng, 100, 1, 0.005), draw(rng, 100, 1, 0.005))
                         for _ in range(3)], 0.03)
     assert same.verdict is Change.SAME
+
+
+def test_the_public_compare_samples_judges_as_the_gate_does():
+    from pytest_triton import Change as PublicChange
+    from pytest_triton import compare_samples
+    rng = random.Random(23)
+    a, b = draw(rng, 100, 0.27, 0.004), draw(rng, 100, 0.27 * 1.05, 0.004)
+    assert compare_samples(a, b).verdict is PublicChange.SLOW
+    assert compare_samples(a, b, kind="compute").verdict is Change.UNCERTAIN
+    assert compare_samples(a, b, kind="compute", ref_medians=[0.27, 0.2701, 0.2699]).verdict \
+        is Change.SLOW
+    with pytest.raises(ValueError, match="kind='disk': expected one of memory, compute"):
+        compare_samples(a, b, kind="disk")
