@@ -193,14 +193,14 @@ def _units(row: Row) -> str:
     return text
 
 
-def _change(row: Row) -> str:
+def _change(row: Row, by: str = "time") -> str:
     """'+3.2% [+2.1%, +4.3%] (+0.0086 ms [+0.0057, +0.0116])': the change and its interval,
-    relative and in ms per call (of the reference's time)."""
+    relative and, compared by time, in ms per call (of the reference's time)."""
     r = row.result
     if r is None or not math.isfinite(r.change):
         return ""
     text = f"{100 * r.change:+.1f}% {r.interval_text}"
-    if row.ref is not None and not row.whole:
+    if row.ref is not None and not row.whole and by == "time":
         ms = row.ref.time.median
         text += f" ({ms * r.change:+.4g} ms [{ms * r.lo:+.4g}, {ms * r.hi:+.4g}])"
     return text
@@ -229,7 +229,7 @@ def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
         if row.verdict is Change.SAME or (out.refusal and row.verdict is Change.REFUSED):
             continue
         what = f"{row.verdict.value.upper():9s} {row.label}{' (all shapes)' if row.whole else ''}"
-        detail = "; ".join(x for x in (_change(row), _units(row)) if x)
+        detail = "; ".join(x for x in (_change(row, out.by), _units(row)) if x)
         text.append(f"{what}: {detail}" if detail else what)
         if row.why and row.verdict is not Change.SLOW:
             text.append(f"          {row.why}")
@@ -253,7 +253,7 @@ def markdown(out: Outcome) -> str:
              "|---|---|---|---|"]
     for r in shown:
         label = r.label.replace("|", "\\|") + (" (all shapes)" if r.whole else "")
-        table.append(f"| {r.verdict.value.upper()} | `{label}` | {_change(r)} | "
+        table.append(f"| {r.verdict.value.upper()} | `{label}` | {_change(r, out.by)} | "
                      f"{_units(r).replace('|', '/')} |")
     return "\n".join(head + (table if shown else []) + ["", counts_text(out), ""])
 
