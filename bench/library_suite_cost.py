@@ -28,7 +28,8 @@ in the machine's load falls on all modes alike; a process that crashes, as plain
 interpreter does on some kernels, loses its file only). Per-test times come from each run's JUnit
 XML (setup, call and teardown); the ratios compare the tests that passed in both runs, where both
 did the same work; the wall ratio adds each process's start (the plugin's supervised child
-starts a second one). Prints a table; with --out DIR writes library_suite_cost.json there. Not a
+starts a second one). Prints a table; with --out DIR writes library_suite_cost.json there (and
+the profiles, profile/on.N.prof, one per file). Not a
 test: on a shared machine these times vary.
 """
 
@@ -284,6 +285,8 @@ def main() -> None:
               f"{med:>16} {wall:10.3f}x {fw:>28}")
     if args.profile:
         with tempfile.TemporaryDirectory(prefix="suite-cost-prof-") as tmp:
+            tmp = os.path.join(args.out, "profile") if args.out else tmp  # kept, with --out
+            os.makedirs(tmp, exist_ok=True)
             total = 0.0
             for n, tests in enumerate(_by_file(ids).values()):
                 _, found, _ = run_file(args.python, cwd, tests, ["--triton-supervise=off", *extra],
