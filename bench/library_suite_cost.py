@@ -40,6 +40,7 @@ import glob
 import json
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,8 +52,10 @@ HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 WITHOUT_ENV = "SUITE_COST_WITHOUT"
-# A -p plugin for the on-without-FIX runs: imported before the plugin installs the interpreter's
-# fixes (pytest imports -p plugins before the initial conftests), it takes FIX out of the table.
+# A -p plugin for the on-without-FIX runs (it reaches past pytest_triton's public names into the
+# fixes' table, as only a measurement of the plugin's internals should): imported before the
+# plugin installs the interpreter's fixes (pytest imports -p plugins before the initial
+# conftests), it takes FIX out of the table.
 WITHOUT_PLUGIN = f"""
 import os
 from pytest_triton.env.interpreter import fixes
@@ -254,7 +257,10 @@ def main() -> None:
         modes[f"on-without-{fix}"] = [*MODES["on-unsupervised"], "-p", "suite_cost_without", *extra]
         envs[f"on-without-{fix}"] = {WITHOUT_ENV: fix, "PYTHONPATH": os.pathsep.join(
             (HERE, helper_dir, os.environ.get("PYTHONPATH", "")))}
-    runs = run_all(args.python, cwd, ids, modes, args.timeout, envs)
+    try:
+        runs = run_all(args.python, cwd, ids, modes, args.timeout, envs)
+    finally:
+        shutil.rmtree(helper_dir, ignore_errors=True)
     for mode, r in runs.items():
         counts = {}
         for outcome, _ in r["tests"].values():
