@@ -11,7 +11,8 @@ files or kernels whose code is the same in both) is compared three ways:
   a flops= target): anything but SLOW is a miss;
 
 under four rules: this plugin's (perf/compare.py, with the prior run-to-run spread, as a
-first comparison has no history), asv's (Mann-Whitney U, p < 0.002, and a factor: 1.1 as asv
+first comparison has no history: by kind, and wider for kernels under 0.1 ms), asv's
+(Mann-Whitney U, p < 0.002, and a factor: 1.1 as asv
 ships and 1.03 as our threshold), nvbench's robust compare ([min, q3] intervals apart by at
 least 0.5%) and pytest-benchmark's (the means differ by 3%). Prints the counts per rule.
 """
@@ -117,6 +118,8 @@ def main() -> None:
         a, b = ma[k]["samples_ms"], mb[k]["samples_ms"]
         kind = "compute" if ma[k].get("flops") else "memory"
         factor = 1.10 if kind == "compute" else 1.03
+        if ma[k]["median_ms"] < 0.1:
+            kind = "short"
         for case, bb in (("self", b), ("planted", [x * factor for x in b])):
             for rule, fn in RULES.items():
                 v = ours(a, bb, kind, clock(ma[k]), clock(mb[k])) if fn is None else fn(a, bb)

@@ -4,12 +4,13 @@ under --triton-judge.
 
 The timing's events are recorded on the current stream, so they end when the current stream's
 work ends. After one more call of fn, an event recorded on the current stream is waited for, and
-then the whole device, then the whole device again: an honest call (its work on the current
-stream, or on side streams it joins back) leaves nothing running by then, and the first device
-synchronize takes as long as the second, the synchronize's own cost (0.05-0.09 ms on an H100
-machine here, measured: the reason it is subtracted); work left on another stream makes the
-first wait longer. The smallest difference of two calls is taken, so that a host hiccup is not
-read as GPU work. Under Triton's interpreter there is no device.
+then the whole device: an honest call (its work on the current stream, or on side streams it
+joins back) leaves nothing running by then, and the device's synchronize takes what it takes on
+an idle device (0.05-0.09 ms on an H100 machine here: measured first, the least of several, and
+subtracted); work left on another stream makes it wait longer. The smallest wait of two calls is
+taken, so that a host hiccup is not read as GPU work. Under Triton's interpreter there is no
+device. (Subtracting a second synchronize right after the first instead missed the cheat suite's
+side stream on an H100.)
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ import time
 
 OUTSTANDING_MS = 0.1  # GPU work left running, over the synchronize's own cost
 CALLS = 2
+IDLE_SYNCS = 5
+
+
+def _timed_sync(torch) -> float:
+    t0 = time.perf_counter()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
 
 
 def outstanding_ms(fn) -> tuple[float | None, object]:
@@ -27,17 +35,15 @@ def outstanding_ms(fn) -> tuple[float | None, object]:
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None, fn()
+    torch.cuda.synchronize()
+    idle = min(_timed_sync(torch) for _ in range(IDLE_SYNCS))
     waits, result = [], None
     for _ in range(CALLS):
         result = fn()
         done = torch.cuda.Event()
         done.record()  # on the current stream, where the timing's end event is recorded
         done.synchronize()
-        t0 = time.perf_counter()
-        torch.cuda.synchronize()  # every stream of the device
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()  # nothing left: the synchronize's own cost
-        waits.append((t1 - t0) - (time.perf_counter() - t1))
+        waits.append(_timed_sync(torch) - idle)  # every stream of the device
     return 1e3 * min(waits), result
 
 

@@ -31,8 +31,11 @@ from .stats import MIN_HALF_WIDTH, Summary, summarize
 DEFAULT_THRESHOLD = 0.03
 # The run-to-run spread (a 99% half-width, relative) assumed where the history has fewer than
 # MIN_RUNS_FOR_SPREAD runs of a test: measured between saved runs of unchanged kernels on the
-# H100 and the H200 (docs/regressions.md).
-PRIOR_SPREAD = {"memory": 0.01, "compute": 0.07}
+# H100 and the H200 (docs/regressions.md): memory-bound kernels within 0.5%, compute-bound ones
+# (a flops= target) up to 6.4%, and kernels shorter than SHORT_MS up to 25.7%, whatever they do
+# (two pytest processes, one commit, one config, one clock).
+PRIOR_SPREAD = {"memory": 0.01, "compute": 0.07, "short": 0.35}
+SHORT_MS = 0.1
 MIN_RUNS_FOR_SPREAD = 3
 CLOCK_TOLERANCE = 0.01  # clocks within 1% of each other explain nothing
 
@@ -139,6 +142,14 @@ def settle(s: Summary, samples_half: float, spread_half: float, spread_from: str
             f"{MIN_RUNS_FOR_SPREAD}), or raise --triton-perf-threshold")
 
 
+def kind_of(median_ms: float, flops: int | None) -> str:
+    """Which prior a measurement takes: "short" under SHORT_MS, else "compute" with flops=,
+    else "memory"."""
+    if median_ms < SHORT_MS:
+        return "short"
+    return "compute" if flops else "memory"
+
+
 def spread_of(medians: list[float], kind: str) -> tuple[float, str]:
     """The run-to-run half-width of a test: from its medians in the saved runs of one device
     (the largest distance of one run from their median, at least MIN_HALF_WIDTH), or the
@@ -148,7 +159,8 @@ def spread_of(medians: list[float], kind: str) -> tuple[float, str]:
         centre = statistics.median(medians)
         far = max(abs(math.log(m / centre)) for m in medians)
         return max(math.expm1(far), MIN_HALF_WIDTH), f"{len(medians)} saved runs"
-    return PRIOR_SPREAD[kind], f"the prior for {kind}-bound kernels"
+    what = f"kernels under {SHORT_MS:g} ms" if kind == "short" else f"{kind}-bound kernels"
+    return PRIOR_SPREAD[kind], f"the prior for {what}"
 
 
 def combine(results: list[Result], threshold: float) -> Result:
@@ -173,15 +185,17 @@ def combine(results: list[Result], threshold: float) -> Result:
     return Result(verdict, math.expm1(d), lo, hi, spread, ok[0].spread_from, None, why)
 
 
-def compare_samples(ref_ms: list[float], new_ms: list[float], *, kind: str = "memory",
+def compare_samples(ref_ms: list[float], new_ms: list[float], *, kind: str | None = None,
                     threshold: float = DEFAULT_THRESHOLD, ref_clock_mhz: float | None = None,
                     new_clock_mhz: float | None = None, ref_medians: list[float] = ()) -> Result:
     """Two runs' samples (ms per call) of one kernel judged as --triton-perf-compare judges
-    them: `kind` "memory" or "compute" picks the prior run-to-run spread, which `ref_medians`
-    (the kernel's medians in earlier runs of the reference, at least MIN_RUNS_FOR_SPREAD)
-    replace."""
+    them: `kind` "memory", "compute" or "short" picks the prior run-to-run spread (None: "short"
+    where the reference's median is under SHORT_MS, else "memory"), which `ref_medians` (the
+    kernel's medians in earlier runs of the reference, at least MIN_RUNS_FOR_SPREAD) replace."""
+    ref = summarize(ref_ms)
+    kind = kind or kind_of(ref.median, None)
     if kind not in PRIOR_SPREAD:
         raise ValueError(f"kind={kind!r}: expected one of {', '.join(PRIOR_SPREAD)}")
     spread, source = spread_of(list(ref_medians), kind)
-    return compare(Side(summarize(ref_ms), ref_clock_mhz), Side(summarize(new_ms), new_clock_mhz),
+    return compare(Side(ref, ref_clock_mhz), Side(summarize(new_ms), new_clock_mhz),
                    threshold=threshold, spread=spread, spread_from=source)

@@ -78,7 +78,7 @@ def _clock(m: Measurement) -> float | None:
 
 
 def _kind(m: Measurement) -> str:
-    return "compute" if m.flops else "memory"
+    return stats.kind_of(m.time.median, m.flops)
 
 
 def _peak(m: Measurement, both_measured: bool) -> float | None:

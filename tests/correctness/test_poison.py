@@ -403,6 +403,9 @@ def test_poisoning_uses_no_extra_gpu_memory(triton_device):
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
 
-    plain = peak(False)
+    # The least of three peaks each way: the peak is the whole process's, and another thread of
+    # the worker allocating meanwhile (seen once on an H100, 233 KB) is no cost of poisoning,
+    # which would add its bytes to every one of the three.
+    plain = min(peak(False) for _ in range(3))
     assert plain >= 4 * (1 << 20) * 2  # x and y at least: the workload did allocate
-    assert peak(True) == plain == peak(False)
+    assert min(peak(True) for _ in range(3)) == plain

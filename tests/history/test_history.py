@@ -283,12 +283,13 @@ def test_copy(triton_bench): triton_bench(lambda: None, bytes=1e8)
 
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["dry-run", "fake-h100"])
-def test_a_sessions_document_saves_and_is_found(pytester, monkeypatch, gpu):
+def test_a_sessions_document_saves_and_is_found(pytester, monkeypatch, run_interpreted, gpu):
     monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(pytester.path / "cache"))
     pytester.makeconftest(SAVE_AT_THE_END + (FAKE_H100 if gpu else ""))
     pytester.makepyfile(test_k=PERF_TEST)
-    result = pytester.runpytest("--triton-perf", "--triton-perf-allow-unchecked",
-                                "-p", "no:cacheprovider")
+    # the dry run is a CPU machine's, on a GPU machine too (--triton-interpret)
+    run = pytester.runpytest if gpu else run_interpreted
+    result = run("--triton-perf", "--triton-perf-allow-unchecked", "-p", "no:cacheprovider")
     # on CPU the body dry-runs, and the test skips as its target is unchecked
     result.assert_outcomes(**({"passed": 1} if gpu else {"skipped": 1}))
     path = pathlib.Path(re.search(r"SAVED (\S+)", result.stdout.str()).group(1))
