@@ -85,11 +85,13 @@ def test_triton_matmul(make_tensor, triton_bench):
 
 
 def test_side_streams_and_cublas_fallbacks_are_caught(run):
-    # judge mode: the side-stream check waits on the device after more calls (streams.py)
+    # judge mode: the side-stream check waits on the device after more calls (streams.py); the
+    # profiled call (trace.py) catches it too where those calls' side work happened to finish
+    # with the current stream's (the GPU schedules the two streams' kernels as it likes)
     result = run(TIMED, "--triton-judge")
     result.assert_outcomes(failed=2, passed=2)
-    result.stdout.fnmatch_lines(["*side stream: after a call like the timed call's work on the "
-                                 "current stream was done, the GPU stayed busy * ms more*"])
+    result.stdout.fnmatch_lines(["*pytest-triton judge: side stream: * ms*KernelBench's "
+                                 "non_default_stream_kernel*"])
     result.stdout.fnmatch_lines(["*non-Triton fallback: *% of the timed call's GPU time is "
                                  "kernels no Triton launch made (aten::mm*"])
     out = result.stdout.str()
