@@ -77,6 +77,7 @@ class Result:
     spread_from: str  # "5 saved runs" or "the prior for memory-bound kernels"
     clock_change: float | None = None  # this run's SM clock against the reference's
     why: str = ""  # why UNCERTAIN or REFUSED, and what would settle it
+    samples_half: float = math.nan  # the two medians' part of the half-width, in log space
 
     @property
     def interval_text(self) -> str:
@@ -126,7 +127,8 @@ def compare(ref: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD, sprea
                 verdict = Change.UNCERTAIN
     if verdict is Change.UNCERTAIN and not why:
         why = settle(new.summary, samples_half, math.log1p(spread), spread_from, threshold)
-    return Result(verdict, math.expm1(d), lo, hi, spread, spread_from, clock_change, why)
+    return Result(verdict, math.expm1(d), lo, hi, spread, spread_from, clock_change, why,
+                  samples_half)
 
 
 def settle(s: Summary, samples_half: float, spread_half: float, spread_from: str,
@@ -171,12 +173,11 @@ def combine(results: list[Result], threshold: float) -> Result:
         return Result(Change.REFUSED, math.nan, math.nan, math.nan, math.nan, "",
                       why="no shape of it could be compared")
     d = statistics.fmean(math.log1p(r.change) for r in ok)
-    halves = [(math.log1p(r.hi) - math.log1p(r.lo)) / 2 for r in ok]
     # the spread is shared by the shapes of one run (one process, one clock): it does not
     # average out, so it stays whole; the samples' parts do
     spread = max(r.spread for r in ok)
-    samples = [math.sqrt(max(h * h - math.log1p(r.spread) ** 2, 0.0)) for h, r in zip(halves, ok)]
-    half = math.hypot(math.sqrt(sum(x * x for x in samples)) / len(ok), math.log1p(spread))
+    samples = math.sqrt(sum(r.samples_half ** 2 for r in ok)) / len(ok)
+    half = math.hypot(samples, math.log1p(spread))
     lo, hi = math.expm1(d - half), math.expm1(d + half)
     verdict = verdict_of(lo, hi, threshold)
     why = "" if verdict is not Change.UNCERTAIN else (

@@ -201,6 +201,17 @@ def device_key(device: dict | None) -> str:
     return f"{model}-{fp}" if fp else model
 
 
+def model_of(key: str) -> str:
+    """A device key less its fingerprint: the folder name every card of that GPU model shares
+    ('H100-SXM-e53cef81' -> 'H100-SXM')."""
+    return re.sub(r"-[0-9a-f]{8}$", "", key)
+
+
+def sku_of(device: dict | None) -> str | None:
+    """A device's SKU, else its name; None for no device."""
+    return (device or {}).get("sku") or (device or {}).get("name")
+
+
 def save(doc: dict, directory: Path | str) -> Path:
     """Write a saved-run document into <directory>/<device_key>/ under a new name, atomically;
     never replaces or deletes a file. Returns the new file's path."""
@@ -302,8 +313,8 @@ def find(ref: str, directory: Path | str, device: dict | None, *,
     if ref == "latest":
         # another GPU of the same SKU (its fingerprint differs) is the next best: CI runners
         # rarely get the same card twice
-        model = re.escape(device_key({**device, "fingerprint": None})) if device else None
-        same_sku = [k for k in found if model and re.fullmatch(model + r"-[0-9a-f]{8}", k)]
+        model = device_key({**device, "fingerprint": None}) if device else None
+        same_sku = [k for k in found if model and k != model and model_of(k) == model]
         hit = newest([key]) or newest(same_sku)
         what = f"no saved run for this device ({key}) or another of its SKU"
     else:
@@ -374,5 +385,4 @@ def merge(runs: list[SavedRun]) -> dict:
 
 
 def _sku(r: SavedRun) -> str | None:
-    device = run_device({"device": r.device, "environment": r.environment})
-    return (device or {}).get("sku") or (device or {}).get("name")
+    return sku_of(run_device({"device": r.device, "environment": r.environment}))

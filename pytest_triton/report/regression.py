@@ -67,8 +67,7 @@ class Outcome:
 
 
 def sku(device: dict | None) -> str:
-    device = device or {}
-    return device.get("sku") or device.get("name") or "an unknown device"
+    return history.sku_of(device) or "an unknown device"
 
 
 def _clock(m: Measurement) -> float | None:
@@ -107,9 +106,9 @@ def spreads(ref: history.SavedRun, directory: Path, *, skip: Path | None = None
     found: dict[str, list[float]] = {}
     if not Path(directory).is_dir():
         return found
-    model = history.device_key({**(ref.device or {}), "fingerprint": None})
+    model = history.model_of(ref.key)
     entries = [e for key, runs in history.saved_runs(directory).items()
-               if key == model or key.startswith(model + "-") for e in runs
+               if history.model_of(key) == model for e in runs
                if skip is None or e.path.resolve() != Path(skip).resolve()]
     for entry in sorted(entries, key=lambda e: e.stamp)[-SPREAD_RUNS:]:
         try:
@@ -142,9 +141,11 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
             out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
     out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items() if label not in new]
     for r in records:  # the shapes of one test, as a whole
-        parts = [row for row in out.rows if row.result and row.label in
-                 {m.label for m in r.measurements}]
-        if len(r.measurements) > 1 and parts:
+        if len(r.measurements) < 2:
+            continue
+        shapes = {m.label for m in r.measurements}
+        parts = [row for row in out.rows if row.result and row.label in shapes]
+        if parts:
             whole = stats.combine([p.result for p in parts], threshold)
             out.rows.append(Row(r.nodeid, whole.verdict, whole, whole=True, why=whole.why))
     out.rows.sort(key=lambda row: (ORDER.index(row.verdict), row.label))

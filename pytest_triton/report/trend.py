@@ -17,7 +17,7 @@ def series(directory: Path | str, device: str | None, match: str | None
     labels containing it."""
     found: dict[str, list] = {}
     for key, entries in history.saved_runs(directory).items():  # by GPU model: each card and
-        found.setdefault(re.sub(r"-[0-9a-f]{8}$", "", key), []).extend(entries)  # driver has a key
+        found.setdefault(history.model_of(key), []).extend(entries)  # driver has a key
     models = [k for k in found if device is None or k.startswith(device)]
     if not models:
         raise history.HistoryError(f"no saved runs for {device or 'any device'} in {directory} "
