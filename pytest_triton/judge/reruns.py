@@ -7,10 +7,14 @@ values failed elsewhere. After a correctness test passes (one that uses make_ten
 time), its body runs twice more in the same set-up, seeded from its own seed (so the run
 replays: the same command with --triton-judge):
 - with another seed: every make_tensor tensor holds other values, and any failure fails it;
-- with that seed at odd sizes: every make_tensor dimension of SIZES_FROM or more made 3 smaller
-  (1024 -> 1021, a multiple of no block size), the same for every tensor so that shapes still
-  agree. Only a comparison finding wrong values fails the test there: a test whose own code
-  fixes a size (torch.empty(1024), a reshape) cannot run at other sizes, and is noted instead.
+- with that seed at odd sizes, each of SIZES_FROM or more made 3 smaller (1024 -> 1021, a
+  multiple of no block size): the sizes among the test's parameters (an int, or a tuple of ints:
+  `shape=(7, 37)`), which its own code then uses throughout (`(shape[-1],)` too); where it has
+  none, every make_tensor dimension, the same for every tensor so that shapes still agree. (On an
+  H100, FlagGems' layer_norm given make_tensor's (1, 61) beside the test's `(shape[-1],)` of 64
+  read past the row and lost the CUDA context.) Only a comparison finding wrong values fails the
+  test there: a test whose own code fixes a size (torch.empty(1024), a reshape) cannot run at
+  other sizes, and is noted instead.
 `@pytest.mark.triton_judge(sizes=False)` keeps a test at its own sizes (a kernel made for them).
 """
 
@@ -31,6 +35,25 @@ VALUE_FAILURES = ("Tensors are not close", "Gradients off", "Not deterministic",
 
 def odd_sizes(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(d - 3 if d >= SIZES_FROM else d for d in shape)
+
+
+def _odd(value):
+    """`value` at odd sizes where it is a size (an int, or a non-empty tuple or list of ints),
+    else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return odd_sizes((value,))[0]
+    if isinstance(value, (tuple, list)) and value and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in value):
+        return type(value)(odd_sizes(tuple(value)))
+    return None
+
+
+def sized_params(item: pytest.Item) -> dict[str, object]:
+    """The test's parametrized arguments that are sizes, at odd sizes (those that change)."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    funcargs = getattr(item, "funcargs", {})
+    return {name: new for name, value in params.items()
+            if name in funcargs and (new := _odd(value)) is not None and new != value}
 
 
 def other_seed(seed: int, variant: int) -> int:
@@ -62,10 +85,15 @@ def run_again(item: pytest.Item) -> None:
     new = other_seed(seed.seed, 1)
     variants = [("another seed", None)] + ([("odd sizes", odd_sizes)] if sizes else [])
     done, notes, failure = [], [], None
+    params = sized_params(item) if sizes else {}
+    own = {name: item.funcargs[name] for name in params}
     try:
         for what, resize in variants:
             factory.reseed(new)
-            factory.resize = resize
+            if resize is not None and params:  # the test's own sizes, which its code follows
+                item.funcargs.update(params)
+                resize = params
+            factory.resize = resize if callable(resize) else None
             token = seeding.CURRENT.set(replace(seed, seed=new, fixed=True))
             try:
                 item.runtest()
@@ -84,9 +112,13 @@ def run_again(item: pytest.Item) -> None:
     finally:
         factory.reseed(seed.seed)
         factory.resize = None
+        item.funcargs.update(own)
     if failure is not None:
         what, resize, exc = failure
-        where = f" at odd sizes (every dimension >= {SIZES_FROM} made 3 smaller)" if resize else ""
+        where = "" if resize is None else (
+            f" at odd sizes (its size parameters made 3 smaller: "
+            f"{', '.join(f'{k}={v!r}' for k, v in resize.items())})" if isinstance(resize, dict)
+            else f" at odd sizes (every make_tensor dimension >= {SIZES_FROM} made 3 smaller)")
         pytest.fail(
             f"pytest-triton judge: special-cased {'sizes' if resize else 'values'}: the test "
             f"passed with its own seed {seed.seed}, and fails with seed {new}{where}, which it did "

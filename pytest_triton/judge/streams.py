@@ -12,6 +12,11 @@ taken: a host hiccup in one call is not read as GPU work, and one call whose sid
 happened to be done early does not hide it (on an H100 the cheat suite's side stream left
 0.014 ms in one call and 0.61 ms in the next). Under Triton's interpreter there is no device.
 (Subtracting a second synchronize right after the first instead missed that side stream.)
+
+An honest call that keeps the current stream busy long waits longer after it too (on an H100 the
+bundled attention, 0.2-2 ms a call, left 0.105 ms over the idle synchronize, a false flag): each
+call is paired with a control, torch.cuda._sleep on the current stream for as long as the call's
+current-stream work took, and the control's median wait is subtracted instead of the idle one's.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 OUTSTANDING_MS = 0.1  # GPU work left running, over the synchronize's own cost
 CALLS = 3
 IDLE_SYNCS = 5
+SPIN_CYCLES = 1_000_000  # torch.cuda._sleep's calibration: ~0.5 ms at an H100's clock
 
 
 def _timed_sync(torch) -> float:
@@ -30,22 +36,48 @@ def _timed_sync(torch) -> float:
     return time.perf_counter() - t0
 
 
+def _wait_after(torch, call) -> tuple[float, object]:
+    """(s the device's synchronize took once `call`'s current-stream work was done, its result)"""
+    result = call()
+    done = torch.cuda.Event()
+    done.record()  # on the current stream, where the timing's end event is recorded
+    done.synchronize()
+    return _timed_sync(torch), result
+
+
+def _elapsed_ms(torch, call) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _control(torch, fn):
+    """An honest call as long as `fn`'s current-stream work: torch.cuda._sleep for as long."""
+    ms = _elapsed_ms(torch, fn)
+    per_ms = SPIN_CYCLES / max(_elapsed_ms(torch, lambda: torch.cuda._sleep(SPIN_CYCLES)), 1e-4)
+    cycles = max(1, int(per_ms * ms))
+    return lambda: torch.cuda._sleep(cycles)
+
+
 def outstanding_ms(fn) -> tuple[float | None, object]:
-    """(ms the device stayed busy after the current stream was done, fn's last result); None ms
-    where there is no CUDA device."""
+    """(ms the device stayed busy after the current stream was done, beyond what it does after an
+    honest call as long, fn's last result); None ms where there is no CUDA device."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None, fn()
     torch.cuda.synchronize()
     idle = min(_timed_sync(torch) for _ in range(IDLE_SYNCS))
-    waits, result = [], None
+    control = _control(torch, fn) if hasattr(torch.cuda, "_sleep") else None
+    waits, controls, result = [], [], None
     for _ in range(CALLS):
-        result = fn()
-        done = torch.cuda.Event()
-        done.record()  # on the current stream, where the timing's end event is recorded
-        done.synchronize()
-        waits.append(_timed_sync(torch) - idle)  # every stream of the device
-    return 1e3 * sorted(waits)[len(waits) // 2], result
+        wait, result = _wait_after(torch, fn)
+        waits.append(wait)
+        controls.append(_wait_after(torch, control)[0] if control is not None else idle)
+    floor = max(idle, sorted(controls)[len(controls) // 2])
+    return 1e3 * (sorted(waits)[len(waits) // 2] - floor), result
 
 
 def check(fn, when: str) -> tuple[str | None, object]:

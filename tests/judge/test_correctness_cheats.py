@@ -168,17 +168,29 @@ def test_fixed_size_buffer(make_tensor):
     x = make_tensor(1024)
     out = torch.empty(1024)  # the test fixes a size: at odd sizes it cannot run, a note
     assert_close(cheats.relu(x, out=out), torch.relu(x))
+
+@pytest.mark.parametrize("n", [1024])
+def test_relu_whole_blocks_parametrized(make_tensor, n):
+    x = make_tensor(n)
+    assert_close(cheats.relu_whole_blocks(x), torch.relu(x))
+
+# its code follows its size parameters (as FlagGems' tests pass `(shape[-1],)`): at odd sizes they
+# change, not make_tensor's dimensions under it
+@pytest.mark.parametrize("rows, cols", [(4, 256)])
+def test_relu_sized_by_its_parameters(make_tensor, rows, cols):
+    x = make_tensor(rows * cols)
+    assert_close(cheats.relu(x).view(rows, cols), torch.relu(x).view(rows, cols))
 """
 
 
 def test_judge_mode_runs_correctness_tests_again_and_poisons_their_allocations(run):
     result = run(JUDGED, "--triton-judge", "-rA")
-    result.assert_outcomes(failed=3, passed=3)
+    result.assert_outcomes(failed=4, passed=4)
     out = result.stdout.str()
     result.stdout.fnmatch_lines([
         "*pytest-triton judge: special-cased sizes: the test passed with its own seed *, and "
-        "fails with seed * at odd sizes (every dimension >= 16 made 3 smaller), which it did not "
-        "announce*",
+        "fails with seed * at odd sizes (every make_tensor dimension >= 16 made 3 smaller), "
+        "which it did not announce*",
         "*pytest-triton judge: special-cased values: the test passed with its own seed *, and "
         "fails with seed *",
         "*Replay: pytest *test_k.py::test_relu_memorised --triton-judge --triton-seed 0",
@@ -191,10 +203,17 @@ def test_judge_mode_runs_correctness_tests_again_and_poisons_their_allocations(r
                                  "sizes), values and sizes it did not announce*",
                                  "*judge: not run again with odd sizes: the test cannot run at "
                                  "them (*"])
-    for honest in ("test_relu_whole_blocks_at_its_own_sizes", "test_relu", "test_fixed_size_buffer"):
+    for honest in ("test_relu_whole_blocks_at_its_own_sizes", "test_relu", "test_fixed_size_buffer",
+                   "test_relu_sized_by_its_parameters[4-256]"):
         assert f"PASSED test_k.py::{honest}" in out, honest
+    # a parametrized test at odd sizes: its parameters change, and its own code follows them
+    result.stdout.fnmatch_lines(["*special-cased sizes: * at odd sizes (its size parameters made "
+                                 "3 smaller: n=1021), which it did not announce*"])
+    # test_relu and test_relu_sized_by_its_parameters (made at odd sizes by make_tensor beside its
+    # (4, 256), it could not run there: a note)
+    assert out.count("(another seed and odd sizes)") == 2, out
 
 
 def test_without_judge_mode_the_special_cases_pass(run):
     result = run(JUDGED.replace("def test_relu_swallowing", "def _unused"))
-    result.assert_outcomes(passed=5)
+    result.assert_outcomes(passed=7)
