@@ -51,13 +51,22 @@ def gate_of(folder: str) -> str:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process `pid` runs. A zombie (exited, not yet waited for by its parent) does not:
+    an xdist worker that retires after losing its CUDA context leaves with os._exit, holding the
+    GPU shared, and its parent waits for it later (on an H100 its hold, alive to os.kill, kept a
+    test waiting to go alone, and every test behind it, for 240 s)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True  # no /proc (macOS): os.kill's answer
+    return stat[stat.rfind(b")") + 2:][:1] != b"Z"
 
 
 def token(suffix: str = "") -> str:

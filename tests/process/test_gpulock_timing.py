@@ -391,6 +391,34 @@ def test_holders_of_dead_processes_count_for_nothing(tmp_path):
     assert [r["nodeid"] for r in records.values()] == ["here.py::test"] and not intents and not lent
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="zombies are read from /proc")
+def test_holders_that_exited_unwaited_for_count_for_nothing(tmp_path):
+    # a zombie: exited (an xdist worker retiring with os._exit), its parent not yet waiting for it
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    folder = str(tmp_path / "z.holders")
+    os.makedirs(folder)
+    lockfiles.record(folder, f"{proc.pid}-1", "retired.py::test", False)
+    lockfiles.touch(os.path.join(folder, f"want.{proc.pid}-1-a"))
+    try:
+        deadline = time.monotonic() + 20
+        while lockfiles.scan(folder)[0]:
+            assert time.monotonic() < deadline, "a zombie's hold still counts"
+            time.sleep(0.05)
+        with open(f"/proc/{proc.pid}/stat", "rb") as f:
+            assert b") Z " in f.read()  # it was a zombie that stopped counting, not a reaped pid
+        assert not lockfiles.scan(folder)[1]
+    finally:
+        proc.wait()
+    # a live one counts (the control)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lockfiles.record(folder, f"{live.pid}-1", "live.py::test", False)
+        assert [r["nodeid"] for r in lockfiles.scan(folder)[0].values()] == ["live.py::test"]
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_order_names_the_kinds(monkeypatch):
     # what order() sorts by comes from the markers and --triton-perf (the docstring's groups)
     state = NS(runtime=NS(interpret=False, gpu_id="0"), perf=True)
