@@ -1,11 +1,12 @@
 """Under pytest-xdist, a test that times a kernel has the GPU to itself while it times.
 
-Every test holds its GPU shared, from the start of its setup to the end of its teardown (one
-marked triton_no_gpu holds nothing). The parts that time hold it *alone*: in a test that times (a
-perf test, triton_bench under --triton-perf, triton_exclusive(scope="timing")), triton_bench's
-measurement with the measured ceilings and the diagnoses that profile it, in the test or in the
-pytest runs it starts; and the whole of a test marked triton_exclusive. Compiles, a child's
-start-up and the rest of the test share the GPU.
+Every test holds its GPU shared, from the start of its setup to the end of its teardown; one
+marked triton_no_gpu (it does not use the GPU: its kernels run under the interpreter, in a
+subprocess) holds nothing. The parts that time hold it *alone*: in a test that times (a perf
+test, one using triton_bench under --triton-perf, or one marked triton_exclusive(scope="timing")),
+triton_bench's measurement with the measured ceilings and the diagnoses that profile it, in the
+test or in the pytest runs it starts; and the whole of a test marked triton_exclusive. Nothing
+else does: a perf test's compiles, a child process's start-up, the rest of the test share the GPU.
 
 How: each holder writes a record (a file) into a folder beside the lock's gate while it holds.
 To go alone a thread announces itself (an intent: no shared holder starts while one is there),
@@ -15,12 +16,9 @@ started does (it does nothing on the GPU meanwhile): two tests that time never w
 other's shared hold. A shared holder writes its record under the gate, so none is missed. The
 records of dead processes do not count (lockfiles.py).
 
-A process started under a hold (a pytester run, the ncu or compute-sanitizer child) knows it
-(HELD_ENV) and reports its waits with that test. Under a hold alone it takes no lock. Under a
-shared one, a pytest run lends the hold from its first test to its exit, and its tests hold the
-GPU each for itself: another worker's timed part waits for the inner test in flight, not for the
-whole run (timed parts waited up to 50 s on the H100). A child that times outside a test (the
-ncu child) lends the ancestor's hold and goes alone in its place.
+A process started under a hold (a pytester run, the ncu or compute-sanitizer child) runs under it
+(HELD_ENV): its tests take no lock of their own, and where they time they lend the ancestor's
+record and go alone in its place, their waits reported with the ancestor's test.
 
 The lock is taken at the start of the test's setup and given back after its teardown, inside the
 test's own phases: a wait that fails (longer than --triton-gpu-wait, or stopped by pytest-timeout)
@@ -65,8 +63,8 @@ def give_back_cached_memory() -> None:
 
 def _note(kind: str, gpu_id: str, wait_s: float, nodeid: str | None) -> tuple[dict, bool]:
     """A wait for the lock, for the report: kept with the test this thread runs (True), else
-    left to the caller to write for its ancestor's test (_to_ancestor). A hold alone fills in
-    held_s when it ends (the dict is the one the report carries)."""
+    left to the caller to write for the test whose hold this process runs under (_to_ancestor).
+    A hold alone fills in held_s when it ends (the dict is the one the report carries)."""
     entry = {"kind": kind, "wait_s": round(wait_s, 3), "held_s": None, "nodeid": nodeid,
              "gpu": gpu_id}
     sink = getattr(_THREAD, "sink", None)
@@ -78,13 +76,14 @@ def _note(kind: str, gpu_id: str, wait_s: float, nodeid: str | None) -> tuple[di
 def _to_ancestor(entry: dict, ancestor: Hold | None) -> None:
     """A wait of a process started under `ancestor`'s hold, for that hold's test (release())."""
     if ancestor is not None:
-        lockfiles.add_wait(ancestor.folder, ancestor.token, entry)
+        with contextlib.suppress(OSError), \
+                open(os.path.join(ancestor.folder, f"waits.{ancestor.token}.jsonl"), "a") as f:
+            f.write(json.dumps(entry) + "\n")
 
 
 @contextlib.contextmanager
-def _shared(gpu_id: str, deadline: float | None, nodeid: str | None, timing: bool,
-            folder: str | None = None):
-    folder = folder or lockfiles.folder_of(gpu_id)
+def _shared(gpu_id: str, deadline: float | None, nodeid: str | None, timing: bool):
+    folder = lockfiles.folder_of(gpu_id)
     os.makedirs(folder, exist_ok=True)
     token, start, gave_back = lockfiles.token(), time.monotonic(), False
     while True:
@@ -101,9 +100,7 @@ def _shared(gpu_id: str, deadline: float | None, nodeid: str | None, timing: boo
         if deadline is not None and time.monotonic() >= deadline:
             raise lockfiles.timeout(gpu_id, start, False, holders(gpu_id))
         time.sleep(POLL_S)
-    entry, kept = _note("shared", gpu_id, time.monotonic() - start, nodeid)
-    if not kept:
-        _to_ancestor(entry, _ANCESTOR)
+    _note("shared", gpu_id, time.monotonic() - start, nodeid)
     try:
         yield Hold(gpu_id, folder, token, False, timing)
     finally:
@@ -196,37 +193,17 @@ def _as_held(hold: Hold):
 def hold(gpu_id: str, exclusive: bool, *, timing: bool = False, wait_s: float | None = None,
          nodeid: str | None = None):
     """Hold GPU `gpu_id` (shared, or alone) and yield the hold; yield None, holding nothing new,
-    nested in a hold of this thread or in an ancestor process's hold alone. Under an ancestor's
-    shared hold it lends that hold (_lend_ancestor) and holds the GPU shared, as the ancestor
-    did. `timing`: shared by a test that times (alone() takes the GPU alone under it). Raises
-    GPUWaitTimeout, naming the holders, after `wait_s` seconds of waiting (None: no bound)."""
-    if getattr(_THREAD, "held", None) is not None:
+    nested in a hold of this thread or of an ancestor process. `timing`: shared by a test that
+    times (alone() takes the GPU alone under it). Raises GPUWaitTimeout, naming the holders, after
+    `wait_s` seconds of waiting (None: no bound)."""
+    if nested(gpu_id):
         yield None
         return
-    if _ANCESTOR is not None and _ANCESTOR.gpu_id == gpu_id:
-        if _ANCESTOR.exclusive:
-            yield None
-            return
-        _lend_ancestor(_ANCESTOR)
-        # as the ancestor holds it, among its records (an inner xdist run has a run id of its own)
-        exclusive, timing, folder = False, _ANCESTOR.timing, _ANCESTOR.folder
-    else:
-        folder = None
     deadline = None if wait_s is None else time.monotonic() + wait_s
     taking = _alone(gpu_id, deadline, nodeid, "test") if exclusive else \
-        _shared(gpu_id, deadline, nodeid, timing, folder)
+        _shared(gpu_id, deadline, nodeid, timing)
     with taking as held, _as_held(held):
         yield held
-
-
-_LENT: list[str] = []  # this process's lend of its ancestor's shared hold, once taken
-
-
-def _lend_ancestor(ancestor: Hold) -> None:
-    """Lend `ancestor`'s shared hold (the test that started this pytest run, and waits for it)
-    until this process exits, from its first hold of its own."""
-    if not _LENT:
-        _LENT.append(lockfiles.lend_until_exit(ancestor.folder, ancestor.token))
 
 
 def nested(gpu_id: str) -> bool:
@@ -236,9 +213,10 @@ def nested(gpu_id: str) -> bool:
 
 
 def sharing() -> bool:
-    """Whether this thread runs under the shared hold of a test that times (its own, or its
-    ancestor's): alone() takes the GPU alone. Under a test that does not time (the plugin's
-    logic, a stand-in measure hook) what it runs times sharing the GPU, as without xdist."""
+    """Whether this thread runs under the shared hold of a test that times (its own, or one of a
+    test it runs inside: a pytest run that test started): alone() takes the GPU alone. Under the
+    hold of a test that does not time (a test of the plugin's logic, with a stand-in measure
+    hook, say) what it runs times as it would without xdist, sharing the GPU."""
     held = getattr(_THREAD, "held", None) or _ANCESTOR
     return held is not None and not held.exclusive and held.timing
 
@@ -254,7 +232,7 @@ def alone(*, wait_s: float | None = None, nodeid: str | None = None):
     own = getattr(_THREAD, "held", None)
     lend = own or _ANCESTOR
     deadline = None if wait_s is None else time.monotonic() + wait_s
-    with _alone(lend.gpu_id, deadline, nodeid, "alone", lend, _ANCESTOR) as held, \
+    with _alone(lend.gpu_id, deadline, nodeid, "alone", lend, None if own else _ANCESTOR) as held, \
             _as_held(held):
         yield
 
@@ -300,10 +278,13 @@ def _wanted(item: pytest.Item) -> tuple[str, str] | None:
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Under xdist on a GPU: the tests that share the GPU, then those that do not use it, then
-    those that time (each group in its own order). Amid the shared tests each timed part would
-    cost every worker the rest of the longest test in flight; last, none is left to wait for.
-    (First, xdist's first batch gave them all to one worker: the others waited 86 s.)"""
+    """Under xdist on a GPU: the tests that share the GPU first, then those that do not use it,
+    then those that time (each group in its own order). A test going alone waits for every test
+    in flight on the GPU to end (the slowest of up to N workers'), while the others wait for it
+    to be done: amid the shared tests, each timed part would cost every worker the rest of the
+    longest test in flight. Last, they run beside each other and beside the tests that take no
+    lock, and no shared test is left to wait for. (Before: first, where xdist's first batch gave
+    all of them to one worker, and every other worker waited 86 s while they ran one by one.)"""
     if not items or _wanted(items[0]) is None:
         return
     rank = {"shared": 0, "none": 1, "timing": 2, "test": 2}
@@ -369,7 +350,11 @@ def release(item: pytest.Item) -> None:
     stack.close()
     held = item.stash.get(_HOLD_KEY, None)
     if held is not None:
-        item.stash[WAITS_KEY].extend(lockfiles.take_waits(held.folder, held.token))
+        path = os.path.join(held.folder, f"waits.{held.token}.jsonl")
+        with contextlib.suppress(OSError):
+            with open(path, encoding="utf-8") as f:
+                item.stash[WAITS_KEY].extend(json.loads(line) for line in f if line.strip())
+            os.remove(path)
 
 
 class GPULock:

@@ -4,7 +4,7 @@ a gate (an flock) and a folder of records, one file each:
 - hold.<token>.json: a holder (its pid, xdist worker, test, shared or alone, since when);
 - want.<token>: a thread waiting to go alone, or alone (no shared holder starts meanwhile);
 - lent.<lender token>.<record token>: a record lent while its holder (or a process it started)
-  waits to go alone, or while a pytest run it started lives;
+  waits to go alone;
 - waits.<record token>.jsonl: the waits of processes started under that record, for its test.
 
 A token is <pid>-<thread id>, -a for a thread's hold alone; what a dead process left counts for
@@ -13,7 +13,6 @@ nothing.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -53,8 +52,8 @@ def gate_of(folder: str) -> str:
 def _alive(pid: int) -> bool:
     """Whether process `pid` runs. A zombie (exited, not yet waited for by its parent) does not:
     an xdist worker that retires after losing its CUDA context leaves with os._exit, holding the
-    GPU shared, and its parent waits for it later (on an H100 its hold, alive to os.kill, kept a
-    test waiting to go alone, and every test behind it, for 240 s)."""
+    GPU shared, and its parent waits for it later (on an H100 the hold of an inner run's retired
+    worker, alive to os.kill, kept a test waiting to go alone, and every test behind it, 240 s)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -88,35 +87,6 @@ def touch(path: str, text: str = "") -> None:
 def remove(path: str) -> None:
     with contextlib.suppress(OSError):
         os.remove(path)
-
-
-def lend_until_exit(folder: str, token: str) -> str:
-    """Lend record `token` until this process exits (the lend of an exited process counts for
-    nothing: the record holds again); the lend's path."""
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"lent.{os.getpid()}-p.{token}")
-    touch(path, str(os.getpid()))
-    atexit.register(remove, path)
-    return path
-
-
-def add_wait(folder: str, token: str, entry: dict) -> None:
-    """A wait of a process started under record `token`, for that record's test (take_waits)."""
-    with contextlib.suppress(OSError), \
-            open(os.path.join(folder, f"waits.{token}.jsonl"), "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
-
-
-def take_waits(folder: str, token: str) -> list[dict]:
-    """The waits written for record `token` (add_wait), removed."""
-    path = os.path.join(folder, f"waits.{token}.jsonl")
-    try:
-        with open(path, encoding="utf-8") as f:
-            waits = [json.loads(line) for line in f if line.strip()]
-    except OSError:
-        return []
-    remove(path)
-    return waits
 
 
 def scan(folder: str) -> tuple[dict[str, dict], set[str], set[str]]:

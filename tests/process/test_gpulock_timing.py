@@ -169,67 +169,6 @@ def _a_child_times_alone():
     assert waits[0]["wait_s"] >= 0.4 and waits[0]["held_s"] is not None
 
 
-# A pytest run started by a test that holds the GPU shared: one inner test, then the time before
-# its next one (its start-up, say), holding nothing.
-INNER_RUN = """
-import sys
-from pytest_triton.process import gpulock
-with gpulock.hold(sys.argv[1], exclusive=False, nodeid="inner.py::test_a"):
-    print(sorted(r["nodeid"] for r in gpulock.holders(sys.argv[1])), flush=True)
-print("between its tests", flush=True)
-sys.stdin.readline()
-"""
-
-
-def test_a_run_started_under_a_shared_hold_holds_the_gpu_per_test_not_throughout():
-    # On the H100 a timed part waited up to 50 s for a pytester run's hold (its start-up and
-    # compiles included), and every test that came meanwhile waited behind it.
-    _in_a_thread(_an_inner_run_lends_its_ancestors_hold)
-
-
-def _an_inner_run_lends_its_ancestors_hold():
-    gpu = "g6"
-
-    def go_alone(wait_s):  # another worker's test, from a thread of its own
-        def take():
-            with gpulock.hold(gpu, exclusive=True, wait_s=wait_s, nodeid="other.py::test_alone"):
-                pass
-        _in_a_thread(take)
-
-    with gpulock.hold(gpu, exclusive=False, nodeid="outer.py::test_runs_pytest") as held:
-        with pytest.raises(gpulock.GPUWaitTimeout, match="outer.py::test_runs_pytest"):
-            go_alone(0.3)  # the outer test's hold counts...
-        proc = subprocess.Popen([sys.executable, "-c", INNER_RUN, gpu], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            # ...but while its run holds the GPU, only the run's test does
-            assert proc.stdout.readline().strip() == "['inner.py::test_a']"
-            assert proc.stdout.readline().strip() == "between its tests"
-            go_alone(5)  # between the run's tests nothing holds it
-        finally:
-            proc.communicate("\n", timeout=30)
-        assert proc.returncode == 0
-        # the run is over: the outer test holds the GPU again
-        with pytest.raises(gpulock.GPUWaitTimeout, match="outer.py::test_runs_pytest"):
-            go_alone(0.3)
-        # the run's take is reported with the outer test
-        path = os.path.join(held.folder, f"waits.{held.token}.jsonl")
-        waits = [json.loads(line) for line in open(path)]
-        assert [(w["kind"], w["nodeid"]) for w in waits] == [("shared", "inner.py::test_a")]
-
-
-def test_a_run_started_under_a_hold_alone_runs_under_it():
-    def body():
-        with gpulock.hold("g7", exclusive=True, nodeid="outer.py::test_alone"):
-            out = subprocess.run([sys.executable, "-c", INNER_RUN, "g7"], input="\n",
-                                 capture_output=True, text=True, timeout=30)
-        assert out.returncode == 0, out.stderr
-        # the inner test took no hold: the outer's, alone, is the one there
-        assert out.stdout.splitlines()[0] == "['outer.py::test_alone']"
-
-    _in_a_thread(body)
-
-
 STAND_IN_GPU = """
 import dataclasses
 import pytest
