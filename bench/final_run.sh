@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge|again|regress]...
+#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge|again|self|regress]...
 #   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
 #   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
@@ -97,6 +97,14 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
           --triton-perf-compare=final > "$LOGS/again.log" 2>&1)
       python3 -m pytest_triton compare --history "$HIST" final again --json "$OUT/self_compare.json" \
         > "$LOGS/self_compare.txt" 2>&1; tail -3 "$LOGS/self_compare.txt" ;;
+    self)
+      # Issue 29: the perf suite SELF_RUNS (5) times more, each its own process, and every pair of
+      # the runs (with the perf and again steps' final and again where this machine saved them)
+      # compared: 7 runs, 21 pairs (bench/self_compare.py; ~80 s a run on the H100)
+      names=""; for n in final again; do ls "$HIST"/*/*-"$n"-*.json > /dev/null 2>&1 && names="$names $n"; done
+      run self "$(cap 480)" "\`bench/self_compare.py --runs ${SELF_RUNS:-5} --names $names\` (the perf suite against itself, every pair of runs)" \
+        python3 bench/self_compare.py --history "$HIST" --runs "${SELF_RUNS:-5}" --names $names --out "$LOGS" > "$LOGS/self.log" 2>&1
+      cp "$LOGS/self_compare_pairs.json" "$OUT/" 2>/dev/null; tail -3 "$LOGS/self.log" ;;
     regress)
       # Issue 29: planted slowdowns (3% vector add, 10% matmul) and the baseline against itself,
       # each run its own pytest process (bench/regression_check.py; ~10 s a run)

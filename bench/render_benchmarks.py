@@ -268,6 +268,31 @@ def regression_section(d, runs):
                 out.append(f"- {r['verdict'].upper()} {r['label']}: {100 * r['change']:+.1f}% "
                            f"[{100 * r['lo']:+.1f}%, {100 * r['hi']:+.1f}%]")
         out.append("")
+    p = os.path.join(d, "self_compare_pairs.json")
+    if os.path.exists(p):
+        out += self_pairs_section(json.load(open(p)), runs)
+    return out
+
+
+def self_pairs_section(doc, runs):
+    """bench/self_compare.py: every pair of the perf suite's runs of one commit (the self step)."""
+    head = runs.get("self", ["`bench/self_compare.py`"])
+    per_test = doc["per_test"]
+    bad = {label: c.get("slow", 0) + c.get("fast", 0) for label, c in per_test.items()}
+    least = min((sum(c.values()) for c in per_test.values()), default=0)
+    out = [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "",
+           f"{len(doc['runs'])} runs of the perf suite ({', '.join(doc['runs'])}), each its own "
+           f"pytest process; {doc['pairs']} pairs compared, the older run the reference: "
+           f"{len(per_test)} tests and shapes, each compared {least} times or more. SLOW "
+           f"{doc['false']['slow']} and FAST {doc['false']['fast']} of "
+           f"{sum(sum(c.values()) for c in per_test.values())} verdicts (a commit against "
+           "itself: every one is false).", ""]
+    worst = sorted((label for label in per_test if bad[label]), key=lambda k: -bad[k])
+    if worst:
+        out += ["| test | SLOW or FAST | every verdict |", "|---|---|---|"]
+        out += [f"| {label} | {bad[label]} of {sum(per_test[label].values())} | "
+                f"{dict(sorted(per_test[label].items()))} |" for label in worst]
+        out.append("")
     return out
 
 

@@ -2,6 +2,7 @@
 GPU (issue 32: the landed head was red on the GPU because kernels changed after the last suite
 run, and BENCHMARKS.md showed perf runs of one commit beside suite runs of another)."""
 
+import json
 import pathlib
 import shutil
 import subprocess
@@ -60,3 +61,22 @@ def test_runs_that_are_not_one_commits_perf_and_suite_are_refused(tmp_path, case
     said = _render("--why", "the H200 was not lent", h100, h200)
     assert said.returncode == 0
     assert needle in said.stdout and "Why: the H200 was not lent" in said.stdout
+
+
+def test_the_self_comparisons_name_each_false_verdict(tmp_path):
+    # bench/self_compare.py's every pair of one commit's perf-suite runs (issue 29: SLOW in 0 of
+    # 20 comparisons per test): the counts, and each test that got a SLOW or FAST
+    d = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    with open(d / "runs.txt", "a") as f:
+        f.write("self: `bench/self_compare.py --runs 5 --names final again`\nself: rc=0 wall=430s\n")
+    per_test = {"t.py::test_add": {"same": 20, "uncertain": 1},
+                "t.py::test_mm": {"same": 18, "slow": 2, "fast": 1}}
+    (d / "self_compare_pairs.json").write_text(json.dumps(
+        {"runs": ["final", "again", *(f"self-{i}" for i in range(5))], "pairs": 21,
+         "per_test": per_test, "false": {"slow": 2, "fast": 1}, "comparisons": []}))
+    done = _render("--why", "one GPU", d)
+    assert done.returncode == 0, done.stderr
+    assert "### `bench/self_compare.py --runs 5 --names final again`" in done.stdout
+    assert ("21 pairs compared, the older run the reference: 2 tests and shapes, each compared 21 "
+            "times or more. SLOW 2 and FAST 1 of 42 verdicts") in done.stdout
+    assert "| t.py::test_mm | 3 of 21 |" in done.stdout and "| t.py::test_add |" not in done.stdout

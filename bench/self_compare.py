@@ -1,0 +1,122 @@
+"""Issue 29's self-comparison: one commit's perf suite against itself, over many pairs of runs,
+each run its own pytest process as in CI (not a test; a step of bench/final_run.sh: `self`).
+
+    python bench/self_compare.py --history DIR [--names final again] [--runs 5] [--out DIR]
+                                 [--max-time S] [--target PYTEST_ARGS] [--small]
+
+Runs the perf suite `--runs` more times (saved as self-0, self-1, ... in --history, beside the
+runs --names names there: the perf and again steps' "final" and "again"), then compares every pair
+of them, the older as the reference (`python -m pytest_triton compare`; its run-to-run spread
+comes from the reference's saved runs with the candidate left out, as on a pull request). Every
+SLOW or FAST is a false verdict: the issue asks for SLOW in 0 of 20 comparisons per test, which 7
+runs give (21 pairs).
+
+Prints, per test (and per shape of a geomean test), its verdicts over the pairs, and writes
+self_compare_pairs.json under --out:
+{"runs": [...], "pairs": N, "per_test": {label: {verdict: count}}, "false": {"slow": n,
+"fast": n}, "comparisons": [every row, with its ref and new]}. --small: a smoke test on CPU (a
+two-test file, dry runs: no verdicts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SMALL_TESTS = '''
+import torch
+from pytest_triton import perf_target
+
+@perf_target(max_ms=1.0)
+def test_add(make_tensor, triton_bench):
+    x = make_tensor(256)
+    triton_bench(lambda: x + x, bytes=3 * x.nbytes)
+'''
+
+
+def run_suite(history: Path, name: str, target: list[str], max_time: float | None, cwd: Path,
+              log) -> int:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *target,
+           "--triton-perf", f"--triton-perf-save={name}", "--triton-perf-history", str(history)]
+    if max_time is not None:
+        cmd += ["--triton-perf-max-time", str(max_time)]
+    t0 = time.time()
+    rc = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
+    print(f"{name}: rc={rc} in {time.time() - t0:.0f} s", flush=True)
+    return rc
+
+
+def compare(history: Path, ref: str, new: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "pytest_triton", "compare", "--history",
+                          str(history), ref, new, "--json", "-"], capture_output=True, text=True)
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"compare {ref} {new} failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def tally(comparisons: list[dict]) -> tuple[dict, dict]:
+    """(per test: {verdict: count}, {"slow": n, "fast": n} over all) of whole-run rows."""
+    per_test: dict[str, dict[str, int]] = {}
+    false = {"slow": 0, "fast": 0}
+    for row in comparisons:
+        c = per_test.setdefault(row["label"], {})
+        c[row["verdict"]] = c.get(row["verdict"], 0) + 1
+        if row["verdict"] in false:
+            false[row["verdict"]] += 1
+    return per_test, false
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--history", required=True, help="the saved runs' directory")
+    p.add_argument("--names", nargs="*", default=[], help="runs already saved there to include")
+    p.add_argument("--runs", type=int, default=5, help="perf-suite runs to make and save")
+    p.add_argument("--max-time", type=float, default=None, help="--triton-perf-max-time")
+    p.add_argument("--target", default="--pyargs reference_kernels -m perf_target",
+                   help="what pytest runs (default: the bundled perf suite)")
+    p.add_argument("--out", default=os.environ.get("OUT", "."))
+    p.add_argument("--small", action="store_true", help="a smoke test on CPU (dry runs)")
+    args = p.parse_args()
+    history = Path(args.history)
+    history.mkdir(parents=True, exist_ok=True)
+    cwd = Path(tempfile.mkdtemp(prefix="self-compare-"))
+    target = shlex.split(args.target)
+    if args.small:
+        (cwd / "test_small.py").write_text(SMALL_TESTS)
+        target = [str(cwd / "test_small.py")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(args.names)
+    with open(out / "self_compare.log", "w") as log:
+        for i in range(args.runs):
+            name = f"self-{i}"
+            if run_suite(history, name, target, args.max_time, cwd, log) not in (0, 1):
+                print(f"{name}: the run did not finish; left out", flush=True)
+                continue
+            names.append(name)
+    comparisons = []
+    for ref, new in itertools.combinations(names, 2):
+        # every row: a geomean test's shapes each, and the test as a whole
+        comparisons += [{"ref": ref, "new": new, **row} for row in compare(history, ref, new)["rows"]]
+    per_test, false = tally(comparisons)
+    pairs = len(names) * (len(names) - 1) // 2
+    for label, c in sorted(per_test.items()):
+        bad = c.get("slow", 0) + c.get("fast", 0)
+        print(f"{label:70s} SLOW or FAST in {bad} of {sum(c.values())}  {dict(sorted(c.items()))}")
+    print(f"{len(names)} runs, {pairs} pairs, {len(per_test)} tests: SLOW {false['slow']}, FAST "
+          f"{false['fast']} of {len(comparisons)} comparisons")
+    (out / "self_compare_pairs.json").write_text(json.dumps(
+        {"runs": names, "pairs": pairs, "per_test": per_test, "false": false,
+         "comparisons": comparisons}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
