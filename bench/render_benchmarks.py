@@ -104,7 +104,24 @@ def suite_section(text, runs):
         slow = [ln for ln in lines[i + 1:i + 11] if ln.strip() and not ln.startswith("(")]
     head = runs.get("suite", ["`python3 -m pytest -q -n 8` on CUDA (tests/ and reference_kernels/)"])
     return ([f"### The whole suite on CUDA: {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```"] + failed + tail
-            + ["```", "", "The 10 slowest phases:", "", "```"] + slow + ["```", ""])
+            + ["```", "", "The 10 slowest phases:", "", "```"] + slow + ["```", ""]
+            + lock_waits(lines))
+
+
+def lock_waits(lines):
+    """The run's waits for the GPU lock (pytest-xdist), as its terminal summary gave them: per
+    worker, and the longest (issue 32 asks for the GPU-alone phase's waits, under 30 s)."""
+    start = next((i for i, ln in enumerate(lines) if "waits for the GPU lock" in ln), None)
+    if start is None:
+        return []
+    block = []
+    for ln in lines[start + 1:]:
+        block.append(ln)
+        if ln.startswith("longest wait"):
+            break
+    longest = block[-1] if block and block[-1].startswith("longest wait") else ""
+    return ["The waits for the GPU lock" + (f" ({longest.split(':')[0]})" if longest else "")
+            + ":", "", "```", *block, "```", ""]
 
 
 def thirdparty_section(text, runs):

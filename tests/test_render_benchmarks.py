@@ -80,3 +80,19 @@ def test_the_self_comparisons_name_each_false_verdict(tmp_path):
     assert ("21 pairs compared, the older run the reference: 2 tests and shapes, each compared 21 "
             "times or more. SLOW 2 and FAST 1 of 42 verdicts") in done.stdout
     assert "| t.py::test_mm | 3 of 21 |" in done.stdout and "| t.py::test_add |" not in done.stdout
+
+
+def test_the_suites_waits_for_the_gpu_lock_are_quoted(tmp_path):
+    # issue 32: the GPU-alone phase's waits reported beside the suite's result
+    d = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    (d / "suite.log").write_text(
+        "==== pytest-triton: waits for the GPU lock (pytest-xdist) ====\n"
+        "gw0: waited 3.4 s in 52 takes, longest 3.3 s (t.py::test_a, to share it); held it alone "
+        "0.0 s in 0 parts\n"
+        "longest wait 39.8 s: t.py::test_b, to share it; waits in all 278.1 s over 14 workers; the "
+        "GPU held alone 29.5 s in 21 parts\n"
+        "1800 passed, 86 skipped in 300.00s\n")
+    done = _render("--why", "one GPU", d)
+    assert done.returncode == 0, done.stderr
+    assert "The waits for the GPU lock (longest wait 39.8 s):" in done.stdout
+    assert "gw0: waited 3.4 s in 52 takes" in done.stdout
