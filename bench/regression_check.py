@@ -71,22 +71,25 @@ def test_matmul(make_tensor, triton_bench):
 PLANTED = {"PLANT_MEMORY": "1.03", "PLANT_MATMUL": "1.10"}
 
 
-def pytest_run(folder: Path, name: str, env: dict, max_time: float, log) -> int:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-           str(folder / "test_planted.py"), "--triton-perf", f"--triton-perf-save={name}",
-           "--triton-perf-history", str(folder / "history"),
-           "--triton-perf-max-time", str(max_time)]
+def pytest_save(target: list[str], name: str, history: Path, max_time: float | None, cwd: Path,
+                log, env: dict | None = None) -> int:
+    """`pytest TARGET --triton-perf --triton-perf-save=NAME` in a process of its own, its output
+    to `log`; its exit status (bench/self_compare.py runs the perf suite so too)."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *target,
+           "--triton-perf", f"--triton-perf-save={name}", "--triton-perf-history", str(history)]
+    if max_time is not None:
+        cmd += ["--triton-perf-max-time", str(max_time)]
     t0 = time.time()
-    rc = subprocess.run(cmd, cwd=folder, env={**os.environ, **env}, stdout=log,
+    rc = subprocess.run(cmd, cwd=cwd, env={**os.environ, **(env or {})}, stdout=log,
                         stderr=subprocess.STDOUT).returncode
     print(f"{name}: rc={rc} in {time.time() - t0:.0f} s", flush=True)
     return rc
 
 
-def compare(folder: Path, ref: str, new: str) -> dict:
+def compare(history: Path, ref: str, new: str) -> dict:
+    """`python -m pytest_triton compare REF NEW` over the runs saved in `history`, as JSON."""
     out = subprocess.run([sys.executable, "-m", "pytest_triton", "compare", "--history",
-                          str(folder / "history"), ref, new, "--json", "-"],
-                         capture_output=True, text=True)
+                          str(history), ref, new, "--json", "-"], capture_output=True, text=True)
     if out.returncode not in (0, 1):
         raise SystemExit(f"compare {ref} {new} failed:\n{out.stdout}\n{out.stderr}")
     return json.loads(out.stdout)
@@ -107,15 +110,17 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "regression_check.log", "w") as log:
+        target = ["-p", "no:randomly", str(folder / "test_planted.py")]
         for i in range(args.runs):
-            pytest_run(folder, f"base-{i}", {}, args.max_time, log)
-            pytest_run(folder, f"planted-{i}", PLANTED, args.max_time, log)
+            pytest_save(target, f"base-{i}", folder / "history", args.max_time, folder, log)
+            pytest_save(target, f"planted-{i}", folder / "history", args.max_time, folder, log,
+                        PLANTED)
     pairs = [("planted", f"base-{i}", f"planted-{i}") for i in range(args.runs)]
     pairs += [("self", f"base-{i}", f"base-{j}") for i in range(args.runs)
               for j in (i + 1, i + 2) if j < args.runs]
     results, counts = [], {}
     for case, ref, new in pairs:
-        for row in compare(folder, ref, new)["rows"]:
+        for row in compare(folder / "history", ref, new)["rows"]:
             results.append({"case": case, "ref": ref, "new": new, **row})
             c = counts.setdefault((case, row["label"]), {})
             c[row["verdict"]] = c.get(row["verdict"], 0) + 1

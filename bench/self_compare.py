@@ -13,8 +13,8 @@ runs give (21 pairs).
 
 Prints, per test (and per shape of a geomean test), its verdicts over the pairs, and writes
 self_compare_pairs.json under --out:
-{"runs": [...], "pairs": N, "per_test": {label: {verdict: count}}, "false": {"slow": n,
-"fast": n}, "comparisons": [every row, with its ref and new]}. --small: a smoke test on CPU (a
+{"runs": [...], "pairs": N, "per_test": {label: {verdict: count}}, "comparisons": [every row,
+with its ref and new]}. --small: a smoke test on CPU (a
 two-test file, dry runs: no verdicts).
 """
 
@@ -25,11 +25,10 @@ import itertools
 import json
 import os
 import shlex
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from regression_check import compare, pytest_save
 
 SMALL_TESTS = '''
 import torch
@@ -42,36 +41,13 @@ def test_add(make_tensor, triton_bench):
 '''
 
 
-def run_suite(history: Path, name: str, target: list[str], max_time: float | None, cwd: Path,
-              log) -> int:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *target,
-           "--triton-perf", f"--triton-perf-save={name}", "--triton-perf-history", str(history)]
-    if max_time is not None:
-        cmd += ["--triton-perf-max-time", str(max_time)]
-    t0 = time.time()
-    rc = subprocess.run(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT).returncode
-    print(f"{name}: rc={rc} in {time.time() - t0:.0f} s", flush=True)
-    return rc
-
-
-def compare(history: Path, ref: str, new: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "pytest_triton", "compare", "--history",
-                          str(history), ref, new, "--json", "-"], capture_output=True, text=True)
-    if out.returncode not in (0, 1):
-        raise SystemExit(f"compare {ref} {new} failed:\n{out.stdout}\n{out.stderr}")
-    return json.loads(out.stdout)
-
-
-def tally(comparisons: list[dict]) -> tuple[dict, dict]:
-    """(per test: {verdict: count}, {"slow": n, "fast": n} over all) of whole-run rows."""
+def tally(comparisons: list[dict]) -> dict[str, dict[str, int]]:
+    """Per test (and shape): {verdict: count}."""
     per_test: dict[str, dict[str, int]] = {}
-    false = {"slow": 0, "fast": 0}
     for row in comparisons:
         c = per_test.setdefault(row["label"], {})
         c[row["verdict"]] = c.get(row["verdict"], 0) + 1
-        if row["verdict"] in false:
-            false[row["verdict"]] += 1
-    return per_test, false
+    return per_test
 
 
 def main() -> None:
@@ -98,7 +74,7 @@ def main() -> None:
     with open(out / "self_compare.log", "w") as log:
         for i in range(args.runs):
             name = f"self-{i}"
-            if run_suite(history, name, target, args.max_time, cwd, log) not in (0, 1):
+            if pytest_save(target, name, history, args.max_time, cwd, log) not in (0, 1):
                 print(f"{name}: the run did not finish; left out", flush=True)
                 continue
             names.append(name)
@@ -106,7 +82,8 @@ def main() -> None:
     for ref, new in itertools.combinations(names, 2):
         # every row: a geomean test's shapes each, and the test as a whole
         comparisons += [{"ref": ref, "new": new, **row} for row in compare(history, ref, new)["rows"]]
-    per_test, false = tally(comparisons)
+    per_test = tally(comparisons)
+    false = {v: sum(c.get(v, 0) for c in per_test.values()) for v in ("slow", "fast")}
     pairs = len(names) * (len(names) - 1) // 2
     for label, c in sorted(per_test.items()):
         bad = c.get("slow", 0) + c.get("fast", 0)
@@ -114,8 +91,8 @@ def main() -> None:
     print(f"{len(names)} runs, {pairs} pairs, {len(per_test)} tests: SLOW {false['slow']}, FAST "
           f"{false['fast']} of {len(comparisons)} comparisons")
     (out / "self_compare_pairs.json").write_text(json.dumps(
-        {"runs": names, "pairs": pairs, "per_test": per_test, "false": false,
-         "comparisons": comparisons}, indent=1))
+        {"runs": names, "pairs": pairs, "per_test": per_test, "comparisons": comparisons},
+        indent=1))
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def test_the_self_comparisons_name_each_false_verdict(tmp_path):
                 "t.py::test_mm": {"same": 18, "slow": 2, "fast": 1}}
     (d / "self_compare_pairs.json").write_text(json.dumps(
         {"runs": ["final", "again", *(f"self-{i}" for i in range(5))], "pairs": 21,
-         "per_test": per_test, "false": {"slow": 2, "fast": 1}, "comparisons": []}))
+         "per_test": per_test, "comparisons": []}))
     done = _render("--why", "one GPU", d)
     assert done.returncode == 0, done.stderr
     assert "### `bench/self_compare.py --runs 5 --names final again`" in done.stdout
