@@ -158,20 +158,24 @@ def git_info(root: Path | str) -> dict:
     return {"commit": commit, "branch": branch, "dirty": None if status is None else bool(status)}
 
 
-def run_block(config: pytest.Config, name: str | None) -> dict:
-    """The "run" block of this run's saved document."""
+def run_block(config: pytest.Config, name: str | None, device: dict | None = None) -> dict:
+    """The "run" block of this run's saved document; `device`: the document's, where the caller
+    has it."""
     if name is not None:
         check_name(name)
-    device = summary.measured_device(config) if summary.session(config) else None
+    if device is None and summary.session(config):
+        device = summary.measured_device(config)
     return {"name": name, **git_info(config.rootpath),
             "versions": {**summary.versions(), "pytest_triton": pytest_triton.__version__,
                          "driver": (device or {}).get("driver")},
             "host": platform.node() or None, "shards": []}
 
 
-def saved_document(config: pytest.Config, name: str | None) -> dict:
-    """This run's document as a saved run (what save takes): --triton-perf's only."""
-    return {**summary.document(config), "schema": HISTORY_SCHEMA, "run": run_block(config, name)}
+def saved_document(config: pytest.Config, name: str | None, doc: dict | None = None) -> dict:
+    """This run's document (`doc`, where the caller built it) as a saved run (what save takes):
+    --triton-perf's only."""
+    doc = summary.document(config) if doc is None else doc
+    return {**doc, "schema": HISTORY_SCHEMA, "run": run_block(config, name, doc["device"])}
 
 
 def check_name(name: str) -> str:

@@ -308,7 +308,7 @@ class RegressionGate:
             self._compare(session, ps, doc)
         if self._save:
             doc = history.saved_document(self._config, None if self._save == "auto"
-                                         else self._save)
+                                         else self._save, doc)
             self.saved = history.save(doc, self._dir)
         self.seconds = time.perf_counter() - t0
 

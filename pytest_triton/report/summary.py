@@ -206,12 +206,13 @@ def finish(config: pytest.Config) -> None:
         write_json(config)
 
 
-def measured_device(config: pytest.Config) -> dict | None:
-    """The device this run measured on; None when nothing was measured, or several devices were."""
+def measured_device(config: pytest.Config, environment: dict | None = None) -> dict | None:
+    """The device this run measured on; None when nothing was measured, or several devices were.
+    `environment`: the run's, where the caller has it already."""
     ps = session(config)
     if ps.device is not None:
         return ps.device.to_dict()
-    devices = _environment(config)["devices"]
+    devices = (environment or _environment(config))["devices"]
     # the xdist controller looks up no device: its workers measured on this one
     return devices[0] if len(devices) == 1 else None
 
@@ -219,11 +220,12 @@ def measured_device(config: pytest.Config) -> dict | None:
 def document(config: pytest.Config) -> dict:
     """The run's JSON document: --triton-perf-json writes it; a saved run adds its "run" block."""
     ps = session(config)
+    env = _environment(config)
     return {
         "schema": JSON_SCHEMA,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "environment": _environment(config),
-        "device": measured_device(config),
+        "environment": env,
+        "device": measured_device(config, env),
         "settings": {"l2": ps.l2, "peak": options.get(config, "triton_perf_peak"),
                      "max_time_s": ps.max_time, "retries": ps.retries,
                      "base_seed": seeding.base(config), "calibration": ps.calibration},
