@@ -83,17 +83,18 @@ def run_again(item: pytest.Item) -> None:
     marker = item.get_closest_marker("triton_judge")
     sizes = marker.kwargs.get("sizes", True) if marker is not None else True
     new = other_seed(seed.seed, 1)
-    variants = [("another seed", None)] + ([("odd sizes", odd_sizes)] if sizes else [])
+    # (what, make_tensor's resize, the test's parameters at odd sizes, which its code follows)
+    variants = [("another seed", None, {})]
+    if sizes:
+        params = sized_params(item)
+        variants.append(("odd sizes", None if params else odd_sizes, params))
+    own = {name: item.funcargs[name] for name in variants[-1][2]}
     done, notes, failure = [], [], None
-    params = sized_params(item) if sizes else {}
-    own = {name: item.funcargs[name] for name in params}
     try:
-        for what, resize in variants:
+        for what, resize, params in variants:
             factory.reseed(new)
-            if resize is not None and params:  # the test's own sizes, which its code follows
-                item.funcargs.update(params)
-                resize = params
-            factory.resize = resize if callable(resize) else None
+            factory.resize = resize
+            item.funcargs.update(params)
             token = seeding.CURRENT.set(replace(seed, seed=new, fixed=True))
             try:
                 item.runtest()
@@ -105,7 +106,7 @@ def run_again(item: pytest.Item) -> None:
                     notes.append(f"{what}: the test cannot run at them "
                                  f"({type(exc).__name__}: {_first_lines(exc, 1)})")
                     continue
-                failure = (what, resize, exc)
+                failure = (what, params, exc)
                 break
             finally:
                 seeding.CURRENT.reset(token)
@@ -114,13 +115,14 @@ def run_again(item: pytest.Item) -> None:
         factory.resize = None
         item.funcargs.update(own)
     if failure is not None:
-        what, resize, exc = failure
-        where = "" if resize is None else (
+        what, params, exc = failure
+        sized = what == "odd sizes"
+        where = "" if not sized else (
             f" at odd sizes (its size parameters made 3 smaller: "
-            f"{', '.join(f'{k}={v!r}' for k, v in resize.items())})" if isinstance(resize, dict)
+            f"{', '.join(f'{k}={v!r}' for k, v in params.items())})" if params
             else f" at odd sizes (every make_tensor dimension >= {SIZES_FROM} made 3 smaller)")
         pytest.fail(
-            f"pytest-triton judge: special-cased {'sizes' if resize else 'values'}: the test "
+            f"pytest-triton judge: special-cased {'sizes' if sized else 'values'}: the test "
             f"passed with its own seed {seed.seed}, and fails with seed {new}{where}, which it did "
             "not announce (robust-kbench: filtering out kernels that special-case the tested "
             "shapes and values took KernelBench's mean speedup from 3.13x to 1.49x):\n    "

@@ -15,8 +15,9 @@ happened to be done early does not hide it (on an H100 the cheat suite's side st
 
 An honest call that keeps the current stream busy long waits longer after it too (on an H100 the
 bundled attention, 0.2-2 ms a call, left 0.105 ms over the idle synchronize, a false flag): each
-call is paired with a control, torch.cuda._sleep on the current stream for as long as the call's
-current-stream work took, and the control's median wait is subtracted instead of the idle one's.
+call is paired with a control, the timing's spin kernel (perf.timing.keep_busy) on the current
+stream for as long as the call's current-stream work took, and the control's median wait is
+subtracted instead of the idle one's.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from __future__ import annotations
 import sys
 import time
 
+from ..perf import timing
+
 OUTSTANDING_MS = 0.1  # GPU work left running, over the synchronize's own cost
 CALLS = 3
 IDLE_SYNCS = 5
-SPIN_CYCLES = 1_000_000  # torch.cuda._sleep's calibration: ~0.5 ms at an H100's clock
 
 
 def _timed_sync(torch) -> float:
@@ -55,11 +57,10 @@ def _elapsed_ms(torch, call) -> float:
 
 
 def _control(torch, fn):
-    """An honest call as long as `fn`'s current-stream work: torch.cuda._sleep for as long."""
-    ms = _elapsed_ms(torch, fn)
-    per_ms = SPIN_CYCLES / max(_elapsed_ms(torch, lambda: torch.cuda._sleep(SPIN_CYCLES)), 1e-4)
-    cycles = max(1, int(per_ms * ms))
-    return lambda: torch.cuda._sleep(cycles)
+    """An honest call as long as `fn`'s current-stream work: the timing's spin kernel for as long
+    (nothing where torch has no torch.cuda._sleep: the idle synchronize is the floor then)."""
+    ms, device = _elapsed_ms(torch, fn), torch.cuda.current_device()
+    return lambda: timing.keep_busy(device, ms)
 
 
 def outstanding_ms(fn) -> tuple[float | None, object]:
@@ -70,12 +71,12 @@ def outstanding_ms(fn) -> tuple[float | None, object]:
         return None, fn()
     torch.cuda.synchronize()
     idle = min(_timed_sync(torch) for _ in range(IDLE_SYNCS))
-    control = _control(torch, fn) if hasattr(torch.cuda, "_sleep") else None
+    control = _control(torch, fn)
     waits, controls, result = [], [], None
     for _ in range(CALLS):
         wait, result = _wait_after(torch, fn)
         waits.append(wait)
-        controls.append(_wait_after(torch, control)[0] if control is not None else idle)
+        controls.append(_wait_after(torch, control)[0])
     floor = max(idle, sorted(controls)[len(controls) // 2])
     return 1e3 * (sorted(waits)[len(waits) // 2] - floor), result
 
