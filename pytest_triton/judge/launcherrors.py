@@ -16,10 +16,22 @@ import sys
 _RUNTIME: list = []  # [the loaded libcudart, or None]
 
 
+def _loaded_runtimes() -> list[str]:
+    """The paths of the CUDA runtime libraries this process has loaded (/proc/self/maps): a wheel's
+    may carry a name the list below lacks (on the H100's torch 2.11.0+cu130 none of those was
+    found, and the check read nothing)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            return sorted({path for line in f if "/libcudart" in (path := line.split()[-1])})
+    except OSError:
+        return []
+
+
 def _cudart():
     if not _RUNTIME:
         lib = None
-        for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"):
+        for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
+                     *_loaded_runtimes()):
             try:
                 lib = ctypes.CDLL(name, mode=ctypes.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
                 break

@@ -12,6 +12,7 @@ is left unchanged), and fn is called once:
   id);
 - a tensor fn changed into something else is both read and written: an input it mutates, unless
   declared in place.
+Outputs that stayed the same get a second look, the inputs read doubled (_moved_when_doubled).
 A returned tensor that shares storage with an input is an aliased output. Everything is put back
 as it was after the timing, so the test's own checks see the results of its own inputs.
 """
@@ -72,6 +73,25 @@ def _put(t: torch.Tensor, values: torch.Tensor) -> None:
         t.copy_(values)
 
 
+def _moved_when_doubled(fn, captured, read: list[str], out0, state: dict, sync) -> bool:
+    """A second look before calling outputs cached: the inputs read, doubled (exact, signs kept),
+    all at once. A reduction to a few low-precision numbers can stay within tolerance of itself
+    under the first perturbation (on an H100, FlagGems' bf16 cross-entropy over 4096 random
+    tokens of 128256 logits came out the same mean loss); doubled logits move it far. A cache
+    keyed by pointer, shape or id returns the same outputs again."""
+    by_name = dict(captured)
+    try:
+        for name in read:
+            _put(by_name[name], state[name] * 2)
+        ret = tensors(fn())
+        sync()
+        return any(not _close(r, r0) for r, r0 in zip(ret, out0)) or any(
+            not _close(u, state[n]) for n, u in captured if n not in read)
+    finally:
+        for n, u in captured:
+            _put(u, state[n])
+
+
 def run(fn, captured: list[tuple[str, torch.Tensor]], before: dict, sync, declared_names,
         declared_storages, seed: int) -> list[str]:
     """The judge's findings for `fn` (its captured tensors, their values before the timing in
@@ -121,7 +141,8 @@ def run(fn, captured: list[tuple[str, torch.Tensor]], before: dict, sync, declar
             "what the one before left (KernelBench PR #82's zero_out_kernel). "
             + inputs.HOW_TO_DECLARE.format(name=mutated[0]))
     has_outputs = bool(out0) or bool(outs)
-    if read and has_outputs and not any(changed_by.values()):
+    if read and has_outputs and not any(changed_by.values()) \
+            and not _moved_when_doubled(fn, captured, read, out0, state, sync):
         problems.append(
             f"cached output: the timed call's outputs stayed the same when its inputs "
             f"({', '.join(read)}) were given other values: it returns results kept from an "

@@ -115,6 +115,24 @@ def relu_whole_blocks(x, out=None):
     return _launch_relu(x, out, programs=max(1, x.numel() // BLOCK))
 
 
+@triton.jit
+def _mean_square_kernel(x_ptr, out_ptr, n, offset, BLOCK: tl.constexpr):
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        acc += v * v
+    tl.store(out_ptr, tl.sum(acc, axis=0) / n + offset)
+
+
+def loss_like(x):
+    """Honest: one number dominated by a constant, as a cross-entropy's mean loss is by the log of
+    its vocabulary (mean(x^2) + 100): the judge's first perturbation moves it by well under 1%."""
+    out = torch.empty((), dtype=torch.float32, device=x.device)
+    _mean_square_kernel[(1,)](x, out, x.numel(), 100.0, BLOCK=1024)
+    return out
+
+
 class Memo:
     """Special-cased values, or a cache across calls (gpu-mode #104, #142, #160): results kept by
     pointer and shape; a call that finds one returns it without launching anything."""

@@ -212,13 +212,22 @@ def test_layer_norm(make_tensor, request, shape, dtype):
 
 # -- cross-entropy loss (flag_gems.cross_entropy_loss, forward and backward) ------------------
 
+CROSS_ENTROPY_IGNORED_READ_BUG = (
+    "flag_gems 5.0.2 bug: celoss_indices_kernel loads the logit at target*D for an ignored target "
+    "(-100) too (mask=tgt_mask, not the ignore mask): 100 rows before the token's, 400 bytes "
+    "before the tensor for token 0. Discarded, so the loss is right where that address is mapped; "
+    "under --triton-judge's poisoned allocations it was not, on an H100, and the CUDA context was "
+    "lost (README.md). Not strict: whether it faults depends on where the allocator put the logits")
+
 # (tokens, vocabulary): one token; odd vocabularies; a real one.
 CE_CASES = [(1, 10), (7, 1001), (33, 32000)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("case", CE_CASES, ids=_ids(CE_CASES))
-def test_cross_entropy_loss(make_tensor, case, dtype):
+def test_cross_entropy_loss(make_tensor, request, case, dtype):
+    if request.config.getoption("triton_judge", default=None) == "on":  # poisoned allocations
+        request.applymarker(pytest.mark.xfail(strict=False, reason=CROSS_ENTROPY_IGNORED_READ_BUG))
     tokens, vocab = case
     logits = make_tensor((tokens, vocab), dtype, scale=2.0)
     target = make_tensor(tokens, torch.int64, low=0, high=vocab)
