@@ -215,3 +215,29 @@ def test_real_h100_runs_against_an_h200_run_are_refused_unless_by_fraction(tmp_p
     assert len(judged) > 50  # each test with bytes= or flops= is compared on the two GPUs
     assert {r["verdict"] for r in rows} <= {"slow", "fast", "same", "uncertain", "refused",
                                              "new", "missing"}
+
+
+def test_a_config_the_autotuner_chose_anew_is_named(tmp_path, capsys):
+    # the same runs, but for one matmul shape the autotuner chose another config in the second
+    from ._docs import H100, report, run
+    ref, new = run(report(H100)), run(report(H100), name="pr")
+    m = next(m for r in new["results"] for m in r["measurements"] if m.get("config"))
+    theirs = m["config"]
+    m["config"] = theirs.replace("num_stages: 3", "num_stages: 4") if "num_stages: 3" in theirs \
+        else theirs + ", num_stages: 1"
+    paths = [tmp_path / "ref.json", tmp_path / "new.json"]
+    for p, doc in zip(paths, (ref, new)):
+        p.write_text(json.dumps(doc))
+    assert cli(["compare", *map(str, paths), "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    caused = [r for r in rows if r["cause"]]
+    assert len(caused) == 1, caused
+    assert caused[0]["cause"] == (f"the autotuner chose another config: {m['config']} (the "
+                                  f"reference's: {theirs})")
+    assert cli(["compare", *map(str, paths)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("the autotuner chose another config") == \
+        (0 if caused[0]["verdict"] == "same" else 1)  # a SAME row is not printed
+    # the control: a run against itself names no config change
+    assert cli(["compare", str(paths[0]), str(paths[0]), "--json", "-"]) == 0
+    assert not [r for r in json.loads(capsys.readouterr().out)["rows"] if r["cause"]]
