@@ -95,7 +95,11 @@ WRONG_LINE = NATURAL_TESTS.lstrip("\n").splitlines().index(
         "def test_wrong_swiglu_on_inputs_whose_output_is_zero(make_tensor):")) + 1
 
 
-def test_correct_kernels_pass_at_every_seed_and_a_trivial_test_fails(pytester, request):
+# Five seeds a test: the 30 inner runs as one test held the GPU (shared) 53 s on the H100, and a
+# test waiting to time alone waited for it, with every test behind that one (issue 32).
+@pytest.mark.parametrize("first_seed", SEEDS[::5])
+def test_correct_kernels_pass_at_every_seed_and_a_trivial_test_fails(pytester, request,
+                                                                      first_seed):
     # Before the rule moved to the test, 7 of these 30 seeds failed a correct kernel (on CPU).
     pytester.makepyfile(test_natural=NATURAL_TESTS)
     # In-process, the inner kernels are interpreted only where this process started interpreted:
@@ -104,7 +108,7 @@ def test_correct_kernels_pass_at_every_seed_and_a_trivial_test_fails(pytester, r
     # uses no GPU, tests/conftest.py)
     run = pytester.runpytest if torch.cuda.is_available() else request.getfixturevalue(
         "run_interpreted")
-    for seed in SEEDS:
+    for seed in SEEDS[first_seed:first_seed + 5]:
         result = run("-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning",
                      "--triton-seed", str(seed))
         outcomes = result.parseoutcomes()
