@@ -167,50 +167,35 @@ def _run(pytester, *args):
     return result, {r["nodeid"].split("::")[-1]: r["measurements"][0] for r in doc["results"]}
 
 
-# One control per test (one inner run each, -k): under xdist the six run on six workers, each
-# holding the GPU shared for its own run's ~12 s. As one test of six controls (74 s on an H100) it
-# held it for all of them, and a test of another worker waiting to time alone waited for it, and
-# every test that came meanwhile behind that one (waits of 40 s).
-@pytest.mark.parametrize("control", ["test_good", *EXPECTED])
-def test_each_control_names_its_cause_and_the_good_kernel_gets_no_hint(pytester, control):
-    result, by_test = _run(pytester, "--triton-perf-explain", "-k", control)
-    assert list(by_test) == [control], by_test
-    if control == "test_good":
-        result.assert_outcomes(passed=1, deselected=len(EXPECTED))
-        good = by_test["test_good"]["explain"]
-        assert good["hints"] == [], good["hints"]
-        k = good["kernels"][0]
-        assert k["kernel"] == "_add_kernel" and k["n_regs"] > 0 and k["spill_bytes"] == 0
-        assert k["constexprs"] == {"BLOCK": 1024} and k["programs"] == (1 << 26) // 1024
-    else:
-        result.assert_outcomes(xfailed=1, deselected=len(EXPECTED))
-        d = by_test[control]["explain"]
+def test_controls_name_their_causes_and_the_good_kernel_gets_no_hint(pytester):
+    result, by_test = _run(pytester, "--triton-perf-explain")
+    result.assert_outcomes(passed=1, xfailed=len(EXPECTED))
+    for test, codes in EXPECTED.items():
+        d = by_test[test]["explain"]
         found = {h["code"] for h in d["hints"]}
-        assert EXPECTED[control] <= found, f"{control}: expected hints {EXPECTED[control]}, got {found}"
-    if control == "test_spilling":
-        assert by_test["test_spilling"]["explain"]["kernels"][0]["spill_bytes"] > 0
-    if control == "test_chain":
-        assert [la["kernel"] for la in by_test["test_chain"]["explain"]["kernels"]] == [
-            "_add_kernel", "_relu_kernel", "_mul_kernel"]
+        assert codes <= found, f"{test}: expected hints {codes}, got {found}"
+    good = by_test["test_good"]["explain"]
+    assert good["hints"] == [], good["hints"]
+    k = good["kernels"][0]
+    assert k["kernel"] == "_add_kernel" and k["n_regs"] > 0 and k["spill_bytes"] == 0
+    assert k["constexprs"] == {"BLOCK": 1024} and k["programs"] == (1 << 26) // 1024
+    assert by_test["test_spilling"]["explain"]["kernels"][0]["spill_bytes"] > 0
+    assert [la["kernel"] for la in by_test["test_chain"]["explain"]["kernels"]] == [
+        "_add_kernel", "_relu_kernel", "_mul_kernel"]
     text = result.stdout.str()
     assert "pytest-triton explain" in text and "reading their launches took" in text
 
 
-# One kernel an inner run: the two under ncu in one run held the GPU (shared) 49 s on the H100,
-# and a test waiting to time alone waited for it (issue 32).
 @pytest.mark.skipif(shutil.which("ncu") is None, reason="needs Nsight Compute (ncu) on PATH")
-@pytest.mark.parametrize("control, kernel", [("test_good", "_add_kernel"),
-                                             ("test_strided", "_strided_scale_kernel")])
-def test_ncu_reads_the_speed_of_light_of_the_timed_kernel(pytester, control, kernel):
-    result, by_test = _run(pytester, "--triton-perf-explain=ncu", "-k", control)
-    # the good kernel passes its target; the strided control misses it (an xfail)
-    outcome = {"passed": 1} if control == "test_good" else {"xfailed": 1}
-    result.assert_outcomes(**outcome, deselected=len(EXPECTED))
-    ncu = by_test[control]["explain"]["ncu"]
+def test_ncu_reads_the_speed_of_light_of_the_timed_kernel(pytester):
+    result, by_test = _run(pytester, "--triton-perf-explain=ncu", "-k", "test_good or test_strided")
+    result.assert_outcomes(passed=1, xfailed=1, deselected=len(EXPECTED) - 1)
+    ncu = by_test["test_good"]["explain"]["ncu"]
     if "ERR_NVGPUCTRPERM" in (ncu.get("unavailable") or ""):
         pytest.skip(ncu["unavailable"])
     assert not ncu.get("unavailable"), ncu
     k = ncu["kernels"][0]
-    assert k["name"].startswith(kernel), k
-    if control == "test_good":
-        assert 0 < k["dram_pct"] <= 100 and k["achieved_occupancy_pct"] > 0, k
+    assert k["name"].startswith("_add_kernel"), k
+    assert 0 < k["dram_pct"] <= 100 and k["achieved_occupancy_pct"] > 0, k
+    strided = by_test["test_strided"]["explain"]["ncu"]["kernels"][0]
+    assert strided["name"].startswith("_strided_scale_kernel"), strided
