@@ -314,6 +314,60 @@ def self_pairs_section(doc, runs):
     return out
 
 
+def _final_record(d, into):
+    """The record `bench/final_run.sh perf` saved (history/DEVICE/*-final-*.json, in the run's
+    logs.tar.gz), extracted under `into`: its path, or None where the run has none."""
+    tar = os.path.join(d, "logs.tar.gz")
+    if not os.path.exists(tar):
+        return None
+    with tarfile.open(tar) as t:
+        found = sorted(m.name for m in t.getmembers() if m.isfile() and m.name.startswith(
+            "history/") and m.name.endswith(".json") and "-final-" in os.path.basename(m.name))
+        if not found:
+            return None
+        member = t.getmember(found[-1])
+        member.name = os.path.join(os.path.basename(os.path.normpath(d)), found[-1])
+        t.extract(member, into)
+    return os.path.join(into, member.name)
+
+
+def cross_device_section(dirs):
+    """The first run's saved record compared with each other device's, as a CI job would compare
+    an H100 history with an H200 run (issue 29: refused by time, compared by fraction). Computed
+    here by the plugin's own command, never typed."""
+    import contextlib
+    import io
+    import tempfile
+
+    from pytest_triton.__main__ import main as cli
+
+    out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        records, seen = [], set()
+        for d in dirs:  # a later step on a warm machine packs the same history again: once
+            r = _final_record(d, tmp)
+            if r is not None and os.path.basename(r) not in seen:
+                seen.add(os.path.basename(r))
+                records.append((d, r))
+        for d, r in records[1:]:
+            if _device(d) == _device(records[0][0]):
+                continue
+            ref_name, new_name = (os.path.basename(os.path.normpath(x)) for x in (records[0][0], d))
+            out += [f"## Across GPUs: {ref_name}'s saved run against {new_name}'s", "",
+                    "`python -m pytest_triton compare REF NEW` on the two runs' `final` records "
+                    "(history/ in each run's logs.tar.gz), by time and `--by fraction`:", ""]
+            for extra in ([], ["--by", "fraction"]):
+                printed = io.StringIO()
+                with contextlib.redirect_stdout(printed):
+                    rc = cli(["compare", "--history", tmp, *extra, records[0][1], r])
+                lines = printed.getvalue().replace(tmp + os.sep, "").strip().splitlines()
+                if extra:  # each test's row is in the runs' records: the counts say enough
+                    lines = lines[-1:]
+                out += ["```", " ".join(["$ python -m pytest_triton compare", *extra, "REF NEW"]),
+                        *lines, f"(exit status {rc})", "```", ""]
+    return out
+
+
 def main(args):
     intro, why = [], None
     while args[:1] in (["--intro"], ["--why"]):
@@ -378,6 +432,7 @@ def main(args):
                     text[text.index("Per candidate"):].strip(), "```", ""]
         for md in sorted(glob.glob(os.path.join(d, "*.md"))):
             out += [open(md).read().strip(), ""]
+    out += cross_device_section(dirs)
     print("\n".join(out))
 
 

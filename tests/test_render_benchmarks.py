@@ -96,3 +96,42 @@ def test_the_suites_waits_for_the_gpu_lock_are_quoted(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "The waits for the GPU lock (longest wait 39.8 s):" in done.stdout
     assert "gw0: waited 3.4 s in 52 takes" in done.stdout
+
+
+def _with_saved_run(d, run):
+    """Give run dir `d` the `final` record that bench/runs/RUN's perf step saved (issue 29's
+    histories, in its logs.tar.gz), packed as final_run.sh packs it."""
+    import tarfile
+
+    with tarfile.open(ROOT / "bench" / "runs" / run / "logs.tar.gz") as src, \
+            tarfile.open(d / "logs.tar.gz", "w:gz") as dst:
+        for member in src.getmembers():
+            if member.name.startswith("history/") and "-final-" in member.name:
+                dst.addfile(member, src.extractfile(member))
+
+
+def test_another_gpus_saved_run_is_refused_by_time_and_compared_by_fraction(tmp_path):
+    # Issue 29: an H100 history against an H200 run, the real records of one commit's perf runs
+    h100 = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    h200 = _run_dir(tmp_path, "a-H200", "abc1234", "NVIDIA H200")
+    _with_saved_run(h100, "2026-11-27c-H100")
+    _with_saved_run(h200, "2026-11-27c-H200")
+    done = _render(h100, h200)
+    assert done.returncode == 0, done.stderr
+    section = done.stdout[done.stdout.index("## Across GPUs: a-H100's saved run against a-H200's"):]
+    by_time, by_fraction = section.split("$ python -m pytest_triton compare")[1:]
+    assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
+           "ceiling with --triton-perf-compare-by=fraction" in by_time
+    assert "refused (threshold 3%, by time" in by_time
+    assert by_fraction.startswith(" --by fraction REF NEW") and "by fraction;" in by_fraction
+    assert "refused" not in by_fraction and str(tmp_path) not in section
+
+
+def test_runs_of_one_gpu_get_no_comparison_across_gpus(tmp_path):
+    first = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    again = _run_dir(tmp_path, "b-H100", "abc1234", "NVIDIA H100 80GB HBM3")
+    _with_saved_run(first, "2026-11-27c-H100")
+    _with_saved_run(again, "2026-11-27c-H100")
+    done = _render(first, again)
+    assert done.returncode == 0, done.stderr
+    assert "Across GPUs" not in done.stdout
