@@ -13,11 +13,13 @@ each `pytest --triton-perf --triton-perf-save=NAME` in a history directory of it
   matmul;
 - then, offline (`python -m pytest_triton compare`): planted-I against base-I (a SLOW is a
   hit), and base-I against base-(I+1) and base-(I+2) (any SLOW is a false verdict, as is a
-  FAST).
+  FAST). The planted runs are saved in a history of their own, as a pull request's run is
+  compared from outside main's.
 
 Prints the counts per test and writes regression_check.json (every comparison's verdict,
 change and interval) under --out, and the runs' saved records (each with its measurements' raw
-samples, clocks and autotuned configs) under --out/regression_history.
+samples, clocks and autotuned configs) under --out/regression_history (the baseline's) and
+--out/regression_history_planted.
 """
 
 from __future__ import annotations
@@ -107,6 +109,13 @@ def compare(history: Path, ref: str, new: str) -> dict:
         return json.loads(path.read_text())
 
 
+def saved(history: Path, name: str) -> str:
+    """The file of the run saved as `name` in `history` (its newest)."""
+    from pytest_triton.report.history import find
+
+    return str(find(name, history, None))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10)
@@ -121,21 +130,26 @@ def main() -> None:
     (folder / "test_planted.py").write_text(TESTS)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    # The baseline's runs in one history, the planted runs in another, as in CI: main's history
+    # holds main's runs, and a pull request's run is compared from outside it. (In one history
+    # the planted runs' medians counted in the spread the compare reads from the history.)
+    history, planted = folder / "history", folder / "planted"
     with open(out / "regression_check.log", "w") as log:
         target = ["-p", "no:randomly", str(folder / "test_planted.py")]
         for i in range(args.runs):
-            pytest_save(target, f"base-{i}", folder / "history", args.max_time, folder, log)
-            pytest_save(target, f"planted-{i}", folder / "history", args.max_time, folder, log,
-                        PLANTED)
+            pytest_save(target, f"base-{i}", history, args.max_time, folder, log)
+            pytest_save(target, f"planted-{i}", planted, args.max_time, folder, log, PLANTED)
     # the records first: a step stopped at its limit while comparing still brings them back
-    shutil.copytree(folder / "history", out / "regression_history", dirs_exist_ok=True)
-    pairs = [("planted", f"base-{i}", f"planted-{i}") for i in range(args.runs)]
+    for src, dst in ((history, "regression_history"), (planted, "regression_history_planted")):
+        if src.is_dir():
+            shutil.copytree(src, out / dst, dirs_exist_ok=True)
+    pairs = [("planted", f"base-{i}", saved(planted, f"planted-{i}")) for i in range(args.runs)]
     pairs += [("self", f"base-{i}", f"base-{j}") for i in range(args.runs)
               for j in (i + 1, i + 2) if j < args.runs]
     results, counts = [], {}
     for case, ref, new in pairs:
-        for row in compare(folder / "history", ref, new)["rows"]:
-            results.append({"case": case, "ref": ref, "new": new, **row})
+        for row in compare(history, ref, new)["rows"]:
+            results.append({"case": case, "ref": ref, "new": Path(new).name, **row})
             c = counts.setdefault((case, row["label"]), {})
             c[row["verdict"]] = c.get(row["verdict"], 0) + 1
     for (case, label), c in sorted(counts.items()):
