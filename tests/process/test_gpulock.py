@@ -91,7 +91,9 @@ def test_tests_that_time_go_last(monkeypatch):
     items = [NS(name=n, kind=kinds.get(n, "shared")) for n in names]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.kind))
     gpulock.order(items)
-    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "perf1", "alone1", "perf2"]
+    # alone throughout before the tests that time: these hold the GPU shared between their timed
+    # parts, which the others would wait for
+    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "alone1", "perf1", "perf2"]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
