@@ -97,7 +97,7 @@ def test_tests_that_time_go_last(monkeypatch):
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
-    assert [it.name for it in items] == ["perf2", "alone1", "perf1", "cpu2", "cpu1", "c", "b", "a"]
+    assert [it.name for it in items] == ["perf2", "perf1", "alone1", "cpu2", "cpu1", "c", "b", "a"]
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
