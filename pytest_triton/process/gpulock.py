@@ -279,15 +279,20 @@ def _wanted(item: pytest.Item) -> tuple[str, str] | None:
 
 def order(items: list[pytest.Item]) -> None:
     """Under xdist on a GPU: the tests that share the GPU first, then those that do not use it,
-    then those that time (each group in its own order). A test going alone waits for every test
-    in flight on the GPU to end (the slowest of up to N workers'), while the others wait for it
-    to be done: amid the shared tests, each timed part would cost every worker the rest of the
-    longest test in flight. Last, they run beside each other and beside the tests that take no
-    lock, and no shared test is left to wait for. (Before: first, where xdist's first batch gave
-    all of them to one worker, and every other worker waited 86 s while they ran one by one.)"""
+    then those that hold it alone throughout (triton_exclusive), then those that time (each
+    group in its own order). A test going alone waits for every test in flight on the GPU to end
+    (the slowest of up to N workers'), while the others wait for it to be done: amid the shared
+    tests, each timed part would cost every worker the rest of the longest test in flight. Last,
+    they run beside each other and beside the tests that take no lock, and no shared test is
+    left to wait for. (Before: first, where xdist's first batch gave all of them to one worker,
+    and every other worker waited 86 s while they ran one by one.) The tests alone throughout
+    come before the tests that time: a test that times holds the GPU shared between its timed
+    parts, for a minute where it runs a pytest run of its own (the project's diagnose tests), and
+    each test alone throughout would wait for the rest of it (on the H100 36.8 s, with the tests
+    that came meanwhile waiting behind it up to 47.7 s)."""
     if not items or _wanted(items[0]) is None:
         return
-    rank = {"shared": 0, "none": 1, "timing": 2, "test": 2}
+    rank = {"shared": 0, "none": 1, "test": 2, "timing": 3}
     items.sort(key=lambda it: rank[_wanted(it)[1]])  # stable: each group keeps its order
 
 

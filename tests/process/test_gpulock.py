@@ -91,11 +91,13 @@ def test_tests_that_time_go_last(monkeypatch):
     items = [NS(name=n, kind=kinds.get(n, "shared")) for n in names]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.kind))
     gpulock.order(items)
-    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "perf1", "alone1", "perf2"]
+    # alone throughout before the tests that time: these hold the GPU shared between their timed
+    # parts, which the others would wait for
+    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "alone1", "perf1", "perf2"]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
-    assert [it.name for it in items] == ["perf2", "alone1", "perf1", "cpu2", "cpu1", "c", "b", "a"]
+    assert [it.name for it in items] == ["perf2", "perf1", "alone1", "cpu2", "cpu1", "c", "b", "a"]
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
