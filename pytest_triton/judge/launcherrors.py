@@ -4,22 +4,25 @@ Wafer's write-up of a 104x "speedup": the kernel's launch failed, nothing checke
 buffer held what an earlier run left there. torch.cuda.synchronize() raises an asynchronous
 error (a fault in a kernel); an error of a launch itself (an invalid configuration, too many
 resources) stays in the CUDA runtime's last-error state until someone asks, and a launcher that
-does not ask returns as if it ran. After each timed call this asks (cudaGetLastError, through
-the runtime torch loaded) and names the error. Under Triton's interpreter there is no device.
+does not ask returns as if it ran. After each timed call this asks (cudaGetLastError) every CUDA
+runtime the process has loaded, and names the error: each runtime keeps its own last error, and
+a CUDA extension may bring one of its own beside torch's. A runtime linked statically into a
+library cannot be asked. Under Triton's interpreter there is no device.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 
-_RUNTIME: list = []  # [the loaded libcudart, or None]
+SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
+_OPENED: dict[str, ctypes.CDLL | None] = {}  # a soname or path -> its runtime (None: not loaded)
 
 
 def _loaded_runtimes() -> list[str]:
     """The paths of the CUDA runtime libraries this process has loaded (/proc/self/maps): a wheel's
-    may carry a name the list below lacks (on the H100's torch 2.11.0+cu130 none of those was
-    found, and the check read nothing)."""
+    may carry a name SONAMES lacks."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             return sorted({path for line in f if "/libcudart" in (path := line.split()[-1])})
@@ -27,38 +30,52 @@ def _loaded_runtimes() -> list[str]:
         return []
 
 
-def _cudart():
-    if not _RUNTIME:
-        lib = None
-        for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so",
-                     *_loaded_runtimes()):
-            try:
-                lib = ctypes.CDLL(name, mode=ctypes.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
-                break
-            except (OSError, AttributeError):
-                continue
-        if lib is not None:
+def _open(name: str) -> ctypes.CDLL | None:
+    """The runtime `name` names where this process has loaded it (never loads one): None else,
+    once per name (a runtime loaded later, by an extension, is found by its path in the maps)."""
+    if name not in _OPENED:
+        try:
+            # os's flag: ctypes has none, and `ctypes.RTLD_NOLOAD` raised AttributeError, which
+            # this caught as "not loaded" for every name, so the check never read any runtime
+            lib = ctypes.CDLL(name, mode=os.RTLD_NOLOAD | ctypes.RTLD_GLOBAL)
             lib.cudaGetLastError.restype = ctypes.c_int
             lib.cudaGetErrorString.restype = ctypes.c_char_p
             lib.cudaGetErrorString.argtypes = [ctypes.c_int]
-        _RUNTIME.append(lib)
-    return _RUNTIME[0]
+        except (OSError, AttributeError):
+            lib = None
+        _OPENED[name] = lib
+    return _OPENED[name]
+
+
+def runtimes() -> list[ctypes.CDLL]:
+    """Every CUDA runtime this process has loaded, each once (a soname and a path may name one)."""
+    found, seen = [], set()
+    for name in (*SONAMES, *_loaded_runtimes()):
+        lib = _open(name)
+        if lib is not None and lib._handle not in seen:
+            seen.add(lib._handle)
+            found.append(lib)
+    return found
+
+
+def read(libs: list) -> str | None:
+    """Read (and clear) each runtime's last error; the first one's name, or None."""
+    first = None
+    for lib in libs:
+        code = lib.cudaGetLastError()
+        if code != 0 and first is None:
+            first = f"{lib.cudaGetErrorString(code).decode(errors='replace')} (cudaError {code})"
+    return first
 
 
 def pending() -> str | None:
-    """Synchronise the device, then read (and clear) the runtime's last error; its name, or None.
-    A fault in a kernel raises from the synchronize, as everywhere else."""
+    """Synchronise the device, then read (and clear) the runtimes' last errors; the first one's
+    name, or None. A fault in a kernel raises from the synchronize, as everywhere else."""
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return None
     torch.cuda.synchronize()
-    lib = _cudart()
-    if lib is None:
-        return None
-    code = lib.cudaGetLastError()
-    if code == 0:
-        return None
-    return f"{lib.cudaGetErrorString(code).decode(errors='replace')} (cudaError {code})"
+    return read(runtimes())
 
 
 def check(when: str) -> str | None:
