@@ -29,6 +29,7 @@ import contextlib
 import io
 import json
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -90,30 +91,39 @@ def pytest_save(target: list[str], name: str, history: Path, max_time: float | N
     return rc
 
 
-def compare(history: Path, ref: str, new: str) -> dict:
-    """`python -m pytest_triton compare REF NEW` over the runs saved in `history`, as JSON. The
-    command's own entry point, called in this process: a process per comparison spent ~3 s
-    importing torch, and on the H200 the 27 comparisons ran the step past its limit."""
-    from pytest_triton.__main__ import main as cli
+def command(args: list[str]) -> tuple[int, str]:
+    """`python -m pytest_triton ARGS`, the public command, run in this process (a process per
+    comparison spent ~3 s importing torch: on the H200 the 27 comparisons ran the step past its
+    limit): its exit status and what it printed."""
+    printed, argv = io.StringIO(), sys.argv
+    sys.argv = ["python -m pytest_triton", *args]
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            runpy.run_module("pytest_triton", run_name="__main__", alter_sys=True)
+        rc = 0
+    except SystemExit as exc:
+        rc = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    return rc, printed.getvalue()
 
+
+def compare(history: Path, ref: str, new: str) -> dict:
+    """`python -m pytest_triton compare REF NEW` over the runs saved in `history`, as JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "compare.json"
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-            try:
-                rc = cli(["compare", "--history", str(history), ref, new, "--json", str(path)])
-            except SystemExit as exc:  # argparse's and the command's errors
-                rc = exc.code
+        rc, printed = command(["compare", "--history", str(history), ref, new, "--json", str(path)])
         if rc not in (0, 1) or not path.exists():
-            raise SystemExit(f"compare {ref} {new} failed (exit {rc}):\n{printed.getvalue()}")
+            raise SystemExit(f"compare {ref} {new} failed (exit {rc}):\n{printed}")
         return json.loads(path.read_text())
 
 
 def saved(history: Path, name: str) -> str:
-    """The file of the run saved as `name` in `history` (its newest)."""
-    from pytest_triton.report.history import find
-
-    return str(find(name, history, None))
+    """The file of the run saved as `name` in `history` (its newest: files begin with their time)."""
+    found = sorted(history.glob(f"*/*-{name}-*.json"), key=lambda p: p.name)
+    if not found:
+        raise SystemExit(f"no run saved as {name} in {history}")
+    return str(found[-1])
 
 
 def main() -> None:

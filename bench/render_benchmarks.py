@@ -335,11 +335,9 @@ def cross_device_section(dirs):
     """The first run's saved record compared with each other device's, as a CI job would compare
     an H100 history with an H200 run (issue 29: refused by time, compared by fraction). Computed
     here by the plugin's own command, never typed."""
-    import contextlib
-    import io
     import tempfile
 
-    from pytest_triton.__main__ import main as cli
+    from regression_check import command  # the public `python -m pytest_triton`, in-process
 
     out = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -357,10 +355,8 @@ def cross_device_section(dirs):
                     "`python -m pytest_triton compare REF NEW` on the two runs' `final` records "
                     "(history/ in each run's logs.tar.gz), by time and `--by fraction`:", ""]
             for extra in ([], ["--by", "fraction"]):
-                printed = io.StringIO()
-                with contextlib.redirect_stdout(printed):
-                    rc = cli(["compare", "--history", tmp, *extra, records[0][1], r])
-                lines = printed.getvalue().replace(tmp + os.sep, "").strip().splitlines()
+                rc, printed = command(["compare", "--history", tmp, *extra, records[0][1], r])
+                lines = printed.replace(tmp + os.sep, "").strip().splitlines()
                 if extra:  # each test's row is in the runs' records: the counts say enough
                     lines = lines[-1:]
                 out += ["```", " ".join(["$ python -m pytest_triton compare", *extra, "REF NEW"]),
