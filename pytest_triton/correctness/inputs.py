@@ -106,7 +106,10 @@ def difference(before: torch.Tensor, after: torch.Tensor) -> str | None:
 
 
 def _value(v: torch.Tensor) -> str:
-    x = v.item()
+    try:
+        x = v.item()
+    except (RuntimeError, NotImplementedError):  # float4_e2m1fn_x2: torch has no scalar of it
+        return "bits 0x" + "".join(f"{int(b):02x}" for b in bits(v).reshape(-1).tolist())
     return fmt(x) if isinstance(x, float) else str(x)
 
 

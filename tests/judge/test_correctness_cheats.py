@@ -217,3 +217,18 @@ def test_judge_mode_runs_correctness_tests_again_and_poisons_their_allocations(r
 def test_without_judge_mode_the_special_cases_pass(run):
     result = run(JUDGED.replace("def test_relu_swallowing", "def _unused"))
     result.assert_outcomes(passed=7)
+
+
+def test_a_changed_float4_input_is_named_by_its_bits():
+    # torch has no scalar of float4_e2m1fn_x2 (.item() raises NotImplementedError): the message's
+    # values raised inside the guard, which took it for a lost CUDA context and dropped every
+    # input it watched, so a kernel writing into a float4 input passed unreported
+    import torch
+
+    from pytest_triton.correctness import inputs
+
+    before = torch.zeros(4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    after = torch.tensor([0, 0, 0x35, 0], dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    assert inputs.difference(before, after) == (
+        "1 of 4 elements changed; the first at index (2,): bits 0x00 before, bits 0x35 after")
+    assert inputs.difference(before, before.clone()) is None
