@@ -39,6 +39,7 @@ from dataclasses import asdict
 import pytest
 
 from .. import options, state
+from ..env import runtime
 from ..perf import record
 from . import lockfiles
 from .lockfiles import POLL_S, GPUWaitTimeout, Hold, holders
@@ -365,10 +366,19 @@ def release(item: pytest.Item) -> None:
 class GPULock:
     """Under pytest-xdist on a GPU: each test holds its GPU shared from its setup to its teardown
     (alone where it times, or throughout with triton_exclusive), and the tests that time run
-    last (order). In every run a bad triton_exclusive argument errors its test (acquire)."""
+    last (order). In every run a bad triton_exclusive argument errors its test (acquire).
+
+    xdist's load scheduling hands a worker a quarter of its share at once: a file of slow tests
+    ran on one worker to the session's end, beside the tests going alone (on the H100 the 15
+    tests of tests/history/test_regression.py). Unless --maxschedchunk is given, tests go out
+    one at a time as workers free (xdist keeps two queued): the order above holds."""
 
     def __init__(self, config: pytest.Config):
         self._config = config
+        opt = config.option
+        if runtime.xdist_controller(config) and getattr(opt, "dist", "") == "load" and not \
+                state.get(config).runtime.interpret and getattr(opt, "maxschedchunk", 0) is None:
+            opt.maxschedchunk = 1
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:

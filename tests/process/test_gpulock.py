@@ -227,3 +227,20 @@ def test_a_test_marked_triton_no_gpu_takes_no_lock(pytester, gpu_held_elsewhere)
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*ERROR at setup of test_gpu*",
                                  "pytest-triton: waited * s for GPU fake0 (shared)*"])
+
+
+@pytest.mark.parametrize("given, interpret, expected", [
+    (None, False, 1),  # on a GPU, unless given: tests go out one at a time
+    (8, False, 8),  # the user's --maxschedchunk stands
+    (None, True, None),  # under the interpreter there is no lock: xdist's default
+])
+def test_on_a_gpu_xdist_sends_tests_one_at_a_time(monkeypatch, given, interpret, expected):
+    # xdist's first batches gave tests/history/test_regression.py's 15 slow tests to one worker,
+    # which ran them to the session's end beside the tests going alone
+    from types import SimpleNamespace as NS
+
+    config = NS(option=NS(dist="load", maxschedchunk=given))
+    monkeypatch.setattr(gpulock.runtime, "xdist_controller", lambda c: True)
+    monkeypatch.setattr(gpulock.state, "get", lambda c: NS(runtime=NS(interpret=interpret)))
+    gpulock.GPULock(config)
+    assert config.option.maxschedchunk == expected
