@@ -110,15 +110,23 @@ def _with_saved_run(d, run):
                 dst.addfile(member, src.extractfile(member))
 
 
+def _render_saved(tmp_path, *runs):
+    """Render run dirs of one commit, each (name, GPU, the bench/runs run whose saved record it
+    gets); the output."""
+    dirs = []
+    for name, device, saved in runs:
+        dirs.append(_run_dir(tmp_path, name, "abc1234", device))
+        _with_saved_run(dirs[-1], saved)
+    done = _render(*dirs)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_another_gpus_saved_run_is_refused_by_time_and_compared_by_fraction(tmp_path):
     # Issue 29: an H100 history against an H200 run, the real records of one commit's perf runs
-    h100 = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
-    h200 = _run_dir(tmp_path, "a-H200", "abc1234", "NVIDIA H200")
-    _with_saved_run(h100, "2026-11-27c-H100")
-    _with_saved_run(h200, "2026-11-27c-H200")
-    done = _render(h100, h200)
-    assert done.returncode == 0, done.stderr
-    section = done.stdout[done.stdout.index("## Across GPUs: a-H100's saved run against a-H200's"):]
+    out = _render_saved(tmp_path, ("a-H100", "NVIDIA H100 80GB HBM3", "2026-11-27c-H100"),
+                        ("a-H200", "NVIDIA H200", "2026-11-27c-H200"))
+    section = out[out.index("## Across GPUs: a-H100's saved run against a-H200's"):]
     by_time, by_fraction = section.split("$ python -m pytest_triton compare")[1:]
     assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
            "ceiling with --triton-perf-compare-by=fraction" in by_time
@@ -128,10 +136,6 @@ def test_another_gpus_saved_run_is_refused_by_time_and_compared_by_fraction(tmp_
 
 
 def test_runs_of_one_gpu_get_no_comparison_across_gpus(tmp_path):
-    first = _run_dir(tmp_path, "a-H100", "abc1234", "NVIDIA H100 80GB HBM3")
-    again = _run_dir(tmp_path, "b-H100", "abc1234", "NVIDIA H100 80GB HBM3")
-    _with_saved_run(first, "2026-11-27c-H100")
-    _with_saved_run(again, "2026-11-27c-H100")
-    done = _render(first, again)
-    assert done.returncode == 0, done.stderr
-    assert "Across GPUs" not in done.stdout
+    out = _render_saved(tmp_path, ("a-H100", "NVIDIA H100 80GB HBM3", "2026-11-27c-H100"),
+                        ("b-H100", "NVIDIA H100 80GB HBM3", "2026-11-27c-H100"))
+    assert "Across GPUs" not in out
