@@ -1,20 +1,17 @@
 """Input guard: a kernel must not change the tensors it reads.
 
-A kernel that also writes into its input hands every later reader altered data: the reference
-computed after it, the next timed call, the next run of a determinism check. KernelBench's
-zero_out_kernel (PR #82) zeroed its input after computing, and the reference then agreed with
-it; a ReLU that also stores into `x` passes `assert_close(relu(x), torch.relu(x))`.
+A kernel that also writes into its input hands every later reader (the reference, the next timed
+call, a determinism check's next run) altered data: KernelBench's zero_out_kernel (PR #82) zeroed
+its input, and a ReLU that also stores into `x` passes `assert_close(relu(x), torch.relu(x))`.
 
 What counts as an input, and when it is compared:
 - A tensor make_tensor makes with values (poison=True makes outputs). Its contents are copied
-  when a Triton kernel first receives it (env/launch_watch.py), after whatever the test did to it
-  before, and compared at each assert_close and when the test's call ends. A tensor that changed
-  fails the test at its end, unless the test compared it as assert_close's `actual` (a tensor
-  written on purpose: an output buffer, an in-place op's result) or declared it in place.
+  when a Triton kernel first receives it (env/launch_watch.py), and compared at each assert_close
+  and at the end of the test's call, which a change fails unless the test compared the tensor as
+  assert_close's `actual` (an output, an in-place op's result) or declared it in place.
 - assert_grads_close's inputs, after fn's forward and backward (gradients.py).
-- The tensors a checked `fn` captures (captured(): closure cells, defaults, functools.partial
-  arguments, one level of tuples, lists and dicts, named by their variable names): triton_bench's
-  (judge/timedcall.py) and assert_deterministic's.
+- The tensors a checked `fn` captures (captured(): closure cells, defaults, partial arguments, one
+  level of tuples, lists and dicts): triton_bench's (judge/timedcall.py), assert_deterministic's.
 
 In-place ops opt out: `inplace=["x"]` or `inplace=[x]` (assert_close, assert_grads_close,
 assert_deterministic, triton_bench). Cost: docs/judging.md.
