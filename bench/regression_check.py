@@ -126,6 +126,15 @@ def saved(history: Path, name: str) -> str:
     return str(found[-1])
 
 
+def tally(comparisons: list[dict]) -> dict[str, dict[str, int]]:
+    """Per test (and shape): {verdict: count}."""
+    per_test: dict[str, dict[str, int]] = {}
+    for row in comparisons:
+        c = per_test.setdefault(row["label"], {})
+        c[row["verdict"]] = c.get(row["verdict"], 0) + 1
+    return per_test
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10)
@@ -156,12 +165,10 @@ def main() -> None:
     pairs = [("planted", f"base-{i}", saved(planted, f"planted-{i}")) for i in range(args.runs)]
     pairs += [("self", f"base-{i}", f"base-{j}") for i in range(args.runs)
               for j in (i + 1, i + 2) if j < args.runs]
-    results, counts = [], {}
-    for case, ref, new in pairs:
-        for row in compare(history, ref, new)["rows"]:
-            results.append({"case": case, "ref": ref, "new": Path(new).name, **row})
-            c = counts.setdefault((case, row["label"]), {})
-            c[row["verdict"]] = c.get(row["verdict"], 0) + 1
+    results = [{"case": case, "ref": ref, "new": Path(new).name, **row}
+               for case, ref, new in pairs for row in compare(history, ref, new)["rows"]]
+    counts = {(case, label): c for case in ("planted", "self")
+              for label, c in tally([r for r in results if r["case"] == case]).items()}
     for (case, label), c in sorted(counts.items()):
         n = sum(c.values())
         what = "SLOW (hits)" if case == "planted" else "SLOW or FAST (false)"

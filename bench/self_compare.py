@@ -28,7 +28,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from regression_check import compare, pytest_save
+from regression_check import compare, pytest_save, tally
 
 SMALL_TESTS = '''
 import torch
@@ -39,15 +39,6 @@ def test_add(make_tensor, triton_bench):
     x = make_tensor(256)
     triton_bench(lambda: x + x, bytes=3 * x.nbytes)
 '''
-
-
-def tally(comparisons: list[dict]) -> dict[str, dict[str, int]]:
-    """Per test (and shape): {verdict: count}."""
-    per_test: dict[str, dict[str, int]] = {}
-    for row in comparisons:
-        c = per_test.setdefault(row["label"], {})
-        c[row["verdict"]] = c.get(row["verdict"], 0) + 1
-    return per_test
 
 
 def main() -> None:

@@ -58,7 +58,7 @@ def _elapsed_ms(torch, call) -> float:
 
 def _control(torch, fn):
     """An honest call as long as `fn`'s current-stream work: the timing's spin kernel for as long
-    (nothing where torch has no torch.cuda._sleep: the idle synchronize is the floor then)."""
+    (the idle synchronize stays the floor where the control waits less)."""
     ms, device = _elapsed_ms(torch, fn), torch.cuda.current_device()
     return lambda: timing.keep_busy(device, ms)
 
