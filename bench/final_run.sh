@@ -99,9 +99,9 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
         > "$LOGS/self_compare.txt" 2>&1; tail -3 "$LOGS/self_compare.txt" ;;
     self)
       # Issue 29: the perf suite SELF_RUNS (5) times more, each its own process, and every pair of
-      # the runs (with the perf and again steps' final and again where this machine saved them)
-      # compared: 7 runs, 21 pairs (bench/self_compare.py; ~80 s a run on the H100)
-      names=""; for n in final again; do ls "$HIST"/*/*-"$n"-*.json > /dev/null 2>&1 && names="$names $n"; done
+      # the runs (with the perf, judge and again steps' final, judged and again where this machine
+      # saved them) compared: 7 runs, 21 pairs (bench/self_compare.py; ~80 s a run on the H100)
+      names=""; for n in final judged again; do ls "$HIST"/*/*-"$n"-*.json > /dev/null 2>&1 && names="$names $n"; done
       run self "$(cap 480)" "\`bench/self_compare.py --runs ${SELF_RUNS:-5} --names $names\` (the perf suite against itself, every pair of runs)" \
         python3 bench/self_compare.py --history "$HIST" --runs "${SELF_RUNS:-5}" --names $names --out "$LOGS" > "$LOGS/self.log" 2>&1
       cp "$LOGS/self_compare_pairs.json" "$OUT/" 2>/dev/null; tail -3 "$LOGS/self.log" ;;
@@ -116,7 +116,7 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       # judge.json for render_benchmarks.py (with the perf step's cost line when it ran first)
       secs=$(cap 560)
       run judge "$secs" "\`bench/judge_run.py\` (the cheat suite on CUDA; the perf suite with --triton-judge)" \
-        env OUT="$LOGS" python3 bench/judge_run.py --budget $(( secs - 20 )) --perf-log "$LOGS/perf.log" > "$LOGS/judge.log" 2>&1
+        env OUT="$LOGS" python3 bench/judge_run.py --budget $(( secs - 20 )) --perf-log "$LOGS/perf.log" --history "$HIST" > "$LOGS/judge.log" 2>&1
       cp "$LOGS/judge.json" "$OUT/" 2>/dev/null; tail -12 "$LOGS/judge.log" ;;
   esac
 done

@@ -74,7 +74,11 @@ def main(argv):
     rc, wall, text = _run([sys.executable, "-m", "pytest", "--pyargs", "reference_kernels",
                            "--triton-perf", "-m", "perf_target", "--triton-judge", "-q",
                            "-p", "no:cacheprovider", "--benchmark-disable", "-rfE",
-                           "--triton-perf-json", os.path.join(out, "judge_perf.json")],
+                           "--triton-perf-json", os.path.join(out, "judge_perf.json")]
+                          # --history DIR: saved there as "judged", one more run of this commit for
+                          # final_run.sh's self step to pair with the others
+                          + (["--triton-perf-save=judged", "--triton-perf-history",
+                              argv[argv.index("--history") + 1]] if "--history" in argv else []),
                           os.path.join(out, "judge_perf.log"), max(left, 30), cwd="/tmp")
     line, counts = _summary(text)
     doc["perf_judged"] = {"rc": rc, "wall_s": wall, "summary": line, "counts": counts,
