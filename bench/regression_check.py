@@ -9,8 +9,9 @@ Writes a test file of two perf tests of the bundled kernels, a memory-bound one
 saved as base-I) and `--runs` times with a slowdown planted (saved as planted-I), alternating,
 each `pytest --triton-perf --triton-perf-save=NAME` in a history directory of its own:
 
-- planted: 3% more elements for the vector add (its time grows with them), 10% more K for the
-  matmul;
+- planted: a 3% slowdown of the vector add, a 10% slowdown of the matmul, in time: more
+  elements and more K, sized first on the GPU (CALIBRATE: the smallest sizes that, timed beside
+  the baseline in one process, are that much slower);
 - then, offline (`python -m pytest_triton compare`): planted-I against base-I (a SLOW is a
   hit), and base-I against base-(I+1) and base-(I+2) (any SLOW is a false verdict, as is a
   FAST). The planted runs are saved in a history of their own, as a pull request's run is
@@ -73,7 +74,65 @@ def test_matmul(make_tensor, triton_bench):
                  kernel=matmul_kernel_for(a, b, out=out))
 '''
 
-PLANTED = {"PLANT_MEMORY": "1.03", "PLANT_MATMUL": "1.10"}
+PLANTED = {"PLANT_MEMORY": "1.03", "PLANT_MATMUL": "1.10"}  # the slowdowns, in time
+# Sizes are what a plant changes, and time does not follow size one for one: on the H200 3% more
+# elements made the vector add 1.7-2.7% slower (on the H100 2.3-3.1%), and 10% more K the matmul
+# 6-10%. So each plant is sized on the GPU first: the smallest step up the ladder whose time,
+# timed interleaved with the baseline's in one process, is slower by the planted fraction.
+CALIBRATE = """
+import json, math, statistics
+import torch
+from pytest_triton import TimingSettings, measure
+from reference_kernels import matmul, vector_add
+
+settings, dev = TimingSettings(l2="cold", max_time=0.5), "cuda:0"
+
+def ratio(fn, base):
+    t = measure(fn, base, settings, dev)
+    return statistics.median(t.ms) / statistics.median(t.baseline_ms)
+
+def add(factor):
+    n = int(2 ** 26 * factor)
+    x, y = torch.randn(n, device=dev), torch.randn(n, device=dev)
+    out = torch.empty_like(x)
+    return lambda: vector_add.vector_add(x, y, out=out)
+
+def mm(k):
+    a = torch.randn(4096, k, device=dev, dtype=torch.float16)
+    b = torch.randn(k, 4096, device=dev, dtype=torch.float16)
+    out = torch.empty(4096, 4096, device=dev, dtype=torch.float16)
+    return lambda: matmul.matmul(a, b, out=out)
+
+def size(name, want, base, steps, make, factor):
+    ladder = []
+    for step in steps:
+        r = ratio(make(step), base)
+        ladder.append([factor(step), r])
+        if r >= want:
+            break
+    return {name: repr(ladder[-1][0]), name + "_time": ladder[-1][1], name + "_ladder": ladder}
+
+found = size("PLANT_MEMORY", WANT_MEMORY, add(1.0), [1 + i / 200 for i in range(6, 41)], add,
+             lambda f: f)
+found.update(size("PLANT_MATMUL", WANT_MATMUL, mm(4096), range(4480, 6145, 64), mm,
+                  lambda k: k / 4096))
+print("PLANTS " + json.dumps(found))
+"""
+
+
+def calibrate(folder: Path, log) -> dict:
+    """The plants' sizes on this GPU (CALIBRATE, a process of its own): {env name: factor,
+    env name + "_time": the time it measured against the baseline's, ... + "_ladder": every
+    step tried}; PLANTED's fractions as sizes where it finds none."""
+    code = CALIBRATE.replace("WANT_MEMORY", PLANTED["PLANT_MEMORY"]).replace(
+        "WANT_MATMUL", PLANTED["PLANT_MATMUL"])
+    done = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True)
+    log.write(done.stdout + done.stderr)
+    for line in done.stdout.splitlines():
+        if line.startswith("PLANTS "):
+            return json.loads(line[len("PLANTS "):])
+    print(f"calibration failed (exit {done.returncode}): the plants are sized as timed", flush=True)
+    return dict(PLANTED)
 
 
 def pytest_save(target: list[str], name: str, history: Path, max_time: float | None, cwd: Path,
@@ -155,9 +214,12 @@ def main() -> None:
     history, planted = folder / "history", folder / "planted"
     with open(out / "regression_check.log", "w") as log:
         target = ["-p", "no:randomly", str(folder / "test_planted.py")]
+        sized = dict(PLANTED) if args.small else calibrate(folder, log)
+        plants = {k: v for k, v in sized.items() if k in PLANTED}
+        print(f"planted: {plants} (as sizes; in time {PLANTED})", flush=True)
         for i in range(args.runs):
             pytest_save(target, f"base-{i}", history, args.max_time, folder, log)
-            pytest_save(target, f"planted-{i}", planted, args.max_time, folder, log, PLANTED)
+            pytest_save(target, f"planted-{i}", planted, args.max_time, folder, log, plants)
     # the records first: a step stopped at its limit while comparing still brings them back
     for src, dst in ((history, "regression_history"), (planted, "regression_history_planted")):
         if src.is_dir():
@@ -175,7 +237,8 @@ def main() -> None:
         bad = c.get("slow", 0) if case == "planted" else c.get("slow", 0) + c.get("fast", 0)
         print(f"{case:8s} {label:40s} {what}: {bad} of {n}   {dict(sorted(c.items()))}")
     (out / "regression_check.json").write_text(json.dumps(
-        {"runs": args.runs, "max_time_s": args.max_time, "planted": PLANTED,
+        {"runs": args.runs, "max_time_s": args.max_time, "planted": plants,
+         "planted_in_time": PLANTED, "calibration": sized,
          "counts": [{"case": k[0], "label": k[1], **v} for k, v in sorted(counts.items())],
          "comparisons": results}, indent=1))
 

@@ -66,8 +66,11 @@ def test_the_compute_prior_wants_a_larger_change_than_the_memory_prior():
 
 
 def test_saved_runs_replace_the_prior():
-    spread, src = cmp.spread_of([1.0, 1.02, 0.99, 1.005], "compute")  # median 1.0025
-    assert src == "4 saved runs" and spread == pytest.approx(1.02 / 1.0025 - 1, rel=1e-6)
+    # how far two runs may differ: 2.576 * sqrt(2) * the range in log space / d2(4) = 2.059
+    spread, src = cmp.spread_of([1.0, 1.02, 0.99, 1.005], "compute")
+    assert src == "4 saved runs"
+    assert spread == pytest.approx(math.expm1(2.5758 * math.sqrt(2) * math.log(1.02 / 0.99)
+                                              / 2.059), rel=1e-4)
     spread, src = cmp.spread_of([1.0, 1.0, 1.0], "compute")
     assert spread == cmp.MIN_HALF_WIDTH
     assert cmp.spread_of([1.0, 1.2], "compute") == (cmp.PRIOR_SPREAD["compute"],
@@ -75,6 +78,34 @@ def test_saved_runs_replace_the_prior():
     rng = random.Random(5)
     a, b = draw(rng, 200, 1.0, 0.01), draw(rng, 200, 1.05, 0.01)
     assert verdict(a, b, "compute", medians=[1.0, 1.004, 0.998]).verdict is Change.SLOW
+
+
+def _runs_against_each_other(rng, run_noise: float, shift: float, trials: int = 300):
+    """The verdicts of one run (its median shifted by `shift`) against another, each of ten
+    runs off the true time by `run_noise` (lognormal sigma), the spread from the other nine
+    (as `python -m pytest_triton compare` takes it: the history without the new run)."""
+    for _ in range(trials):
+        medians = [math.exp(rng.gauss(0, run_noise)) for _ in range(10)]
+        spread, src = cmp.spread_of([medians[0], *medians[2:]], "compute")
+        yield cmp.compare(Side(summarize(draw(rng, 100, medians[0], 0.005))),
+                          Side(summarize(draw(rng, 100, medians[1] * shift, 0.005))),
+                          spread=spread, spread_from=src).verdict
+
+
+def test_runs_of_unchanged_code_are_rarely_slow_or_fast_against_each_other():
+    # The negative control of the spread: runs of a 4096^3 matmul moved 1.6% (a standard
+    # deviation) from process to process on the H200. One run's distance from the runs' median
+    # (the spread before) made 18% of such pairs SLOW or FAST, as 4 of 17 were on the GPU.
+    verdicts = list(_runs_against_each_other(random.Random(11), 0.016, 1.0))
+    false = sum(v in (Change.SLOW, Change.FAST) for v in verdicts)
+    assert false <= 0.03 * len(verdicts), false
+
+
+def test_a_10_percent_slowdown_clears_the_spread_of_runs():
+    # the positive control: quiet runs catch it always, runs 1.6% apart nine times in ten
+    assert set(_runs_against_each_other(random.Random(12), 0.003, 1.10)) == {Change.SLOW}
+    verdicts = list(_runs_against_each_other(random.Random(13), 0.016, 1.10))
+    assert sum(v is Change.SLOW for v in verdicts) >= 0.9 * len(verdicts)
 
 
 def test_same_when_the_interval_stays_within_the_threshold():
