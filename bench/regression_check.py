@@ -1,7 +1,7 @@
 """Issue 29's GPU check: planted slowdowns and a commit against itself, each run a separate
 pytest process as in CI (not a test; a step of bench/final_run.sh: `regress`).
 
-    python bench/regression_check.py [--runs 10] [--max-time 0.5] [--out DIR]
+    python bench/regression_check.py [--runs 10] [--max-time 0.5] [--out DIR] [--replay DIR]
 
 Writes a test file of two perf tests of the bundled kernels, a memory-bound one
 (reference_kernels.vector_add, 2^26 float32 elements) and a compute-bound one
@@ -201,6 +201,10 @@ def main() -> None:
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--small", action="store_true",
                    help="tiny sizes: a smoke test of the script on CPU (dry runs, no verdicts)")
+    p.add_argument("--replay", metavar="DIR",
+                   help="no runs: compare again the runs an earlier check saved under DIR "
+                        "(its regression_history and regression_history_planted), with this "
+                        "checkout's statistics")
     args = p.parse_args()
     if args.small:
         os.environ["REGRESSION_CHECK_SMALL"] = "1"
@@ -212,17 +216,22 @@ def main() -> None:
     # holds main's runs, and a pull request's run is compared from outside it. (In one history
     # the planted runs' medians counted in the spread the compare reads from the history.)
     history, planted = folder / "history", folder / "planted"
-    with open(out / "regression_check.log", "w") as log:
-        target = ["-p", "no:randomly", str(folder / "test_planted.py")]
-        sized = dict(PLANTED) if args.small else calibrate(folder, log)
-        plants = {k: v for k, v in sized.items() if k in PLANTED}
-        print(f"planted: {plants} (as sizes; in time {PLANTED})", flush=True)
-        for i in range(args.runs):
-            pytest_save(target, f"base-{i}", history, args.max_time, folder, log)
-            pytest_save(target, f"planted-{i}", planted, args.max_time, folder, log, plants)
+    if args.replay:
+        history = Path(args.replay) / "regression_history"
+        planted = Path(args.replay) / "regression_history_planted"
+        sized = plants = {"replayed": args.replay}
+    else:
+        with open(out / "regression_check.log", "w") as log:
+            sized = dict(PLANTED) if args.small else calibrate(folder, log)
+            plants = {k: v for k, v in sized.items() if k in PLANTED}
+            print(f"planted: {plants} (as sizes; in time {PLANTED})", flush=True)
+            target = ["-p", "no:randomly", str(folder / "test_planted.py")]
+            for i in range(args.runs):
+                pytest_save(target, f"base-{i}", history, args.max_time, folder, log)
+                pytest_save(target, f"planted-{i}", planted, args.max_time, folder, log, plants)
     # the records first: a step stopped at its limit while comparing still brings them back
     for src, dst in ((history, "regression_history"), (planted, "regression_history_planted")):
-        if src.is_dir():
+        if src.is_dir() and not args.replay:
             shutil.copytree(src, out / dst, dirs_exist_ok=True)
     pairs = [("planted", f"base-{i}", saved(planted, f"planted-{i}")) for i in range(args.runs)]
     pairs += [("self", f"base-{i}", f"base-{j}") for i in range(args.runs)
