@@ -28,6 +28,7 @@ from ..env.device import flush_bytes
 from . import stats
 
 GRAPH_BELOW_MS = 0.1  # "launch-bound": kernels under ~100 us go through CUDA graphs
+RETAKE_BELOW_MS = 2.0  # an estimate under this is taken twice more (20 ms at most), the least kept
 MIN_SAMPLES = 20
 MIN_TIME_S = 0.05
 WARM_MS = 25.0  # run the kernel this long before sampling: clocks ramp, caches of code fill
@@ -124,9 +125,14 @@ def keep_busy(device, ms: float) -> None:
     _Gpu.get(device).spin(ms)
 
 
-def _estimate_ms(gpu: _Gpu, fn, calls: int = 5) -> float:
+def _estimate_ms(gpu: _Gpu, fn, calls: int = 5, host_ms: float = 0.0) -> float:
+    """The GPU time of one call: `calls` calls between two events, behind a spin that keeps the
+    GPU busy while the host enqueues them (`host_ms` a call), so that a launcher slow on the host
+    (descriptors built per call, hooks on every launch) does not count its gaps as kernel time.
+    Behind a fixed 1 ms spin, a 0.011 ms conv2d timed under --triton-judge on the H100 went
+    through events, not a CUDA graph, and measured 38% slower than in the plain run."""
     start, end = gpu.event(), gpu.event()
-    gpu.spin(1.0)
+    gpu.spin(max(1.0, 1.2 * calls * host_ms + 1.0))
     start.record()
     for _ in range(calls):
         fn()
@@ -150,7 +156,10 @@ def _warm(gpu: _Gpu, fns, warm_ms: float) -> tuple[float, float]:
             f()
     host_ms = (time.perf_counter() - t0) * 1e3 / reps
     gpu.sync()
-    return _estimate_ms(gpu, fns[0]), host_ms
+    est = _estimate_ms(gpu, fns[0], host_ms=host_ms)
+    if est < RETAKE_BELOW_MS:  # a host hiccup (another worker, the GC) only ever adds: the least
+        est = min(est, *(_estimate_ms(gpu, fns[0], host_ms=host_ms) for _ in range(2)))
+    return est, host_ms
 
 
 class _EventSampler:
