@@ -279,21 +279,21 @@ def _wanted(item: pytest.Item) -> tuple[str, str] | None:
 
 
 def order(items: list[pytest.Item]) -> None:
-    """Under xdist on a GPU: the tests that share the GPU first, then those that do not use it,
-    then those that hold it alone throughout (triton_exclusive), then those that time (each
-    group in its own order). A test going alone waits for every test in flight on the GPU to end
-    (the slowest of up to N workers'), while the others wait for it to be done: amid the shared
-    tests, each timed part would cost every worker the rest of the longest test in flight. Last,
-    they run beside each other and beside the tests that take no lock, and no shared test is
-    left to wait for. (Before: first, where xdist's first batch gave all of them to one worker,
-    and every other worker waited 86 s while they ran one by one.) The tests alone throughout
-    come before the tests that time: a test that times holds the GPU shared between its timed
-    parts, for a minute where it runs a pytest run of its own (the project's diagnose tests), and
-    each test alone throughout would wait for the rest of it (on the H100 36.8 s, with the tests
-    that came meanwhile waiting behind it up to 47.7 s)."""
+    """Under xdist on a GPU: the tests that hold the GPU alone throughout (triton_exclusive)
+    first, then those that share it, then those that do not use it, then those that time (each
+    group in its own order). A test going alone waits for every test in flight on the GPU to end,
+    while the others wait for it: first, the tests in flight are the first shared tests, short
+    ones, and the tests alone throughout go one after another (about 13 s in all on the H100).
+    Amid the shared tests each timed part would cost every worker the rest of the longest test
+    in flight, so the tests that time go last, beside the tests that take no lock. Next to them
+    the tests alone throughout waited for their holds between timed parts (a minute where one
+    runs a pytest run of its own, as the project's diagnose tests do), and every worker waited
+    behind: on the H100 at bf866f6 a test's setup waited 55.9 s. (xdist's first batch once gave
+    the tests alone throughout to one worker, and the others waited 86 s: under the lock it sends
+    tests two to a worker first, then one at a time; see GPULock.)"""
     if not items or _wanted(items[0]) is None:
         return
-    rank = {"shared": 0, "none": 1, "test": 2, "timing": 3}
+    rank = {"test": 0, "shared": 1, "none": 2, "timing": 3}
     items.sort(key=lambda it: rank[_wanted(it)[1]])  # stable: each group keeps its order
 
 
@@ -365,8 +365,8 @@ def release(item: pytest.Item) -> None:
 
 class GPULock:
     """Under pytest-xdist on a GPU: each test holds its GPU shared from its setup to its teardown
-    (alone where it times, or throughout with triton_exclusive), and the tests that time run
-    last (order). In every run a bad triton_exclusive argument errors its test (acquire).
+    (alone where it times, or throughout with triton_exclusive); tests alone throughout run first,
+    tests that time last (order). In every run a bad triton_exclusive argument errors its test.
 
     xdist's load scheduling hands a worker a quarter of its share at once: a file of slow tests
     ran on one worker to the session's end, beside the tests going alone (on the H100 the 15

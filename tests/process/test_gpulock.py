@@ -79,25 +79,27 @@ def test_a_process_started_under_the_lock_runs_under_it():
     assert gpulock.HELD_ENV not in os.environ  # restored after the hold
 
 
-def test_tests_that_time_go_last(monkeypatch):
+def test_tests_alone_throughout_go_first_and_tests_that_time_last(monkeypatch):
     # Going alone, a test waits for every test in flight on the GPU while the other workers wait
     # for it: amid the shared tests, each timed part would cost every worker the rest of the
     # longest test in flight. Last, beside the tests that take no lock, no shared test is left.
-    # (First, xdist's first batch gave them all to one worker, and the others waited 86 s.)
+    # Tests alone throughout go first, when the tests in flight are the first shared ones: beside
+    # the tests that time they waited for their holds between timed parts (55.9 s on the H100).
     from types import SimpleNamespace as NS
 
-    names = ("a", "perf1", "cpu1", "b", "alone1", "c", "perf2", "cpu2")
-    kinds = {"perf1": "timing", "perf2": "timing", "alone1": "test", "cpu1": "none", "cpu2": "none"}
+    names = ("a", "perf1", "cpu1", "b", "alone1", "c", "perf2", "alone2", "cpu2")
+    kinds = {"perf1": "timing", "perf2": "timing", "alone1": "test", "alone2": "test",
+             "cpu1": "none", "cpu2": "none"}
     items = [NS(name=n, kind=kinds.get(n, "shared")) for n in names]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.kind))
     gpulock.order(items)
-    # alone throughout before the tests that time: these hold the GPU shared between their timed
-    # parts, which the others would wait for
-    assert [it.name for it in items] == ["a", "b", "c", "cpu1", "cpu2", "alone1", "perf1", "perf2"]
+    assert [it.name for it in items] == ["alone1", "alone2", "a", "b", "c", "cpu1", "cpu2",
+                                         "perf1", "perf2"]
     monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
     gpulock.order(items)
-    assert [it.name for it in items] == ["perf2", "perf1", "alone1", "cpu2", "cpu1", "c", "b", "a"]
+    assert [it.name for it in items] == ["perf2", "perf1", "cpu2", "cpu1", "c", "b", "a",
+                                         "alone2", "alone1"]
 
 
 def test_a_wait_past_its_bound_names_who_holds_the_gpu():
