@@ -164,7 +164,8 @@ class TritonBench:
             dt = self._check_args(fn, bytes, flops, baseline, dtype, name)
             ps = session(self._config)
             l2 = (self._target.l2 if self._target and self._target.l2 else None) or ps.l2
-            settings = Settings(l2=l2, max_time=ps.max_time)
+            settings = Settings(l2=l2, max_time=ps.max_time,
+                                min_time=timing.COMPUTE_MIN_TIME_S if flops else timing.MIN_TIME_S)
             note = _checklist_note(self._target)
             with launches.watch_compiles() as compiles:
                 m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)

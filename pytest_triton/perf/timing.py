@@ -9,8 +9,9 @@
   with a cold L2 the graph interleaves flushes and the time of a flush-only graph is subtracted.
 - A baseline is timed interleaved with the kernel (ABBA order), sample by sample, so drift cancels
   in the per-sample ratio.
-- Sampling adapts: at least MIN_SAMPLES samples and MIN_TIME_S seconds, then until the median's
-  CI is within +-0.5% or the time budget is spent.
+- Sampling adapts: at least MIN_SAMPLES samples and MIN_TIME_S seconds (COMPUTE_MIN_TIME_S for
+  a compute-bound measurement), then until the median's CI is within +-0.5% or the time budget
+  is spent.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ GRAPH_BELOW_MS = 0.1  # "launch-bound": kernels under ~100 us go through CUDA gr
 RETAKE_BELOW_MS = 2.0  # an estimate under this is taken twice more (20 ms at most), the least kept
 MIN_SAMPLES = 20
 MIN_TIME_S = 0.05
+# A compute-bound measurement (flops=) samples at least this long, as nvbench's --min-time does
+# (0.5 s). Under the power cap, the H100's clocks wander over longer than 50 ms: in its perf suite
+# against itself, the measurements that stopped after 50 ms were off their runs' median by up to
+# 11.8%, 14 of 243 by over 3% (the longer ones: 5.8%, 4 of 114), and every false SLOW or FAST
+# left at the run's level had one of them on a side. Memory-bound ones stayed within 0.74%.
+COMPUTE_MIN_TIME_S = 0.5
 WARM_MS = 25.0  # run the kernel this long before sampling: clocks ramp, caches of code fill
 BATCH_GPU_MS = 50.0  # target GPU time of one batch of samples
 MAX_BATCH = 200
