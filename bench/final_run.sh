@@ -102,10 +102,12 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       # the runs (with the perf, judge and again steps' final, judged and again where this machine
       # saved them) compared: 7 runs, 21 pairs (bench/self_compare.py; ~85 s a run on the H100 at
       # eeed725, more since compute-bound measurements sample at least 0.5 s: SELF_RUNS=5 wants
-      # the call's whole limit, with the again step before it)
+      # the call's whole limit, with the again step before it). SELF_GPUS=N on a machine of N GPUs
+      # of one model (nvidia-h100-x4, say): N runs at once, one on each card, as CI runners of one
+      # SKU make them; device time is the machine's wall time, so 5 runs take two rounds' time
       names=""; for n in final judged again; do ls "$HIST"/*/*-"$n"-*.json > /dev/null 2>&1 && names="$names $n"; done
-      run self "$(cap 570)" "\`bench/self_compare.py --runs ${SELF_RUNS:-5} --names $names\` (the perf suite against itself, every pair of runs)" \
-        python3 bench/self_compare.py --history "$HIST" --runs "${SELF_RUNS:-5}" --names $names --out "$LOGS" > "$LOGS/self.log" 2>&1
+      run self "$(cap 570)" "\`bench/self_compare.py --runs ${SELF_RUNS:-5} --gpus ${SELF_GPUS:-1} --names $names\` (the perf suite against itself, every pair of runs)" \
+        python3 bench/self_compare.py --history "$HIST" --runs "${SELF_RUNS:-5}" --gpus "${SELF_GPUS:-1}" --names $names --out "$LOGS" > "$LOGS/self.log" 2>&1
       cp "$LOGS/self_compare_pairs.json" "$OUT/" 2>/dev/null; tail -3 "$LOGS/self.log" ;;
     regress)
       # Issue 29: planted slowdowns (3% vector add, 10% matmul) and the baseline against itself,

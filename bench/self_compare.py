@@ -2,7 +2,7 @@
 each run its own pytest process as in CI (not a test; a step of bench/final_run.sh: `self`).
 
     python bench/self_compare.py --history DIR [--names final again] [--runs 5] [--out DIR]
-                                 [--max-time S] [--target PYTEST_ARGS] [--small]
+                                 [--max-time S] [--target PYTEST_ARGS] [--gpus N] [--small]
 
 Runs the perf suite `--runs` more times (saved as self-0, self-1, ... in --history, beside the
 runs --names names there: the perf and again steps' "final" and "again"), then compares every pair
@@ -15,7 +15,10 @@ Prints, per test (and per shape of a geomean test), its verdicts over the pairs,
 self_compare_pairs.json under --out:
 {"runs": [...], "pairs": N, "per_test": {label: {verdict: count}}, "comparisons": [every row,
 with its ref and new]}. --small: a smoke test on CPU (a
-two-test file, dry runs: no verdicts).
+two-test file, dry runs: no verdicts). --gpus N: on a machine of N GPUs of one model, N runs at
+once, one on each (CUDA_VISIBLE_DEVICES), as CI runners of one SKU would make them: the runs'
+spread then holds the cards' differences too (the compare takes a model's cards as one, and
+refuses another model by name). --runs 0 with --names: compare runs saved earlier (a replay).
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ import argparse
 import itertools
 import json
 import os
+import queue
 import shlex
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from regression_check import compare, pytest_save, tally
@@ -49,6 +54,7 @@ def main() -> None:
     p.add_argument("--max-time", type=float, default=None, help="--triton-perf-max-time")
     p.add_argument("--target", default="--pyargs reference_kernels -m perf_target",
                    help="what pytest runs (default: the bundled perf suite)")
+    p.add_argument("--gpus", type=int, default=1, help="runs at once, one on each GPU")
     p.add_argument("--out", default=os.environ.get("OUT", "."))
     p.add_argument("--small", action="store_true", help="a smoke test on CPU (dry runs)")
     args = p.parse_args()
@@ -62,13 +68,29 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     names = list(args.names)
-    with open(out / "self_compare.log", "w") as log:
-        for i in range(args.runs):
-            name = f"self-{i}"
-            if pytest_save(target, name, history, args.max_time, cwd, log) not in (0, 1):
-                print(f"{name}: the run did not finish; left out", flush=True)
-                continue
-            names.append(name)
+    if args.gpus < 1:
+        p.error(f"--gpus {args.gpus}: expected a whole number >= 1")
+
+    free = queue.Queue()  # the GPUs no run holds: a run takes one, and gives it back
+    for gpu in range(args.gpus):
+        free.put(gpu)
+
+    def one(i: int) -> str | None:
+        """Run self-I on a free GPU (its own log); its name, None where it did not finish."""
+        name, gpu = f"self-{i}", free.get()
+        env = {"CUDA_VISIBLE_DEVICES": str(gpu)} if args.gpus > 1 else None
+        try:
+            with open(out / f"self_compare.{name}.log", "w") as log:
+                rc = pytest_save(target, name, history, args.max_time, cwd, log, env)
+        finally:
+            free.put(gpu)
+        if rc not in (0, 1):
+            print(f"{name}: the run did not finish; left out", flush=True)
+            return None
+        return name
+
+    with ThreadPoolExecutor(max_workers=args.gpus) as pool:  # in order: names keep run order
+        names += [n for n in pool.map(one, range(args.runs)) if n is not None]
     comparisons = []
     for ref, new in itertools.combinations(names, 2):
         # every row: a geomean test's shapes each, and the test as a whole
