@@ -46,6 +46,7 @@ class Outcome:
     threshold: float
     rows: list[Row] = field(default_factory=list)
     refusal: str = ""  # the whole run is not comparable
+    made: int = 0  # the comparisons made together: each interval at 1 - 1%/made (perf/compare.py)
 
     def count(self, verdict: Change) -> int:
         return sum(r.verdict is verdict for r in self.rows)
@@ -65,7 +66,8 @@ class Outcome:
                     "ref_ms": r.ref.time.median if r.ref else None,
                     "new_ms": r.new.time.median if r.new else None}
         return {"reference": str(self.ref.path), "by": self.by, "threshold": self.threshold,
-                "refusal": self.refusal, "rows": [row(r) for r in self.rows]}
+                "comparisons": self.made, "refusal": self.refusal,
+                "rows": [row(r) for r in self.rows]}
 
 
 def sku(device: dict | None) -> str:
@@ -134,7 +136,7 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
         out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
                        "the measured ceiling with --triton-perf-compare-by=fraction")
     old, new = _labelled(ref.records), _labelled(records)
-    made = sum(label in old for label in new)  # the comparisons made together (compare())
+    made = out.made = sum(label in old for label in new)  # made together (compare())
     for label, m in new.items():
         if label not in old:
             out.rows.append(Row(label, Change.NEW, new=m))
@@ -231,8 +233,9 @@ def describe_ref(ref: history.SavedRun) -> str:
 
 def counts_text(out: Outcome) -> str:
     counts = ", ".join(f"{out.count(v)} {v.value}" for v in ORDER if out.count(v))
+    level = f"; intervals 99% for the run's {out.made} comparisons" if out.made > 1 else ""
     return (f"{counts or 'nothing compared'} (threshold {100 * out.threshold:g}%, by "
-            f"{out.by}; SLOW or FAST: the interval is past zero and reaches the threshold)")
+            f"{out.by}{level}; SLOW or FAST: the interval is past zero and reaches the threshold)")
 
 
 def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
@@ -266,7 +269,7 @@ def markdown(out: Outcome) -> str:
         return "\n".join(head + [f"**Refused**: {out.refusal}", ""])
     shown = [r for r in out.rows if r.verdict is not Change.SAME]
     shown.sort(key=lambda r: ({Change.SLOW: 0, Change.FAST: 1}.get(r.verdict, 2), r.label))
-    table = ["| verdict | test | change [99% interval] | reference -> this run |",
+    table = ["| verdict | test | change [interval: 99% for the run] | reference -> this run |",
              "|---|---|---|---|"]
     for r in shown:
         label = r.label.replace("|", "\\|") + (" (all shapes)" if r.whole else "")

@@ -107,7 +107,9 @@ def test_the_same_commit_again_is_same_and_passes(project):
     result = run(project, "--triton-perf-compare=latest", "--triton-perf-fail-on=slow,uncertain",
                  RUN_SEED=9)
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["*2 same (threshold 3%, by time*"])
+    # the two tests are compared together: each interval at 99.5%, 99% for the run
+    result.stdout.fnmatch_lines(["*2 same (threshold 3%, by time; intervals 99% for the run's 2 "
+                                 "comparisons; *"])
 
 
 def test_without_fail_on_a_slowdown_is_reported_and_the_run_passes(project):
@@ -183,7 +185,9 @@ def test_the_command_line_compares_two_saved_runs(project, capsys):
     out = capsys.readouterr().out
     assert re.search(r"^SLOW +test_k.py::test_scale: \+10\.\d%", out, re.M), out
     assert cli(["compare", "--history", hist, "main", "pr", "--json", "-"]) == 0
-    rows = {r["label"]: r["verdict"] for r in json.loads(capsys.readouterr().out)["rows"]}
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["comparisons"] == 2
+    rows = {r["label"]: r["verdict"] for r in doc["rows"]}
     assert rows == {"test_k.py::test_scale": "slow", "test_k.py::test_copy": "same"}
 
 
