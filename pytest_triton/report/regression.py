@@ -136,7 +136,8 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
         out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
                        "the measured ceiling with --triton-perf-compare-by=fraction")
     old, new = _labelled(ref.records), _labelled(records)
-    made = out.made = sum(label in old for label in new)  # made together (compare())
+    # made together (compare()); none where the whole run is refused
+    made = out.made = 0 if out.refusal else sum(label in old for label in new)
     for label, m in new.items():
         if label not in old:
             out.rows.append(Row(label, Change.NEW, new=m))
