@@ -106,6 +106,8 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       # of one model (nvidia-h100-x4, say): N runs at once, one on each card, as CI runners of one
       # SKU make them; device time is the machine's wall time, so 5 runs take two rounds' time
       names=""; for n in final judged again; do ls "$HIST"/*/*-"$n"-*.json > /dev/null 2>&1 && names="$names $n"; done
+      # a self step earlier on this machine: its runs too (SELF_RUNS=4 in one call, 1 in the next)
+      for f in "$HIST"/*/*-self-[0-9]*-*.json; do [ -e "$f" ] && { n=${f##*-self-}; names="$names self-${n%%-*}"; }; done
       run self "$(cap 570)" "\`bench/self_compare.py --runs ${SELF_RUNS:-5} --gpus ${SELF_GPUS:-1} --names $names\` (the perf suite against itself, every pair of runs)" \
         python3 bench/self_compare.py --history "$HIST" --runs "${SELF_RUNS:-5}" --gpus "${SELF_GPUS:-1}" --names $names --out "$LOGS" > "$LOGS/self.log" 2>&1
       cp "$LOGS/self_compare_pairs.json" "$OUT/" 2>/dev/null; tail -3 "$LOGS/self.log" ;;

@@ -19,6 +19,7 @@ two-test file, dry runs: no verdicts). --gpus N: on a machine of N GPUs of one m
 once, one on each (CUDA_VISIBLE_DEVICES), as CI runners of one SKU would make them: the runs'
 spread then holds the cards' differences too (the compare takes a model's cards as one, and
 refuses another model by name). --runs 0 with --names: compare runs saved earlier (a replay).
+New runs are numbered on from the self-N that --names names, so a later call adds to them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import itertools
 import json
 import os
 import queue
+import re
 import shlex
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +77,9 @@ def main() -> None:
     for gpu in range(args.gpus):
         free.put(gpu)
 
+    # a second self step on the same machine goes on from the runs --names names (self-0 ...)
+    first = 1 + max((int(n[5:]) for n in names if re.fullmatch(r"self-\d+", n)), default=-1)
+
     def one(i: int) -> str | None:
         """Run self-I on a free GPU (its own log); its name, None where it did not finish."""
         name, gpu = f"self-{i}", free.get()
@@ -90,7 +95,7 @@ def main() -> None:
         return name
 
     with ThreadPoolExecutor(max_workers=args.gpus) as pool:  # in order: names keep run order
-        names += [n for n in pool.map(one, range(args.runs)) if n is not None]
+        names += [n for n in pool.map(one, range(first, first + args.runs)) if n is not None]
     comparisons = []
     for ref, new in itertools.combinations(names, 2):
         # every row: a geomean test's shapes each, and the test as a whole
