@@ -125,6 +125,37 @@ def space(defaults: dict, *alternatives: dict) -> list[dict]:
     return out
 
 
+def in_place_hooks(out: str, *inputs: str) -> dict:
+    """triton.autotune's pre_hook and post_hook for a kernel whose output argument `out` may be
+    one of its `inputs` (an in-place call, out=x): each timed launch then starts from the
+    output's values before tuning, so the launch after tuning computes on the caller's data
+    once. A launch whose output shares no storage with an input copies nothing: re-running it
+    writes the same values, and tuning times the kernel's own traffic. Triton's restore_value
+    clones and copies the output around every timed launch whatever it aliases, which more than
+    doubles the bytes each timed launch moves and hides the differences between tiles of a
+    streaming kernel."""
+    saved: dict = {}
+
+    def pre_hook(nargs: dict, reset_only: bool = False) -> None:
+        # reset_only: the autotuner's call once tuning is done, before the real launch
+        if reset_only:
+            return
+        dst = nargs[out]
+        if any(_shares_storage(dst, nargs[name]) for name in inputs):
+            saved[out] = dst.clone()
+
+    def post_hook(nargs: dict, exception) -> None:
+        if out in saved:
+            nargs[out].copy_(saved.pop(out))
+
+    return {"pre_hook": pre_hook, "post_hook": post_hook}
+
+
+def _shares_storage(a, b) -> bool:
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
 def autotune_kwargs() -> dict:
     """triton.autotune's keyword arguments for every bundled kernel's autotuner: the plugin's
     timing (pytest_triton.do_bench: CUDA graphs, cold L2, as the perf tests time) where this

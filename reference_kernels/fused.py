@@ -22,7 +22,7 @@ from . import _elementwise
 from ._checks import launch_config, output, require_dtype, require_tensor
 from ._elementwise import INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
 from ._rows import row_view
-from ._tuning import autotune_kwargs
+from ._tuning import autotune_kwargs, in_place_hooks
 
 DTYPES = _elementwise.DTYPES
 
@@ -30,7 +30,7 @@ DTYPES = _elementwise.DTYPES
 @triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),
                  key=["n_elements"],
                  # an in-place call (out is an input) must not add once per timed config
-                 restore_value=["out_ptr"], **autotune_kwargs())
+                 **in_place_hooks("out_ptr", "a_ptr", "b_ptr", "c_ptr"), **autotune_kwargs())
 @triton.jit
 def _add_mul_kernel(
     a_ptr,  # *in* n_elements, element stride stride_a
@@ -78,7 +78,8 @@ _BIAS_GELU_INTERPRETER_CONFIG = triton.Config({"BLOCK_M": 16, "BLOCK_N": 64}, nu
                                           interpreter=_BIAS_GELU_INTERPRETER_CONFIG),
                  key=["n_rows", "n_cols"],
                  # an in-place call (out is an input) must not add once per timed config
-                 restore_value=["out_ptr"], **autotune_kwargs())
+                 **in_place_hooks("out_ptr", "x_ptr", "bias_ptr", "res_ptr"),
+                 **autotune_kwargs())
 @triton.jit
 def _bias_gelu_residual_kernel(
     x_ptr,  # *in* n_rows x n_cols, row stride stride_xm, columns contiguous

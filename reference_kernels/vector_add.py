@@ -19,7 +19,7 @@ from ._checks import launch_config, with_overrides
 from ._device import sm_count
 from ._elementwise import INTERPRETER_CONFIG, elementwise_configs, elementwise_operands
 from ._tickets import sync_buffer, take_ticket
-from ._tuning import autotune_kwargs
+from ._tuning import autotune_kwargs, in_place_hooks
 
 DTYPES = _elementwise.DTYPES
 
@@ -34,7 +34,7 @@ def _add_rounded_once(x, y):
 @triton.autotune(configs=autotune_configs(elementwise_configs(), interpreter=INTERPRETER_CONFIG),
                  key=["n_elements"],
                  # an in-place call (out is an input) must not add once per timed config
-                 restore_value=["out_ptr"], **autotune_kwargs())
+                 **in_place_hooks("out_ptr", "x_ptr", "y_ptr"), **autotune_kwargs())
 @triton.jit
 def _vector_add_kernel(
     x_ptr,  # *in* n_elements, element stride stride_x

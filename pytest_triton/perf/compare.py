@@ -31,7 +31,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from .stats import MIN_HALF_WIDTH, Summary, summarize
+from .stats import MIN_HALF_WIDTH, Summary, Z, summarize
 
 DEFAULT_THRESHOLD = 0.03
 # The run-to-run spread (a 99% half-width, relative) assumed where the history has fewer than
@@ -43,7 +43,6 @@ PRIOR_SPREAD = {"memory": 0.01, "compute": 0.07, "short": 0.35}
 SHORT_MS = 0.1
 MIN_RUNS_FOR_SPREAD = 3
 CLOCK_TOLERANCE = 0.01  # clocks within 1% of each other explain nothing
-Z99 = 2.5758  # the normal quantile of a two-sided 99% interval
 # The chance that a run of unchanged code gets any SLOW or FAST, over all the comparisons of the
 # run: each of m comparisons is made at 1 - FAMILY_ALPHA / m (Bonferroni). At 99% each, the H100's
 # perf suite against itself (119 measurements, 21 pairs of runs) got 21 false verdicts in 2499,
@@ -129,7 +128,7 @@ def compare(ref: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD, sprea
                           "limit): its times are not its kernel's")
     d = math.log(new.summary.median / ref.summary.median)
     samples_half = math.hypot(_log_half(ref.summary), _log_half(new.summary)) \
-        * z_of(comparisons) / Z99
+        * z_of(comparisons) / Z
     half = math.hypot(samples_half, math.log1p(spread))
     lo, hi = math.expm1(d - half), math.expm1(d + half)
     verdict = verdict_of(lo, hi, threshold)

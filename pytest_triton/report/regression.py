@@ -137,15 +137,14 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
                        "the measured ceiling with --triton-perf-compare-by=fraction")
     old, new = _labelled(ref.records), _labelled(records)
     # made together (compare()); none where the whole run is refused
-    made = out.made = 0 if out.refusal else sum(label in old for label in new)
+    out.made = 0 if out.refusal else sum(label in old for label in new)
     for label, m in new.items():
         if label not in old:
             out.rows.append(Row(label, Change.NEW, new=m))
         elif out.refusal:
             out.rows.append(Row(label, Change.REFUSED, ref=old[label], new=m, why=out.refusal))
         else:
-            out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label),
-                                 made))
+            out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
     out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items() if label not in new]
     for r in records:  # the shapes of one test, as a whole
         if len(r.measurements) < 2:
@@ -160,7 +159,7 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
 
 
 def _row(label: str, ref: Measurement, new: Measurement, out: Outcome, same_gpu: bool,
-         medians: list[float] | None, made: int = 1) -> Row:
+         medians: list[float] | None) -> Row:
     a, b = ref.time, new.time
     if out.by == "fraction":
         both = all(_peak(m, True) for m in (ref, new))
@@ -171,14 +170,14 @@ def _row(label: str, ref: Measurement, new: Measurement, out: Outcome, same_gpu:
                            "to compare")
         b = _scaled(new, pb / pa)
     if same_gpu and medians and out.by == "time":
-        spread, src = stats.spread_of(medians, _kind(new), made)
+        spread, src = stats.spread_of(medians, _kind(new), out.made)
     else:
         spread, src = stats.spread_of([], _kind(new))
     clocks = (_clock(ref), _clock(new)) if same_gpu else (None, None)
     result = stats.compare(Side(a, clocks[0], ref.timings.throttled),
                            Side(b, clocks[1], new.timings.throttled),
                            threshold=out.threshold, spread=spread, spread_from=src,
-                           comparisons=made)
+                           comparisons=out.made)
     return Row(label, result.verdict, result, ref, new, why=result.why, cause=config_change(ref, new))
 
 

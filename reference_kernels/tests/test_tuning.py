@@ -172,3 +172,74 @@ def test_every_autotuned_kernel_chooses_with_the_gates_timing():
     others = sorted(name for name, tuner in found.items()
                     if getattr(tuner, attr) is not plugin_timing)
     assert not others, f"autotuned with Triton's default timing, not the gate's: {others}"
+
+
+def _tuned_add(calls_per_config: int):
+    """The vector add's kernel under Triton's own Autotuner, with two configs and a do_bench that
+    launches each `calls_per_config` times, as tuning on a GPU does (the interpreter has no timer:
+    the bundled autotuners keep one config there and never tune)."""
+    import triton
+
+    from reference_kernels import vector_add
+
+    def do_bench(kernel_call, quantiles=None):
+        for _ in range(calls_per_config):
+            kernel_call()
+        return [1.0, 1.0, 1.0]
+
+    configs = [triton.Config({"BLOCK_SIZE": 64}), triton.Config({"BLOCK_SIZE": 128})]
+    return triton.autotune(configs=configs, key=["n_elements"], do_bench=do_bench,
+                           **_tuning.in_place_hooks("out_ptr", "x_ptr", "y_ptr"))(
+        vector_add._vector_add_kernel.fn)
+
+
+def _launch(kernel, x, y, out):
+    n = x.numel()
+    kernel[lambda meta: (-(-n // meta["BLOCK_SIZE"]),)](x, y, out, n, 1, 1, 1)
+
+
+def test_in_place_hooks_tune_an_in_place_launch_once(monkeypatch):
+    # out is x: every timed launch starts from x's values, so after tuning (2 configs x 3 timed
+    # launches) the caller's launch adds y exactly once
+    kernel = _tuned_add(calls_per_config=3)
+    x = torch.arange(300, dtype=torch.float32)
+    y = torch.full((300,), 0.5)
+    expected = x + y
+    _launch(kernel, x, y, x)
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+
+
+def test_in_place_hooks_copy_nothing_when_the_output_is_not_an_input(monkeypatch):
+    # Triton's restore_value clones the output around every timed launch, which more than doubles
+    # a streaming kernel's traffic while it is tuned and hides the differences between tiles
+    clones = []
+    real_clone = torch.Tensor.clone
+    monkeypatch.setattr(torch.Tensor, "clone",
+                        lambda self, *a, **k: clones.append(self.shape) or real_clone(self, *a, **k))
+    kernel = _tuned_add(calls_per_config=3)
+    x, y = torch.arange(300, dtype=torch.float32), torch.ones(300)
+    out = torch.empty(300)
+    _launch(kernel, x, y, out)
+    torch.testing.assert_close(out, x + y, rtol=0, atol=0)
+    assert clones == []
+
+
+def test_no_bundled_autotuner_restores_its_output_around_every_timed_launch():
+    # restore_value=[...] copies the output twice per timed launch whatever it aliases: the
+    # bundled kernels use in_place_hooks, which copy only for an in-place call
+    import importlib
+    import pkgutil
+
+    from triton.runtime.autotuner import Autotuner
+
+    import reference_kernels
+
+    restoring = []
+    for info in pkgutil.iter_modules(reference_kernels.__path__):
+        if info.name == "tests":
+            continue
+        module = importlib.import_module(f"reference_kernels.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, Autotuner) and obj.restore_value:
+                restoring.append(f"{info.name}.{name}")
+    assert restoring == []

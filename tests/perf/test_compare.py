@@ -225,3 +225,15 @@ def test_a_10_percent_slowdown_among_120_comparisons_is_slow():
     quiet = sum(cmp.compare_samples(draw(rng, 80, 0.27, 0.004), draw(rng, 80, 0.27 * 1.03, 0.004),
                                     comparisons=120).verdict is Change.SLOW for _ in range(100))
     assert quiet >= 95, quiet
+
+
+def test_the_samples_intervals_widen_from_the_level_summarize_builds_them_at():
+    # summarize() builds each median's interval at stats.Z; one of m comparisons widens it to
+    # z_of(m) / stats.Z of that (a constant of its own here drifted from stats.Z)
+    from pytest_triton.perf import stats
+
+    rng = random.Random(3)
+    a, b = summarize(draw(rng, 40, 1.0, 0.01)), summarize(draw(rng, 40, 1.0, 0.01))
+    r = cmp.compare(Side(a), Side(b), spread=0.0, spread_from="none", comparisons=7)
+    expected = math.hypot(cmp._log_half(a), cmp._log_half(b)) * cmp.z_of(7) / stats.Z
+    assert math.isclose(r.samples_half, expected, rel_tol=1e-12)
