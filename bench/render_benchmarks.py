@@ -2,7 +2,8 @@
 
     python3 bench/render_benchmarks.py [--intro FILE] [--why TEXT] RUN_DIR [RUN_DIR ...] > BENCHMARKS.md
 
-Each RUN_DIR may hold: perf.json (pytest --triton-perf-json), perf_cmd.txt (the command),
+Each RUN_DIR may hold: perf.json or perf.json.gz (pytest --triton-perf-json; bench/slim_run.py
+compresses it), perf_cmd.txt (the command),
 gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py),
 resources_check.json (bench/resources_check.py), judge.json (bench/judge_run.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
@@ -16,6 +17,7 @@ the title, so the reader sees why.
 """
 
 import glob
+import gzip
 import json
 import os
 import sys
@@ -25,8 +27,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from pytest_triton import Measurement  # noqa: E402
 
 
+def _perf_files(d):
+    """The run's perf reports: perf*.json, or compressed, perf*.json.gz."""
+    return sorted(glob.glob(os.path.join(d, "perf*.json")) + glob.glob(os.path.join(d, "perf*.json.gz")))
+
+
+def _load_json(path):
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
+
+
 def perf_section(path, cmd):
-    doc = json.load(open(path))
+    doc = _load_json(path)
     env, dev = doc["environment"], doc["device"] or {}
     first, _, rest = cmd.partition("\n")
     title = first if first.startswith("`") else f"`{first}`"  # final_run.sh's lines quote it
@@ -174,8 +186,8 @@ def _device(d):
     for i, line in enumerate(lines):
         if line.startswith("name, driver_version") and i + 1 < len(lines):
             return lines[i + 1].split(",")[0].strip()
-    for path in glob.glob(os.path.join(d, "perf*.json")):
-        return (json.load(open(path)).get("device") or {}).get("name")
+    for path in _perf_files(d):
+        return (_load_json(path).get("device") or {}).get("name")
     return None
 
 
@@ -192,7 +204,7 @@ def mismatches(dirs):
     for d in dirs:
         by_device.setdefault(_device(d) or "an unknown device", []).append(d)
     for device, ds in by_device.items():
-        perf = [d for d in ds if glob.glob(os.path.join(d, "perf*.json"))]
+        perf = [d for d in ds if _perf_files(d)]
         suite = [d for d in ds if _read(d, "suite.log") is not None]
         if not perf:
             problems.append(f"{device}: no perf run (perf.json)")
@@ -391,11 +403,11 @@ def main(args):
         if os.path.exists(os.path.join(d, "env.txt")):
             out += ["```", open(os.path.join(d, "env.txt")).read().strip(), "```", ""]
         runs = _runs(d)
-        for path in sorted(glob.glob(os.path.join(d, "perf*.json"))):
-            cmd_file = path[:-5] + "_cmd.txt"
+        for path in _perf_files(d):
+            cmd_file = path[:path.index(".json")] + "_cmd.txt"
             cmd = open(cmd_file).read().strip() if os.path.exists(cmd_file) else \
                 "\n".join(runs.get("perf", []))
-            geo = geomean_section(json.load(open(path)))
+            geo = geomean_section(_load_json(path))
             if geo:
                 out += ["### Against torch, per geomean target (the worst shape beside it)", ""] + geo + [""]
             out += perf_section(path, cmd) + [""]

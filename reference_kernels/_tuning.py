@@ -161,11 +161,8 @@ def autotune_kwargs() -> dict:
     timing (pytest_triton.do_bench: CUDA graphs, cold L2, as the perf tests time) where this
     Triton's autotune takes a do_bench (Triton >= 3.3), so that the config chosen is the one the
     perf gate finds fastest. Triton's default includes host launch overhead, which on 20-50 us
-    kernels (M=128 GEMMs, ResNet layers) drowns the differences between configs. On the
-    streaming kernels its default and the gate disagree: on an H200 Triton's default chose the
-    vector add's 4096-element tile over 8 warps for float16 and bfloat16, which the gate timed at
-    0.984x torch.add, where the 1024-element tile over 4 warps gave 0.996-0.998x
-    (bench/runs/README-2026-11-27c.md)."""
+    kernels (M=128 GEMMs, ResNet layers) drowns the differences between configs, and it
+    disagrees with the gate on which tile streams fastest."""
     if "do_bench" in inspect.signature(triton.autotune).parameters:
         return {"do_bench": do_bench}
     return {}  # pragma: no cover - older Triton: its default timing

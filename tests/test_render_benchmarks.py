@@ -2,16 +2,20 @@
 GPU (issue 32: the landed head was red on the GPU because kernels changed after the last suite
 run, and BENCHMARKS.md showed perf runs of one commit beside suite runs of another)."""
 
+import gzip
+import io
 import json
 import pathlib
-import shutil
 import subprocess
 import sys
 
 import pytest
 
+from pytest_triton.report.history import HISTORY_SCHEMA
+
 ROOT = pathlib.Path(__file__).parents[1]
 RENDER = ROOT / "bench" / "render_benchmarks.py"
+DATA = ROOT / "tests" / "data"
 
 
 def _run_dir(tmp_path, name, commit, device, *, perf=True, suite=True):
@@ -23,7 +27,7 @@ def _run_dir(tmp_path, name, commit, device, *, perf=True, suite=True):
         f"{device}, 580.159.04, 1980 MHz\n")
     runs = []
     if perf:
-        shutil.copy(ROOT / "bench" / "runs" / "2026-11-25-H100" / "perf.json", d / "perf.json")
+        (d / "perf.json").write_bytes(gzip.decompress((DATA / "h100-perf.json.gz").read_bytes()))
         runs += ["perf: `pytest --pyargs reference_kernels --triton-perf`", "perf: rc=0 wall=140s"]
     if suite:
         (d / "suite.log").write_text("1800 passed, 86 skipped in 300.00s\n")
@@ -98,21 +102,26 @@ def test_the_suites_waits_for_the_gpu_lock_are_quoted(tmp_path):
     assert "gw0: waited 3.4 s in 52 takes" in done.stdout
 
 
-def _with_saved_run(d, run):
-    """Give run dir `d` the `final` record that bench/runs/RUN's perf step saved (issue 29's
-    histories, in its logs.tar.gz), packed as final_run.sh packs it."""
+def _with_saved_run(d, report):
+    """Give run dir `d` a `final` record saved from tests/data's REPORT (a real GPU run's
+    --triton-perf-json), packed in logs.tar.gz as final_run.sh packs the perf step's history."""
     import tarfile
 
-    with tarfile.open(ROOT / "bench" / "runs" / run / "logs.tar.gz") as src, \
-            tarfile.open(d / "logs.tar.gz", "w:gz") as dst:
-        for member in src.getmembers():
-            if member.name.startswith("history/") and "-final-" in member.name:
-                dst.addfile(member, src.extractfile(member))
+    doc = json.loads(gzip.decompress((DATA / report).read_bytes()))
+    doc["schema"] = HISTORY_SCHEMA
+    doc["run"] = {"name": "final", "commit": None, "branch": None, "dirty": None,
+                  "versions": {}, "host": "vm", "shards": []}
+    key = f"{doc['device']['sku'].replace(' ', '-')}-{doc['device']['fingerprint'][:8]}"
+    data = json.dumps(doc).encode()
+    member = tarfile.TarInfo(f"history/{key}/20261127T034618560181Z-nocommit-final-{key[-8:]}.json")
+    member.size = len(data)
+    with tarfile.open(d / "logs.tar.gz", "w:gz") as dst:
+        dst.addfile(member, io.BytesIO(data))
 
 
 def _render_saved(tmp_path, *runs):
-    """Render run dirs of one commit, each (name, GPU, the bench/runs run whose saved record it
-    gets); the output."""
+    """Render run dirs of one commit, each (name, GPU, the tests/data report whose saved record
+    it gets); the output."""
     dirs = []
     for name, device, saved in runs:
         dirs.append(_run_dir(tmp_path, name, "abc1234", device))
@@ -124,8 +133,8 @@ def _render_saved(tmp_path, *runs):
 
 def test_another_gpus_saved_run_is_refused_by_time_and_compared_by_fraction(tmp_path):
     # Issue 29: an H100 history against an H200 run, the real records of one commit's perf runs
-    out = _render_saved(tmp_path, ("a-H100", "NVIDIA H100 80GB HBM3", "2026-11-27c-H100"),
-                        ("a-H200", "NVIDIA H200", "2026-11-27c-H200"))
+    out = _render_saved(tmp_path, ("a-H100", "NVIDIA H100 80GB HBM3", "h100-perf.json.gz"),
+                        ("a-H200", "NVIDIA H200", "h200-perf.json.gz"))
     section = out[out.index("## Across GPUs: a-H100's saved run against a-H200's"):]
     by_time, by_fraction = section.split("$ python -m pytest_triton compare")[1:]
     assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
@@ -136,6 +145,6 @@ def test_another_gpus_saved_run_is_refused_by_time_and_compared_by_fraction(tmp_
 
 
 def test_runs_of_one_gpu_get_no_comparison_across_gpus(tmp_path):
-    out = _render_saved(tmp_path, ("a-H100", "NVIDIA H100 80GB HBM3", "2026-11-27c-H100"),
-                        ("b-H100", "NVIDIA H100 80GB HBM3", "2026-11-27c-H100"))
+    out = _render_saved(tmp_path, ("a-H100", "NVIDIA H100 80GB HBM3", "h100-perf.json.gz"),
+                        ("b-H100", "NVIDIA H100 80GB HBM3", "h100-perf.json.gz"))
     assert "Across GPUs" not in out

@@ -12,6 +12,7 @@ link to a name no other file has (so a concurrent save cannot lose a file). Noth
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import os
 import platform
@@ -250,10 +251,12 @@ def save(doc: dict, directory: Path | str) -> Path:
 
 def load(path: Path | str, *, allow_report: bool = False) -> SavedRun:
     """Read a saved run; allow_report=True also reads a --triton-perf-json report (a run of
-    unknown commit). HistoryError names the file and the reason."""
+    unknown commit). A file whose name ends in .gz is read through gzip (a run kept compressed).
+    HistoryError names the file and the reason."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" \
+            else path.read_text()
     except FileNotFoundError:
         raise HistoryError(f"{path}: no such file") from None
     except OSError as exc:

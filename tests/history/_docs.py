@@ -2,21 +2,24 @@
 small hand-made ones."""
 
 import copy
+import gzip
 import json
 import pathlib
 
 from pytest_triton.report.history import HISTORY_SCHEMA
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-H100 = ROOT / "bench/runs/2026-11-25b-H100/perf.json"
-H200 = ROOT / "bench/runs/2026-11-25b-H200/perf.json"
+# Two real --triton-perf-json reports, of the H100 and the H200 at one commit, compressed (their
+# samples at float32's digits, which CUDA events time in)
+H100 = ROOT / "tests/data/h100-perf.json.gz"
+H200 = ROOT / "tests/data/h200-perf.json.gz"
 _cache = {}
 
 
 def report(path: pathlib.Path) -> dict:
     """A real --triton-perf-json document (a fresh copy each call)."""
     if path not in _cache:
-        _cache[path] = json.loads(path.read_text())
+        _cache[path] = json.loads(gzip.decompress(path.read_bytes()))
     return copy.deepcopy(_cache[path])
 
 
