@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|thirdparty|checks|resources|sweeps|judge|again|self|regress]...
+#   bash bench/final_run.sh [perf|suite|series|thirdparty|checks|resources|sweeps|judge|again|self|regress]...
 #   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
 #   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
@@ -45,6 +45,19 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
           --benchmark-disable --triton-perf-json "$OUT/perf.json" --triton-judge=default -rfE \
           --triton-perf-save=final --triton-perf-history "$HIST" > "$LOGS/perf.log" 2>&1)
       grep -E "measurements:|GPU settings|passed|failed|judge:" "$LOGS/perf.log" | tail -5 ;;
+    series)
+      # The main job SERIES_RUNS (12) times in a row, each its own process with a cold Triton
+      # cache of its own, SELF_GPUS at once (one per card of a machine of one model): a run that
+      # fails or has an INCONCLUSIVE target fails a correct kernel; every target's smallest
+      # margin over the runs (bench/series.py). series.json and series.md (rendered into
+      # BENCHMARKS.md) under $OUT; the runs' reports and logs in logs.tar.gz. A later call on
+      # the warm machine adds SERIES_RUNS more to the same folder (SERIES_FROM numbers them on).
+      mkdir -p "$HIST/series"
+      run series "$(cap 590)" "\`bench/series.py --make ${SERIES_RUNS:-12} --gpus ${SELF_GPUS:-1}\` (the main job, each run its own process with a cold Triton cache)" \
+        python3 bench/series.py --make "${SERIES_RUNS:-12}" --first "${SERIES_FROM:-0}" --gpus "${SELF_GPUS:-1}" \
+          --dir "$HIST/series" --json "$OUT/series.json" --md "$OUT/series.md" > "$LOGS/series.log" 2>&1
+      cp "$HIST"/series/series-0.json "$OUT/perf.json" 2>/dev/null  # the first run: the perf section
+      grep -E "^series-|runs on" "$LOGS/series.log" | tail -${SERIES_RUNS:-12} ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
       # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a

@@ -2,6 +2,12 @@
 target come to failing (not a test; a step of bench/final_run.sh: `series`).
 
     python bench/series.py RUN.json [RUN.json ...] [--json FILE] [--md FILE]
+    python bench/series.py --make N [--gpus G] --dir DIR [--json FILE] [--md FILE]
+
+--make N runs the main job (`pytest --pyargs reference_kernels --triton-perf -m perf_target`) N
+times into DIR (series-I.json and series-I.log), G at once, one on each GPU of a machine of one
+model (CUDA_VISIBLE_DEVICES), each its own process with a cold Triton cache of its own, then
+reads them as below. Each run's wall time is printed and kept in the JSON.
 
 Each RUN.json is a perf run (`--triton-perf-json`, or a run saved with `--triton-perf-save`).
 A run fails when a test other than an expected failure (the negative controls, xfail) failed, or
@@ -21,8 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import queue
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # The targets that are ceilings (smaller is better); every other target is a floor.
@@ -62,7 +75,7 @@ def read_run(path: Path) -> dict:
             if expected_to_fail:
                 continue
             if c.get("verdict") == "inconclusive":
-                inconclusive.append(f"{r['nodeid']} {shape} {c['target']}".rstrip())
+                inconclusive.append(" ".join(x for x in (r["nodeid"], shape, c["target"]) if x))
             elif c.get("verdict") == "fail" and r["nodeid"] not in failed:
                 failed.append(r["nodeid"])
             checks[(r["nodeid"].split("::")[-1], shape, c.get("short") or c["target"])] = \
@@ -90,9 +103,16 @@ def summarize(runs: list[dict]) -> list[dict]:
 def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
     bad = [r for r in runs if not r["passed"]]
     devices = sorted({r["device"] or "?" for r in runs})
-    out = [f"{len(runs)} runs on {', '.join(devices)}: {len(runs) - len(bad)} passed, "
-           f"{sum(bool(r['failed']) for r in runs)} with a failed test, "
-           f"{sum(bool(r['inconclusive']) for r in runs)} with an INCONCLUSIVE target.", ""]
+    out = [f"### The main job, {len(runs)} runs in a row (`bench/series.py`)", "",
+           f"{len(runs)} runs on {', '.join(devices)}, each its own process with a cold Triton "
+           f"cache: {len(runs) - len(bad)} passed, {sum(bool(r['failed']) for r in runs)} with a "
+           f"failed test, {sum(bool(r['inconclusive']) for r in runs)} with an INCONCLUSIVE "
+           "target."]
+    walls = sorted(r["wall_s"] for r in runs if "wall_s" in r)
+    if walls:
+        out[-1] += (f" Wall time per run: {walls[0]:.0f}-{walls[-1]:.0f} s (median "
+                    f"{statistics.median(walls):.0f} s).")
+    out.append("")
     for r in bad:
         out.append(f"- {r['name']}: failed {r['failed'] or 'none'}; inconclusive "
                    f"{r['inconclusive'] or 'none'}")
@@ -108,14 +128,83 @@ def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
     return "\n".join(out) + "\n"
 
 
+MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
+
+
+def make_runs(n: int, gpus: int, folder: Path, first: int = 0) -> None:
+    """Run the main job n times, `gpus` at once, as series-FIRST ... in `folder`: each run's
+    report (.json), output (.log), and pytest's exit status and wall time in s (.status)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    free: queue.Queue = queue.Queue()
+    for gpu in range(gpus):
+        free.put(gpu)
+    cwd = Path(tempfile.mkdtemp(prefix="series-"))  # not the checkout: the installed package
+
+    def one(i: int) -> None:
+        gpu, report = free.get(), folder / f"series-{i}.json"
+        cache = Path(tempfile.mkdtemp(prefix=f"triton-cache-{i}-"))  # a cold Triton cache
+        env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
+        if gpus > 1:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+               "--benchmark-disable", *MAIN_JOB, "--triton-perf-json", str(report)]
+        t0 = time.time()
+        try:
+            with open(folder / f"series-{i}.log", "w") as log:
+                rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT).returncode
+        finally:
+            free.put(gpu)
+            shutil.rmtree(cache, ignore_errors=True)
+        wall = time.time() - t0
+        (folder / f"series-{i}.status").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1)}))
+        print(f"series-{i}: rc={rc} in {wall:.0f} s on GPU {gpu}", flush=True)
+
+    with ThreadPoolExecutor(max_workers=gpus) as pool:
+        list(pool.map(one, range(first, first + n)))
+
+
+def made_runs(folder: Path) -> list[Path]:
+    """The runs --make left in `folder` (an earlier call's too), in order: their reports, made
+    or not (a run that crashed or was stopped wrote none)."""
+    logs = folder.glob("series-*.log")
+    return sorted((p.with_suffix(".json") for p in logs), key=lambda p: int(p.stem.split("-")[1]))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN.json")
+    p.add_argument("runs", nargs="*", type=Path, metavar="RUN.json")
+    p.add_argument("--make", type=int, default=0, metavar="N", help="runs of the main job to make")
+    p.add_argument("--gpus", type=int, default=1, help="runs at once, one on each GPU")
+    p.add_argument("--first", type=int, default=0, help="--make numbers its runs from FIRST "
+                   "(a later call adds to the runs an earlier one left in --dir)")
+    p.add_argument("--dir", type=Path, help="where --make writes its runs")
     p.add_argument("--json", type=Path, help="write the runs and margins as JSON")
     p.add_argument("--md", type=Path, help="write the Markdown tables")
     p.add_argument("--top", type=int, default=25, help="margins listed in the tables")
     args = p.parse_args(argv)
-    runs = [read_run(path) for path in args.runs]
+    made = []
+    if args.make:
+        if args.dir is None or args.gpus < 1:
+            p.error("--make N needs --dir DIR and --gpus >= 1")
+        make_runs(args.make, args.gpus, args.dir, args.first)
+        made = made_runs(args.dir)
+    paths = [*args.runs, *made]
+    if not paths:
+        p.error("no runs: give RUN.json files or --make N")
+    runs = []
+    for path in paths:
+        if not path.exists():  # a run that wrote no report (it crashed, or was stopped)
+            runs.append({"name": path.stem, "file": str(path), "failed": ["(no report)"],
+                         "inconclusive": [], "passed": False, "checks": {}, "device": None})
+        else:
+            runs.append(read_run(path))
+        status = path.with_suffix(".status")
+        if status.exists():  # a run --make made: its exit status fails it too (UNCHECKED, say)
+            runs[-1].update(json.loads(status.read_text()))
+            if runs[-1]["rc"] != 0 and not runs[-1]["failed"]:
+                runs[-1]["failed"].append(f"(pytest exit status {runs[-1]['rc']})")
+                runs[-1]["passed"] = False
     rows = summarize(runs)
     text = markdown(runs, rows, args.top)
     print(text)

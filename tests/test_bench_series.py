@@ -1,0 +1,58 @@
+"""bench/series.py: a series of main-job runs fails on any failed test or INCONCLUSIVE target,
+and names every target's smallest margin over the runs (a passing run of correct kernels, and
+runs with a failed and an undecided target, made from a real GPU run's report)."""
+
+import copy
+import gzip
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).parents[1]
+SERIES = ROOT / "bench" / "series.py"
+REPORT = json.loads(gzip.decompress((ROOT / "tests" / "data" / "h100-perf.json.gz").read_bytes()))
+
+
+def _series(tmp_path, *docs):
+    paths = []
+    for i, doc in enumerate(docs):
+        paths.append(tmp_path / f"run-{i}.json")
+        paths[-1].write_text(json.dumps(doc))
+    out = tmp_path / "series.json"
+    done = subprocess.run([sys.executable, str(SERIES), *map(str, paths), "--json", str(out)],
+                          capture_output=True, text=True)
+    return done, json.loads(out.read_text())
+
+
+def _check(doc, nodeid_part, target="speedup"):
+    r = next(r for r in doc["results"] if nodeid_part in r["nodeid"])
+    return next(c for m in r["measurements"] for c in m["checks"] if c["target"] == target)
+
+
+def test_runs_of_correct_kernels_pass_and_name_each_targets_smallest_margin(tmp_path):
+    a, b = copy.deepcopy(REPORT), copy.deepcopy(REPORT)
+    c = _check(b, "test_vector_add_speed[float32]")
+    c["ci"] = [c["asked"] * 1.004, c["ci"][1]]  # a bound 0.4% past its target, still a pass
+    done, doc = _series(tmp_path, a, b)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [r["passed"] for r in doc["runs"]] == [True, True]
+    closest = doc["margins"][0]
+    assert (closest["test"], closest["target"]) == ("test_vector_add_speed[float32]",
+                                                    ">=0.98x baseline")
+    assert abs(closest["smallest"] - 0.004) < 1e-9 and closest["runs"] == 2
+    assert "+0.4% **(under 1%)**" in done.stdout
+
+
+def test_a_failed_test_or_an_inconclusive_target_fails_the_series(tmp_path):
+    failed, undecided = copy.deepcopy(REPORT), copy.deepcopy(REPORT)
+    next(r for r in failed["results"] if "test_softmax_speed" in r["nodeid"])["outcome"] = "failed"
+    _check(undecided, "test_vector_add_speed[bfloat16]")["verdict"] = "inconclusive"
+    done, doc = _series(tmp_path, copy.deepcopy(REPORT), failed, undecided)
+    assert done.returncode == 1
+    assert [r["passed"] for r in doc["runs"]] == [True, False, False]
+    assert doc["runs"][1]["failed"][0].startswith("tests/test_memory_perf.py::test_softmax_speed")
+    assert doc["runs"][2]["inconclusive"] == [
+        "tests/test_memory_perf.py::test_vector_add_speed[bfloat16] speedup"]
+    assert "3 runs on NVIDIA H100 80GB HBM3, each its own process with a cold Triton cache: 1 " \
+           "passed, 1 with a failed test, 1 with an INCONCLUSIVE target." in done.stdout
