@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import scope
+from .captured import captured
 from .comparing import bits, fmt, index_of
 
 # The judge's checks (these and the others in docs/judging.md) are on unless --triton-judge=off
@@ -63,6 +64,7 @@ _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 HOW_TO_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the tensor) '
                   "on assert_close, assert_grads_close, assert_deterministic or triton_bench; a "
                   "tensor compared as assert_close's actual counts as written on purpose.")
+HOW_TO_DECLARE_STRICT = HOW_TO_DECLARE.split("; a tensor compared")[0] + "."
 
 
 def storage_of(t: torch.Tensor) -> int | None:
@@ -134,61 +136,6 @@ def declared(inplace) -> tuple[set[str], set[int]]:
     return names, storages
 
 
-# --- the tensors a function captures ----------------------------------------------------------
-
-def captured(fn, depth: int = 3) -> list[tuple[str, torch.Tensor]]:
-    """(name, tensor) for every tensor `fn` captures: closure cells and default arguments (by
-    their variable names), functools.partial's arguments, module globals it names, tensors in
-    tuples, lists and dicts among them, and those of the functions it captures in turn."""
-    found: list[tuple[str, torch.Tensor]] = []
-    seen: set[int] = set()
-
-    def add(name: str, value, level: int) -> None:
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-        if isinstance(value, torch.Tensor):
-            found.append((name, value))
-        elif level > 0 and isinstance(value, (tuple, list)):
-            for i, v in enumerate(value[:64]):
-                add(f"{name}[{i}]", v, level - 1)
-        elif level > 0 and isinstance(value, dict):
-            for k, v in list(value.items())[:64]:
-                add(f"{name}[{k!r}]", v, level - 1)
-        elif level > 0 and callable(value) and not isinstance(value, type):
-            visit(value, level - 1)
-
-    def visit(f, level: int) -> None:
-        if isinstance(f, functools.partial):
-            add("partial", f.func, level)
-            for i, v in enumerate(f.args):
-                add(f"args[{i}]", v, level)
-            for k, v in f.keywords.items():
-                add(k, v, level)
-            return
-        f = getattr(f, "__func__", f)  # a bound method: its function
-        code = getattr(f, "__code__", None)
-        if code is None:
-            return
-        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
-            try:
-                add(name, cell.cell_contents, level)
-            except ValueError:  # an empty cell
-                pass
-        for i, v in enumerate(getattr(f, "__defaults__", None) or ()):
-            add(f"default[{i}]", v, level)
-        for k, v in (getattr(f, "__kwdefaults__", None) or {}).items():
-            add(k, v, level)
-        g = getattr(f, "__globals__", {})
-        for name in code.co_names:
-            if isinstance(g.get(name), torch.Tensor):
-                add(name, g[name], level)
-
-    seen.add(id(fn))
-    visit(fn, depth)
-    return found
-
-
 # --- the tensors make_tensor made -----------------------------------------------------------
 
 @dataclass(eq=False)
@@ -201,12 +148,13 @@ class Input:
     # test drops it before the next check (at the end of its call, its locals are gone)
     seen: str = ""  # what received it: "a launch of _relu_kernel"
     changed: bool = False  # a check found it changed
+    source: str = ""  # where, its file absolute: the line its name is read from
 
     @functools.cached_property
     def name(self) -> str | None:
         """The variable make_tensor's result was assigned to, where its line says (read only
         when a message or a declaration needs it)."""
-        path, _, line = self.where.rpartition(":")
+        path, _, line = (self.source or self.where).rpartition(":")
         m = _ASSIGNED.match(linecache.getline(path, int(line)) if line.isdigit() else "")
         return m.group(1) if m else None
 
@@ -236,8 +184,8 @@ class Guard:
     storages: set = field(default_factory=set)  # ... by tensor
     paused: bool = False  # while a timed call runs: its checks are judge/timedcall.py's
 
-    def track(self, t: torch.Tensor, where: str) -> None:
-        entry = Input(None, where, describe(t))
+    def track(self, t: torch.Tensor, where: str, source: str = "") -> None:
+        entry = Input(None, where, describe(t), source=source)
         entry.ref = weakref.ref(t, lambda _r, e=entry: self.pending.discard(e))
         self.inputs.append(entry)
         self.pending.add(entry)
@@ -289,27 +237,34 @@ class Guard:
         self.inputs = alive
 
     @costed()
-    def problems(self) -> list[str]:
-        """At the end of the test's call: the inputs that changed and were not compared as an
-        assert_close actual nor declared in place."""
+    def problems(self, strict: bool = False) -> list[str]:
+        """At the end of the test's call: the inputs that changed and were not declared in
+        place, nor (unless `strict`, as --triton-judge asks) compared as an assert_close actual.
+        Strict, a kernel that writes a constant over its input and hands the input back passes
+        no longer when the test's reference is computed afterwards from that input."""
         self.check("the end of the test's call")
         bad, shown = [], set()
         for c in self.changes:
-            if c.storage in self.compared or c.storage in self.storages or \
-                    self.names.intersection(c.names) or c.title in shown:
+            if c.storage in self.storages or self.names.intersection(c.names) or \
+                    (c.storage in self.compared and not strict) or c.title in shown:
                 continue
             shown.add(c.title)
             bad.append(c)
         if not bad:
             return []
+        compared = strict and any(c.storage in self.compared for c in bad)
         lines = [f"input mutation: {len(bad)} input{'s' if len(bad) > 1 else ''} changed after a "
-                 "kernel received it, and the test never compared it as an output:"]
+                 "kernel received it, and the test never "
+                 + ("declared it in place (under --triton-judge an input compared as "
+                    "assert_close's actual counts as written on purpose only when declared):"
+                    if compared else "compared it as an output:")]
         for c in bad:
             lines.append(f"  {c.title}: {c.detail} (after {c.seen}; found at {c.found})")
         name = next((n for n in bad[0].names if n), "x")
         lines.append("A kernel that writes into a tensor it reads hands the reference altered data "
                      "(every comparison after it saw the new values), as KernelBench's "
-                     "zero_out_kernel did. " + HOW_TO_DECLARE.format(name=name))
+                     "zero_out_kernel did. " + (HOW_TO_DECLARE.format(name=name) if not strict
+                                                 else HOW_TO_DECLARE_STRICT.format(name=name)))
         return ["\n".join(lines)]
 
 
@@ -328,7 +283,7 @@ def track(t: torch.Tensor) -> None:
     """make_tensor made `t` with values: an input of the running test."""
     g = guard()
     if g is not None:
-        g.track(t, scope.caller())
+        g.track(t, scope.caller(), scope.caller(absolute=True))
 
 
 def on_launch(kernel: str, args) -> None:

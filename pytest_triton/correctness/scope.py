@@ -42,6 +42,9 @@ class TestScope:
     all_configs: bool = False  # --triton-all-configs: assert_every_config checks every config
     configs_checked: list[dict] = field(default_factory=list)  # assert_every_config's records
     inputs: Any = None  # inputs.Guard: the test's inputs, their copies, what changed in them
+    # --triton-judge: an input a kernel changed counts as written on purpose only when declared
+    # in place, not because the test compared it as assert_close's actual
+    strict_inputs: bool = False
     problems: list[str] | None = None  # set by evaluate()
 
 
@@ -59,18 +62,21 @@ def _inside(filename: str) -> bool:
     return _INSIDE[filename]
 
 
-def caller() -> str:
-    """file:line of the innermost frame outside pytest_triton (the test's own call)."""
+def caller(absolute: bool = False) -> str:
+    """file:line of the innermost frame outside pytest_triton (the test's own call), the file
+    relative to the working directory unless `absolute` (to read the line: a relative name can
+    stand for another file once the working directory changes, as between pytester runs)."""
     frame = sys._getframe(1)
     while frame is not None and _inside(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return "?"
     path = frame.f_code.co_filename
-    try:
-        path = os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
-        pass
+    if not absolute:
+        try:
+            path = os.path.relpath(path)
+        except ValueError:  # another drive (Windows)
+            pass
     return f"{path}:{frame.f_lineno}"
 
 
@@ -114,7 +120,7 @@ def evaluate(sc: TestScope) -> list[str]:
             problems.append(report)
     sc.guarded.clear()
     if sc.inputs is not None:
-        problems += sc.inputs.problems()
+        problems += sc.inputs.problems(strict=sc.strict_inputs)
     sc.problems = problems
     return problems
 

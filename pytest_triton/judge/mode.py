@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from .. import options
-from ..correctness import inputs, poison
+from ..correctness import inputs, poison, scope
 from ..env import launch_watch, runtime
 from . import cost, identities, reruns, timedcall, trace, verify
 
@@ -51,6 +51,9 @@ class JudgedTests:
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item):
+        sc = scope.CURRENT.get()
+        if sc is not None and sc.nodeid == item.nodeid:
+            sc.strict_inputs = judging(item)
         # innermost: the runs happen inside the test's scope and its poisoned allocations
         result = yield
         if judging(item) and reruns.wanted(item):

@@ -56,6 +56,25 @@ def relu_mutating(x, out=None):
 
 
 @triton.jit
+def _fill_kernel(
+    x_ptr,  # *in/out* n elements: VALUE over every one
+    n,
+    VALUE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.full((BLOCK,), VALUE, x_ptr.dtype.element_ty), mask=offs < n)
+
+
+def relu_by_constant(x):
+    """Input mutation behind an in-place result: writes 1 over its input and hands the input back,
+    so a reference computed afterwards from it (relu(1) = 1) agrees; a compared actual counts as
+    written on purpose unless the judge asks in-place results to be declared."""
+    _fill_kernel[(triton.cdiv(x.numel(), BLOCK),)](x, x.numel(), VALUE=1.0, BLOCK=BLOCK)
+    return x
+
+
+@triton.jit
 def _scale_kernel(
     x_ptr,  # *in* n elements
     out_ptr,  # *out* n elements: 2 x

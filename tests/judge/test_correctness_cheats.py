@@ -219,6 +219,62 @@ def test_without_judge_mode_the_special_cases_pass(run):
     result.assert_outcomes(passed=7)
 
 
+IN_PLACE = """
+import torch
+from pytest_triton import assert_close
+from tests.judge import cheats
+
+def test_relu_by_constant(make_tensor):
+    x = make_tensor(1000)
+    out = cheats.relu_by_constant(x)
+    assert_close(out, torch.relu(x))  # the reference sees the ones the kernel wrote
+
+def test_relu_inplace_undeclared(make_tensor):
+    x = make_tensor(1000)
+    expected = torch.relu(x)
+    assert_close(cheats.relu_(x), expected)
+
+# --- honest twins ---
+
+def test_relu_inplace_declared(make_tensor):
+    x = make_tensor(1000)
+    expected = torch.relu(x)
+    assert_close(cheats.relu_(x), expected, inplace=["x"])
+
+def test_relu_into_a_buffer_declared(make_tensor):
+    x, out = make_tensor(1000), make_tensor(1000)
+    assert_close(cheats.relu(x, out=out), torch.relu(x), inplace=[out])
+"""
+
+
+def test_judge_mode_asks_an_input_compared_as_actual_to_be_declared_in_place(run):
+    # A kernel that writes a constant over its input and hands the input back passed both the
+    # default checks and the judge: the test compared x as assert_close's actual, which counted
+    # as written on purpose, and its reference, computed afterwards from x, agreed
+    result = run(IN_PLACE, "--triton-judge", "-rA")
+    result.assert_outcomes(failed=2, passed=2)
+    out = result.stdout.str()
+    for test in ("test_relu_by_constant", "test_relu_inplace_undeclared"):
+        assert f"FAILED test_k.py::{test}" in out, test
+    result.stdout.fnmatch_lines([
+        "*input mutation: * changed after a kernel received it, and the test never declared "
+        "it in place (under --triton-judge an input compared as assert_close's actual counts as "
+        "written on purpose only when declared):*",
+        "  x (float32 (1000,), made by make_tensor at test_k.py:*): * elements changed*after a "
+        "launch of _fill_kernel*",
+        "*declare it: inplace=[[]\"x\"[]] (or the tensor) on assert_close, assert_grads_close, "
+        "assert_deterministic or triton_bench."])
+    for honest in ("test_relu_inplace_declared", "test_relu_into_a_buffer_declared"):
+        assert f"PASSED test_k.py::{honest}" in out, honest
+
+
+def test_without_judge_mode_an_input_compared_as_actual_is_written_on_purpose(run):
+    # the default checks keep the rule that a compared actual is an output: an in-place op's
+    # result needs no declaration there, and the constant cheat is the judge's to catch
+    result = run(IN_PLACE)
+    result.assert_outcomes(passed=4)
+
+
 def test_a_changed_float4_input_is_named_by_its_bits():
     # torch has no scalar of float4_e2m1fn_x2 (.item() raises NotImplementedError): the message's
     # values raised inside the guard, which took it for a lost CUDA context and dropped every
