@@ -159,6 +159,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
     config.add_cleanup(lambda: runtime.restore_environment(rt))
+    runtime.import_for_nested_runs(config)  # before a pytester run inside a test could import them
     seeding.configure(config)
     config.stash[state.STATE_KEY] = state.TritonState(
         runtime=rt, checklist=checklist.load(config), perf=bool(options.get(config, "triton_perf")))

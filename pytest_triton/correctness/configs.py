@@ -29,14 +29,12 @@ import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
 from ..env import autotune_pin
 from ..env.autotune_pin import kernel_name
 from ..env.interpreter.base import interpreting
 from . import pinning, scope
 from .poison import poison_allocations
-from .tensors import poison_value
 
 if TYPE_CHECKING:
     import triton
@@ -124,6 +122,10 @@ def config_params(kernel) -> list:
 
 def repoison(outputs) -> None:
     """Fill each output buffer with its dtype's poison again (views keep their guards)."""
+    import torch
+
+    from .tensors import poison_value  # import time: torch
+
     for t in outputs:
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"assert_every_config: outputs must be tensors, got {type(t).__name__}")
