@@ -194,7 +194,8 @@ def config_change(ref: Measurement, new: Measurement) -> str:
 
 def _units(row: Row) -> str:
     """The row's times, and its rates and fractions of peak where the test gave bytes= or
-    flops=, reference -> this run."""
+    flops=, reference -> this run. The fractions are those a comparison by fraction judges:
+    of the measured ceilings where both runs measured theirs, else of the datasheet peaks."""
     a, b = row.ref, row.new
     if a is None or b is None:
         m = a or b
@@ -204,10 +205,18 @@ def _units(row: Row) -> str:
         text += f"; {a.tflops:.1f} -> {b.tflops:.1f} TFLOP/s"
     elif a.gbps and b.gbps:
         text += f"; {a.gbps:,.0f} -> {b.gbps:,.0f} GB/s"
-    fa, fb = (m.tflops_frac or m.bandwidth_frac for m in (a, b))
+    both = all(_peak(m, True) for m in (a, b))
+    fa, fb = (_fraction(m, _peak(m, both)) for m in (a, b))
     if fa and fb:
-        text += f"; {100 * fa:.1f}% -> {100 * fb:.1f}% of peak"
+        of = "measured ceiling" if both else "datasheet peak"
+        text += f"; {100 * fa:.1f}% -> {100 * fb:.1f}% of {of}"
     return text
+
+
+def _fraction(m: Measurement, peak: float | None) -> float | None:
+    """The measurement's rate over `peak`: the fraction a comparison by fraction compares."""
+    rate = m.tflops if m.flops else m.gbps
+    return rate / peak if rate and peak else None
 
 
 def _change(row: Row, by: str = "time") -> str:

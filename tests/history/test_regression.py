@@ -86,7 +86,8 @@ def test_a_slowdown_fails_the_run_naming_the_test_its_change_and_interval(projec
     out = result.stdout.str()
     line = re.search(r"^SLOW +test_k.py::test_copy: \+(\d\.\d)% \[\+(\d\.\d)%, \+(\d\.\d)%\] "
                      r"\(\+0\.01\d+ ms \[\+0\.0\d+, \+0\.0\d+\]\); "
-                     r"0\.27 -> 0\.2835 ms; [\d,]+ -> [\d,]+ GB/s; [\d.]+% -> [\d.]+% of peak$",
+                     r"0\.27 -> 0\.2835 ms; [\d,]+ -> [\d,]+ GB/s; "
+                     r"[\d.]+% -> [\d.]+% of measured ceiling$",
                      out, re.M)
     assert line, out
     change, lo, hi = (float(x) for x in line.groups())
@@ -266,3 +267,20 @@ def test_each_row_is_judged_at_the_level_of_the_comparisons_its_run_made():
     alone = cmp.compare(cmp.Side(ref.time), cmp.Side(new.time), spread=spread, spread_from=src,
                         comparisons=40)
     assert (row.result.lo, row.result.hi) == (alone.lo, alone.hi)
+
+
+def test_by_fraction_each_row_shows_the_fractions_its_verdict_used(capsys):
+    # On two GPU models the verdict compares fractions of each one's measured ceiling; a row
+    # that showed fractions of the datasheet peak could read FAST with a falling fraction.
+    from ._docs import H100, H200
+    assert cli(["compare", str(H100), str(H200), "--by", "fraction"]) == 0
+    rows = re.findall(r"^(SLOW|FAST) .*: ([+-][\d.]+)% .*; ([\d.]+)% -> ([\d.]+)% of (.*)$",
+                      capsys.readouterr().out, re.M)
+    assert len(rows) > 10
+    for verdict, change, fa, fb, of in rows:
+        assert of == "measured ceiling"
+        # the change is in time: x% slower is a fraction that fell by the same ratio (within
+        # the rounding of what is shown to 0.1%)
+        fa, fb = float(fa), float(fb)
+        assert fa / fb - 1 == pytest.approx(float(change) / 100, abs=0.0006 + 0.06 / fa + 0.06 / fb)
+        assert (fa > fb) == (verdict == "SLOW")
