@@ -128,13 +128,15 @@ def spreads(ref: history.SavedRun, directory: Path, *, skip: Path | None = None
 
 def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict | None, *,
                  by: str = "time", threshold: float = stats.DEFAULT_THRESHOLD,
-                 medians: dict[str, list[float]] | None = None) -> Outcome:
-    """Every measurement of `records` (this run, on `device`) against the reference run's."""
+                 medians: dict[str, list[float]] | None = None,
+                 by_fraction: str = "--triton-perf-compare-by=fraction") -> Outcome:
+    """Every measurement of `records` (this run, on `device`) against the reference run's.
+    `by_fraction`: how the caller's user asks for a comparison by fraction (a refusal says it)."""
     out = Outcome(ref, by, threshold)
     same_gpu = sku(ref.device) == sku(device)
     if not same_gpu and by == "time":
         out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
-                       "the measured ceiling with --triton-perf-compare-by=fraction")
+                       f"the measured ceiling with {by_fraction}")
     old, new = _labelled(ref.records), _labelled(records)
     # made together (compare()); none where the whole run is refused
     out.made = 0 if out.refusal else sum(label in old for label in new)
@@ -247,8 +249,9 @@ def counts_text(out: Outcome) -> str:
             f"{out.by}{level}; SLOW or FAST: the interval is past zero and reaches the threshold)")
 
 
-def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
-    """The terminal section's lines."""
+def lines(out: Outcome, fail_on: frozenset[str], fail_on_flag: str = "--triton-perf-fail-on"
+          ) -> list[str]:
+    """The terminal section's lines; `fail_on_flag` is the option the user gave `fail_on` with."""
     text = [f"against {describe_ref(out.ref)} ({out.ref.path})"]
     if out.refusal:
         text.append(f"REFUSED: {out.refusal}")
@@ -265,7 +268,7 @@ def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
     text.append(counts_text(out))
     failing = out.failing(fail_on)
     if failing:
-        text.append(f"the run FAILS: --triton-perf-fail-on={','.join(sorted(fail_on))}, and "
+        text.append(f"the run FAILS: {fail_on_flag}={','.join(sorted(fail_on))}, and "
                     f"{len(failing)} {'is' if len(failing) == 1 else 'are'} "
                     f"{' or '.join(sorted({r.verdict.value.upper() for r in failing}))}")
     return text

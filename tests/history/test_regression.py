@@ -212,7 +212,8 @@ def test_real_h100_runs_against_an_h200_run_are_refused_unless_by_fraction(tmp_p
     assert cli(["compare", str(H100), str(H200), "--fail-on", "slow,refused"]) == 1
     out = capsys.readouterr().out
     assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
-        "ceiling with --triton-perf-compare-by=fraction" in out
+        "ceiling with --by fraction" in out
+    assert "the run FAILS: --fail-on=refused,slow, and 115 are REFUSED" in out
     assert not re.search(r"^SLOW", out, re.M)
     assert cli(["compare", str(H100), str(H200), "--by", "fraction", "--json", "-"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
@@ -284,3 +285,36 @@ def test_by_fraction_each_row_shows_the_fractions_its_verdict_used(capsys):
         fa, fb = float(fa), float(fb)
         assert fa / fb - 1 == pytest.approx(float(change) / 100, abs=0.0006 + 0.06 / fa + 0.06 / fb)
         assert (fa > fb) == (verdict == "SLOW")
+
+
+def test_the_compare_command_writes_markdown_to_stdout_and_names_its_own_flags(
+        tmp_path, monkeypatch, capsys):
+    from ._docs import H100, H200
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    # --md - wrote a file named '-', while --json - wrote to standard output
+    assert cli(["compare", str(H100), str(H100), "--md", "-"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### pytest-triton: against")
+    assert not (tmp_path / "-").exists()
+    assert cli(["compare", str(H100), str(H200), "--by", "fraction", "--md", "-"]) == 0
+    assert "| verdict | test |" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        cli(["compare", str(H100), str(H100), "--md", "-", "--json", "-"])
+    assert stop.value.code == 2
+    assert "--md - and --json -: only one of them can write to standard output" in \
+        capsys.readouterr().err
+    # The refusal names the command's own flag, not the pytest option.
+    assert cli(["compare", str(H100), str(H200)]) == 0
+    out = capsys.readouterr().out
+    assert "compare fractions of the measured ceiling with --by fraction" in out
+    assert "--triton-perf-compare-by" not in out
+    # Every option and argument says what it is.
+    for command, wanted in ((["compare"], ("--by {time,fraction}", "--threshold PERCENT")),
+                            (["trend"], ("DIR ",))):
+        with pytest.raises(SystemExit):
+            cli([*command, "--help"])
+        text = capsys.readouterr().out
+        for w in wanted:
+            line = next(line for line in text.splitlines() if line.strip().startswith(w))
+            assert len(line.strip()) > len(w) + 2, f"{w}: no help\n{text}"
