@@ -120,8 +120,11 @@ def _history(args: argparse.Namespace) -> None:
         for e in entries:
             run = history.load(e.path)
             commit = (run.commit or "")[:12] + ("+dirty" if run.dirty else "")
-            rows.append((_when(e.stamp), run.name or "", commit, run.branch or "",
-                         str(len(run.records)), os.path.relpath(e.path)))
+            unchecked = len(run.rest.get("unchecked") or [])
+            tests = f"0 (dry run: {unchecked} unchecked)" if unchecked and not run.records \
+                else str(len(run.records))
+            rows.append((_when(e.stamp), run.name or "", commit, run.branch or "", tests,
+                         os.path.relpath(e.path)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             print("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())

@@ -1,6 +1,6 @@
-"""The regression gate end to end (report/regression.py): separate pytest runs on a stand-in GPU
-save to the history and compare with it, as a CI job's main and pull-request runs do. The
-stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
+"""The regression gate end to end (report/gate.py, report/regression.py): separate pytest runs on
+a stand-in GPU save to the history and compare with it, as a CI job's main and pull-request runs
+do. The stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
 
 import json
 import re
