@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .report import history, regression, trend
+from .report import history, regression, shards, trend
 
 
 def parser() -> argparse.ArgumentParser:
@@ -92,10 +92,10 @@ def _merge(args: argparse.Namespace) -> None:
         paths.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
     if not paths:
         raise history.HistoryError(f"no .json files in {', '.join(args.files)}")
-    doc = history.merge([history.load(p, allow_report=True) for p in paths])
+    doc = shards.merge([history.load(p, allow_report=True) for p in paths])
     out = Path(args.output)
-    if out.is_dir():
-        written = history.save(doc, out)
+    if out.is_dir():  # stamped with the run's own time: an import keeps each run's date
+        written = history.save(doc, out, when=history.created_at(doc))
     else:
         try:
             with open(out, "x") as f:
