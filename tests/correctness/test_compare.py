@@ -144,14 +144,19 @@ def test_failure_report_names_the_seed_inside_a_test(pytester):
         def test_x(make_tensor):
             x = make_tensor(10)
             assert_close(x + 1, x.double())
+        def test_plain(make_tensor):
+            assert make_tensor(3).sum() > 1e9
     """)
-    result = pytester.runpytest()
-    result.assert_outcomes(failed=1)
+    result = pytester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines([
         "*Seed: seed * (from --triton-seed 0 and the test id); replay (from any directory): pytest */test_failure_report_names_the_seed_inside_a_test.py::test_x --triton-seed 0:*",
-        "*- pytest-triton -*", "seed * (from --triton-seed 0*",
+        "*test_failure_report_names_the_seed_inside_a_test.py:4: AssertionError",
+        # a failure whose message has no seed gets it in a section of its own
+        "*- pytest-triton -*", "seed * (from --triton-seed 0*::test_plain --triton-seed 0:*",
     ])
-    result.stdout.fnmatch_lines(["*test_failure_report_names_the_seed_inside_a_test.py:4: AssertionError"])
+    # each failure says its seed and replay line once (assert_close's said it twice)
+    assert result.stdout.str().count("replay (from any directory)") == 2
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
