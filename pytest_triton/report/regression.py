@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,16 +251,22 @@ def lines(out: Outcome, fail_on: frozenset[str], fail_on_flag: str = "--triton-p
     text = [f"against {describe_ref(out.ref)} ({out.ref.path})"]
     if out.refusal:
         text.append(f"REFUSED: {out.refusal}")
-    for row in out.rows:
-        if row.verdict is Change.SAME or (out.refusal and row.verdict is Change.REFUSED):
-            continue
+    shown = [r for r in out.rows
+             if r.verdict is not Change.SAME and not (out.refusal and r.verdict is Change.REFUSED)]
+    # advice that many UNCERTAIN rows share is said once, after them; each row keeps its facts
+    shared = Counter(r.result.advice for r in shown if r.result and r.result.advice)
+    for row in shown:
         what = f"{row.verdict.value.upper():9s} {row.label}{' (all shapes)' if row.whole else ''}"
         detail = "; ".join(x for x in (_change(row, out.by), _units(row)) if x)
         text.append(f"{what}: {detail}" if detail else what)
-        if row.why and row.verdict is not Change.SLOW:
-            text.append(f"          {row.why}")
+        why = row.why
+        if row.result and shared[row.result.advice] > 1:
+            why = why.removesuffix(f"; {row.result.advice}")
+        if why and row.verdict is not Change.SLOW:
+            text.append(f"          {why}")
         if row.cause:
             text.append(f"          {row.cause}")
+    text += [f"{n} of the UNCERTAIN above: {advice}" for advice, n in shared.items() if n > 1]
     text.append(counts_text(out))
     failing = out.failing(fail_on)
     if failing:

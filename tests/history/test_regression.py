@@ -318,3 +318,19 @@ def test_the_compare_command_writes_markdown_to_stdout_and_names_its_own_flags(
         for w in wanted:
             line = next(line for line in text.splitlines() if line.strip().startswith(w))
             assert len(line.strip()) > len(w) + 2, f"{w}: no help\n{text}"
+
+
+def test_advice_shared_by_many_uncertain_rows_is_said_once(capsys):
+    # the run against itself without saved runs: every row UNCERTAIN for the same reason, which
+    # was repeated under each of them
+    from ._docs import H100
+    assert cli(["compare", str(H100), str(H100), "--spread", "prior"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^UNCERTAIN .*$", out, re.M)
+    advice = re.findall(r"^(\d+) of the UNCERTAIN above: (.*save more runs of the reference .*)$",
+                        out, re.M)
+    assert len(rows) > 50 and 1 <= len(advice) <= 3, out
+    assert out.count("save more runs of the reference branch") == len(advice)
+    assert sum(int(n) for n, _ in advice) <= len(rows)
+    # each row keeps its own facts
+    assert len(re.findall(r"^ +ran \d+ samples; noise [\d.]+%$", out, re.M)) >= 50
