@@ -30,7 +30,8 @@ def triton_device(pytestconfig: pytest.Config) -> torch.device:
 @pytest.fixture
 def make_tensor(request: pytest.FixtureRequest, triton_device: torch.device) -> TensorFactory:
     """make_tensor(shape, dtype=torch.float32, *, dist=..., noncontiguous=..., poison=...):
-    tensors on triton_device from a generator seeded for this test (see TensorFactory)."""
+    tensors on triton_device from a generator seeded for this test (see TensorFactory). The
+    shape may also be separate ints: make_tensor(512, 1000)."""
     from .correctness.tensors import TensorFactory  # import time: torch
 
     seed = seeding.for_item(request.node, seeding.base(request.config))

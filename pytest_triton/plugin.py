@@ -130,7 +130,7 @@ FEATURES = (
     ("triton-ncu-child", ncu_child, "pytest_triton.diagnose.ncu", "NcuChild"),
     ("triton-perf-plot", plotting, "pytest_triton.report.plot", "Plot"),
     ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
-    ("triton-perf-regression", regression_gate, "pytest_triton.report.regression", "RegressionGate"),
+    ("triton-perf-regression", regression_gate, "pytest_triton.report.gate", "RegressionGate"),
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under
