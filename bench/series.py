@@ -156,7 +156,7 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
         if gpus > 1:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=25",
                "--benchmark-disable", *MAIN_JOB, "--triton-perf-json", str(report)]
         t0 = time.time()
         try:
