@@ -128,3 +128,68 @@ def test_a_dry_runs_timed_call_is_counted_into_the_report(pytester, run_interpre
     # fn only: the baseline launches the same kernel, and is not counted
     assert call["work"]["launches"] == 1 and call["work"]["bytes"] == 12000
     assert call["bytes"] == 12000
+
+
+DECLARED = KERNELS + """
+import pytest
+from pytest_triton import perf_target
+
+
+@perf_target(bandwidth_frac=0.8)
+@pytest.mark.parametrize("extra", [0, 8, 800])
+def test_add_declares(triton_bench, extra):
+    x = torch.randn(1000)
+    out = torch.empty_like(x)
+    triton_bench(lambda: add(x, x, out), bytes=3 * x.nbytes + extra)
+
+
+@perf_target(tflops=1)
+@pytest.mark.parametrize("flops", [2 * 2 * 16**3 // 2, 2 * 2 * 16**3 * 2])
+def test_dot_declares(triton_bench, flops):
+    a, b, c = torch.randn(16, 16), torch.randn(16, 16), torch.empty(16, 16)
+    triton_bench(lambda: _dot_atomic_kernel[(2,)](a, b, c, M=16), flops=flops)
+
+
+@perf_target(tflops=1)
+def test_flops_of_a_kernel_without_dot_are_not_counted(triton_bench):
+    x = torch.randn(1000)
+    out = torch.empty_like(x)
+    triton_bench(lambda: add(x, x, out), flops=10**9)
+
+
+@perf_target(bandwidth_frac=0.8)
+def test_add_reads_twice(triton_bench):
+    x = torch.randn(1000)
+    out = torch.empty_like(x)
+    triton_bench(lambda: (add(x, x, out), add(x, x, out)), bytes=3 * x.nbytes)
+"""
+
+
+def test_declarations_above_the_count_fail_naming_both(pytester, run_interpreted):
+    pytester.makepyfile(test_k=DECLARED)
+    result = run_interpreted("-p", "no:cacheprovider", "-rs")
+    # the exact declaration and 8 bytes over (0.07%, inside 1%) pass, 800 bytes over (6.7%)
+    # fails; half the dot's FLOPs passes, twice them fails; a kernel without tl.dot is unchecked
+    result.assert_outcomes(skipped=5, failed=2)
+    result.stdout.fnmatch_lines([
+        "*test_add_declares?800?: bytes=0.0000128 GB declared, but the timed call moved "
+        "0.000012 GB (0.000008 GB loaded, 0.000004 GB stored): 6.7% more declared than done; "
+        "every GB/s and fraction of peak bandwidth reported for it would be inflated*",
+        "*test_dot_declares?32768?: flops=0.000032768 GFLOP declared, but the timed call's "
+        "tl.dot did 0.000016384 GFLOP: 100.0% more declared than done; every TFLOP/s*",
+    ])
+    out = result.stdout.str()
+    assert "test_add_declares[0]" not in out.split("short test summary")[-1].split("SKIPPED")[0]
+
+
+def test_a_memory_bound_call_moving_much_more_than_declared_gets_a_note(pytester,
+                                                                          run_interpreted):
+    pytester.makepyfile(test_k=DECLARED)
+    result = run_interpreted("-p", "no:cacheprovider", "-k", "reads_twice or dot_declares")
+    result.stdout.fnmatch_lines([
+        "*WorkNote: test_k.py::test_add_reads_twice: the timed call moved 0.000024 GB, 2.00x its "
+        "bytes=0.000012 GB (0.000016 GB loaded, 0.000008 GB stored): redundant loads*",
+    ])
+    # the dot counted twice the FLOPs declared (as a matmul padded to its tiles does): no note
+    assert "test_dot_declares[8192]" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*1 failed, 2 skipped, 4 deselected, 1 warning*"])
