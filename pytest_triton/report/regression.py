@@ -18,11 +18,12 @@ from ..perf import compare as stats
 from ..perf import session as perf_session
 from ..perf.compare import Change, Result, Side
 from ..perf.record import Measurement, PerfRecord
-from . import history, summary
+from . import history, summary, work_gate
 
 # the order rows are shown in: what fails a run first
-ORDER = (Change.SLOW, Change.REFUSED, Change.UNCERTAIN, Change.MISSING, Change.FAST, Change.NEW,
-         Change.SAME)
+ORDER = (Change.SLOW, Change.MORE_WORK, Change.REFUSED, Change.UNCERTAIN, Change.MISSING,
+         Change.FAST, Change.LESS_WORK, Change.NEW, Change.SAME, Change.SAME_WORK)
+QUIET = (Change.SAME, Change.SAME_WORK)  # counted, not listed
 SPREAD_RUNS = 10  # the newest saved runs of the device a test's run-to-run spread is taken from
 
 
@@ -146,6 +147,8 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
         else:
             out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
     out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items() if label not in new]
+    out.rows += [Row(label, change, why=why)
+                 for label, change, why in work_gate.verdicts(ref.records, records)]
     for r in records:  # the shapes of one test, as a whole
         if len(r.measurements) < 2:
             continue
@@ -244,7 +247,7 @@ def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
     if out.refusal:
         text.append(f"REFUSED: {out.refusal}")
     for row in out.rows:
-        if row.verdict is Change.SAME or (out.refusal and row.verdict is Change.REFUSED):
+        if row.verdict in QUIET or (out.refusal and row.verdict is Change.REFUSED):
             continue
         what = f"{row.verdict.value.upper():9s} {row.label}{' (all shapes)' if row.whole else ''}"
         detail = "; ".join(x for x in (_change(row, out.by), _units(row)) if x)
@@ -267,13 +270,13 @@ def markdown(out: Outcome) -> str:
     head = [f"### pytest-triton: against {describe_ref(out.ref)}", ""]
     if out.refusal:
         return "\n".join(head + [f"**Refused**: {out.refusal}", ""])
-    shown = [r for r in out.rows if r.verdict is not Change.SAME]
+    shown = [r for r in out.rows if r.verdict not in QUIET]
     shown.sort(key=lambda r: ({Change.SLOW: 0, Change.FAST: 1}.get(r.verdict, 2), r.label))
     table = ["| verdict | test | change [interval: 99% for the run] | reference -> this run |",
              "|---|---|---|---|"]
     for r in shown:
         label = r.label.replace("|", "\\|") + (" (all shapes)" if r.whole else "")
-        units = _units(r) + ("; the autotuner chose another config" if r.cause else "")
+        units = (_units(r) or r.why) + ("; the autotuner chose another config" if r.cause else "")
         table.append(f"| {r.verdict.value.upper()} | `{label}` | {_change(r, out.by)} | "
                      f"{units.replace('|', '/')} |")
     return "\n".join(head + (table if shown else []) + ["", counts_text(out), ""])
