@@ -133,7 +133,9 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
     """Every measurement of `records` (this run, on `device`) against the reference run's."""
     out = Outcome(ref, by, threshold)
     same_gpu = sku(ref.device) == sku(device)
-    if not same_gpu and by == "time":
+    # a CPU run's dry runs time nothing: its tests are compared on their counted work alone
+    timed = any(r.measurements for r in records)
+    if not same_gpu and by == "time" and timed:
         out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
                        "the measured ceiling with --triton-perf-compare-by=fraction")
     old, new = _labelled(ref.records), _labelled(records)
@@ -146,7 +148,9 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
             out.rows.append(Row(label, Change.REFUSED, ref=old[label], new=m, why=out.refusal))
         else:
             out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
-    out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items() if label not in new]
+    if timed:
+        out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items()
+                     if label not in new]
     out.rows += [Row(label, change, why=why)
                  for label, change, why in work_gate.verdicts(ref.records, records)]
     for r in records:  # the shapes of one test, as a whole
@@ -342,7 +346,8 @@ class RegressionGate:
             self.note = f"--triton-perf-compare={self._ref}: {exc}"
             run.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
-        if not ps.records:
+        if not any(r.measurements for r in ps.records) and \
+                not work_gate.verdicts(ref.records, ps.records):
             self.note = (f"nothing measured in this run to compare with {describe_ref(ref)} "
                          "(a dry run, or no perf test selected)")
             return

@@ -96,3 +96,17 @@ def test_the_command_line_compare_gives_the_work_verdicts(runs, pytester):
                           text=True)
     (row,) = json.loads(back.stdout)["rows"]
     assert (row["verdict"], back.returncode) == ("less-work", 0)
+
+
+def test_a_cpu_run_against_a_gpu_run_compares_nothing_and_fails_nothing(runs, pytester):
+    from ._docs import H100
+
+    runs("_add_kernel", "--triton-perf-save=cpu")
+    (cpu,) = _history(pytester)
+    done = subprocess.run([sys.executable, "-m", "pytest_triton", "compare", str(H100), str(cpu),
+                           "--fail-on", "slow,missing,refused,more-work", "--json", "-"],
+                          capture_output=True, text=True)
+    # the dry run timed nothing: no test of the GPU run is MISSING, no GPU model REFUSED
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+    out = json.loads(done.stdout)
+    assert (out["rows"], out["refusal"]) == ([], "")
