@@ -193,3 +193,32 @@ def test_a_memory_bound_call_moving_much_more_than_declared_gets_a_note(pytester
     # the dot counted twice the FLOPs declared (as a matmul padded to its tiles does): no note
     assert "test_dot_declares[8192]" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*1 failed, 2 skipped, 4 deselected, 1 warning*"])
+
+
+def test_an_interpreter_without_a_counted_method_is_not_counted_and_says_why(monkeypatch):
+    from triton.runtime import interpreter as ti
+
+    monkeypatch.setattr(work, "_unavailable", [])
+    monkeypatch.delattr(ti.InterpreterBuilder, "create_atomic_cas")
+    with work.counting() as w:
+        assert w is None
+    assert work.unavailable() == "this Triton's interpreter has no InterpreterBuilder.create_atomic_cas"
+
+
+def test_an_interpreter_whose_loads_bypass_the_counter_is_caught_by_the_probe(monkeypatch):
+    import numpy as np
+    from triton.runtime import interpreter as ti
+
+    def create_load(self, ptr, cache_policy, is_volatile):  # straight to memory, as in old Tritons
+        dtype = ti._get_np_dtype(ptr.get_element_ty())
+        ones = np.ones_like(ptr.data, dtype=bool)
+        return ti.TensorHandle(ti._interpreter.load(ptr.data, ones, np.zeros_like(ptr.data, dtype),
+                                                    dtype), ptr.get_element_ty())
+
+    monkeypatch.setattr(work, "_unavailable", [])
+    monkeypatch.setattr(work, "_probed", [])
+    monkeypatch.setattr(ti.InterpreterBuilder, "create_load", create_load)
+    with work.counting() as w:
+        assert w is None
+    assert work.unavailable() == ("this Triton's interpreter loads past the counted methods (a "
+                                  "probe of 20 bytes counted 8)")
