@@ -187,7 +187,7 @@ def test_layernorm_backward_speed(dtype, cols, make_tensor, triton_bench):
     dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
     # bytes= leaves out the float32 partial sums of dw and db (each program group's, written by
     # the first kernel and read by the second): a sliver of the traffic at the GPU's size, but
-    # at the dry run's few, short rows the count is up to 2.9x bytes= and the run notes it
+    # at the dry run's few, short rows they are most of it, and the run notes the re-read
     triton_bench(lambda: layernorm.layernorm_backward(dy, x, w, mean, rstd, dx=dx, dw=dw, db=db),
                  bytes=layernorm.layernorm_backward_bytes(x), baseline=baseline, dtype=dtype)
     del baseline  # frees torch's autograd graph before the float64 reference is built
