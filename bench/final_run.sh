@@ -53,9 +53,10 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       # BENCHMARKS.md) under $OUT; the runs' reports and logs in logs.tar.gz. A later call on
       # the warm machine adds SERIES_RUNS more to the same folder (SERIES_FROM numbers them on).
       mkdir -p "$HIST/series"
-      run series "$(cap 590)" "\`bench/series.py --make ${SERIES_RUNS:-12} --gpus ${SELF_GPUS:-1}\` (the main job, each run its own process with a cold Triton cache)" \
+      secs=$(cap 590)
+      run series "$secs" "\`bench/series.py --make ${SERIES_RUNS:-12} --gpus ${SELF_GPUS:-1}\` (the main job, each run its own process with a cold Triton cache)" \
         python3 bench/series.py --make "${SERIES_RUNS:-12}" --first "${SERIES_FROM:-0}" --gpus "${SELF_GPUS:-1}" \
-          --dir "$HIST/series" --json "$OUT/series.json" --md "$OUT/series.md" > "$LOGS/series.log" 2>&1
+          --budget $(( secs - 15 )) --dir "$HIST/series" --json "$OUT/series.json" --md "$OUT/series.md" > "$LOGS/series.log" 2>&1
       cp "$HIST"/series/series-0.json "$OUT/perf.json" 2>/dev/null  # the first run: the perf section
       grep -E "^series-|runs on" "$LOGS/series.log" | tail -${SERIES_RUNS:-12} ;;
     suite)

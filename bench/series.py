@@ -2,7 +2,8 @@
 target come to failing (not a test; a step of bench/final_run.sh: `series`).
 
     python bench/series.py RUN.json [RUN.json ...] [--json FILE] [--md FILE]
-    python bench/series.py --make N [--gpus G] --dir DIR [--json FILE] [--md FILE]
+    python bench/series.py --make N [--gpus G] [--first K] [--budget S] --dir DIR [--json FILE]
+                           [--md FILE]
 
 --make N runs the main job (`pytest --pyargs reference_kernels --triton-perf -m perf_target`) N
 times into DIR (series-I.json and series-I.log), G at once, one on each GPU of a machine of one
@@ -128,13 +129,17 @@ def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
     return "\n".join(out) + "\n"
 
 
+ESTIMATE_S = 200.0  # a cold run of the main job on an H100 or H200, before one has finished
 MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
 
 
-def make_runs(n: int, gpus: int, folder: Path, first: int = 0) -> None:
+def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | None = None) -> None:
     """Run the main job n times, `gpus` at once, as series-FIRST ... in `folder`: each run's
-    report (.json), output (.log), and pytest's exit status and wall time in s (.status)."""
+    report (.json), output (.log), and pytest's exit status and wall time in s (.status). With a
+    `budget` (s), a run that would not finish within it (at the longest run's wall time so far,
+    or ESTIMATE_S before any finished) is not started: a run cut short would count as failed."""
     folder.mkdir(parents=True, exist_ok=True)
+    start, walls = time.time(), []
     free: queue.Queue = queue.Queue()
     for gpu in range(gpus):
         free.put(gpu)
@@ -142,6 +147,11 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0) -> None:
 
     def one(i: int) -> None:
         gpu, report = free.get(), folder / f"series-{i}.json"
+        if budget is not None and time.time() - start + max(walls, default=ESTIMATE_S) > budget:
+            free.put(gpu)
+            print(f"series-{i}: not started, it would not end within the {budget:.0f} s budget",
+                  flush=True)
+            return
         cache = Path(tempfile.mkdtemp(prefix=f"triton-cache-{i}-"))  # a cold Triton cache
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
         if gpus > 1:
@@ -157,6 +167,7 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0) -> None:
             free.put(gpu)
             shutil.rmtree(cache, ignore_errors=True)
         wall = time.time() - t0
+        walls.append(wall)
         (folder / f"series-{i}.status").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1)}))
         print(f"series-{i}: rc={rc} in {wall:.0f} s on GPU {gpu}", flush=True)
 
@@ -179,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first", type=int, default=0, help="--make numbers its runs from FIRST "
                    "(a later call adds to the runs an earlier one left in --dir)")
     p.add_argument("--dir", type=Path, help="where --make writes its runs")
+    p.add_argument("--budget", type=float, help="seconds --make may take: a run that would not "
+                   "end within them is not started")
     p.add_argument("--json", type=Path, help="write the runs and margins as JSON")
     p.add_argument("--md", type=Path, help="write the Markdown tables")
     p.add_argument("--top", type=int, default=25, help="margins listed in the tables")
@@ -187,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.make:
         if args.dir is None or args.gpus < 1:
             p.error("--make N needs --dir DIR and --gpus >= 1")
-        make_runs(args.make, args.gpus, args.dir, args.first)
+        make_runs(args.make, args.gpus, args.dir, args.first, args.budget)
         made = made_runs(args.dir)
     paths = [*args.runs, *made]
     if not paths:

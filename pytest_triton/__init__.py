@@ -1,81 +1,75 @@
-"""pytest-triton: is the kernel right, and is it fast enough."""
+"""pytest-triton: is the kernel right, and is it fast enough.
 
-from .correctness.compare import TOLERANCES, assert_close, tolerance_for
-from .correctness.configs import assert_every_config, config_id, config_params, pin_config
-from .correctness.determinism import assert_deterministic
-from .correctness.gradients import assert_grads_close
-from .correctness.guards import check_guards
-from .correctness.poison import poison_allocations
-from .correctness.tensors import TensorFactory, poison_value
-from .env.device import ARCH_LIMITS, DeviceInfo, arch_of, sm_limits
-from .env.interpreter.base import interpreting
-from .env.interpreter.gaps import INTERPRETER_GAPS, skip_interpreter_gap
-from .env.runtime import autotune_configs
-from .perf.calibrate import measure_ceilings
-from .perf.compare import Change, compare_samples
-from .perf.markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetMissed, perf_target
-from .perf.record import Measurement, PerfRecord, Verdict
-from .perf.timing import Settings as TimingSettings
-from .perf.timing import Timings, do_bench, measure
-from .process.gpufaults import GPUContextLost
-from .process.oomretry import OutOfMemoryRetried
+The public names are imported from their modules when first asked for (PEP 562), not with the
+package: most of them import torch or Triton, and the pytest plugin (plugin.py), which imports
+this package, must load without either.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ARCH_LIMITS",
-    "Change",
-    "DeviceInfo",
-    "GPUContextLost",
-    "INTERPRETER_GAPS",
-    "Measurement",
-    "OutOfMemoryRetried",
-    "PerfInconclusive",
-    "PerfInvalid",
-    "PerfRecord",
-    "PerfTarget",
-    "PerfTargetMissed",
-    "TOLERANCES",
-    "TensorFactory",
-    "TimingSettings",
-    "Timings",
-    "Verdict",
-    "__version__",
-    "arch_of",
-    "assert_close",
-    "assert_deterministic",
-    "assert_every_config",
-    "assert_grads_close",
-    "autotune_configs",
-    "check_guards",
-    "compare_samples",
-    "compile_resources",
-    "config_id",
-    "config_params",
-    "do_bench",
-    "interpreting",
-    "measure",
-    "measure_ceilings",
-    "perf_target",
-    "pin_config",
-    "poison_allocations",
-    "poison_value",
-    "real_resources",
-    "skip_interpreter_gap",
-    "sm_limits",
-    "spec_of_call",
-    "tolerance_for",
-]
+# Each public name and the module that defines it (a name differing there: "module:name").
+_PUBLIC = {
+    "TOLERANCES": "correctness.compare",
+    "assert_close": "correctness.compare",
+    "tolerance_for": "correctness.compare",
+    "assert_every_config": "correctness.configs",
+    "config_id": "correctness.configs",
+    "config_params": "correctness.configs",
+    "pin_config": "correctness.configs",
+    "assert_deterministic": "correctness.determinism",
+    "assert_grads_close": "correctness.gradients",
+    "check_guards": "correctness.guards",
+    "poison_allocations": "correctness.poison",
+    "TensorFactory": "correctness.tensors",
+    "poison_value": "correctness.tensors",
+    "ARCH_LIMITS": "env.device",
+    "DeviceInfo": "env.device",
+    "arch_of": "env.device",
+    "sm_limits": "env.device",
+    "interpreting": "env.interpreter.base",
+    "INTERPRETER_GAPS": "env.interpreter.gaps",
+    "skip_interpreter_gap": "env.interpreter.gaps",
+    "autotune_configs": "env.runtime",
+    # Compiling a launch for an architecture without a GPU, as the triton_resources gate does.
+    "compile_resources": "env.archcompile",
+    "real_resources": "env.archcompile",
+    "spec_of_call": "env.archcompile",
+    "measure_ceilings": "perf.calibrate",
+    "Change": "perf.compare",
+    "compare_samples": "perf.compare",
+    "PerfInconclusive": "perf.markers",
+    "PerfInvalid": "perf.markers",
+    "PerfTarget": "perf.markers",
+    "PerfTargetMissed": "perf.markers",
+    "perf_target": "perf.markers",
+    "Measurement": "perf.record",
+    "PerfRecord": "perf.record",
+    "Verdict": "perf.record",
+    "TimingSettings": "perf.timing:Settings",
+    "Timings": "perf.timing",
+    "do_bench": "perf.timing",
+    "measure": "perf.timing",
+    "GPUContextLost": "process.gpufaults",
+    "OutOfMemoryRetried": "process.oomretry",
+}
 
-
-# Compiling a launch for an architecture without a GPU (env/archcompile.py): imported when first
-# asked for, as the triton_resources gate does, not with the package.
-_LAZY = {"compile_resources", "real_resources", "spec_of_call"}
+__all__ = sorted([*_PUBLIC, "__version__"])
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        from .env import archcompile  # import time: only where resources are compiled
+    where = _PUBLIC.get(name)
+    if where is None:
+        raise AttributeError(f"module 'pytest_triton' has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    # import time: the module is imported on first use of one of its names
+    value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
+    globals()[name] = value  # asked for once: later lookups find it without this function
+    return value
 
-        return getattr(archcompile, name)
-    raise AttributeError(f"module 'pytest_triton' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})

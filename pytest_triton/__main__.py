@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .report import history, regression, trend
+from .report import history, regression, shards, trend
 
 
 def parser() -> argparse.ArgumentParser:
@@ -47,22 +47,29 @@ def parser() -> argparse.ArgumentParser:
     comparing.add_argument("--history", default=history.DEFAULT_DIR, metavar="DIR",
                            help="where names are looked up and run-to-run spreads are taken "
                                 f"from (default {history.DEFAULT_DIR})")
-    comparing.add_argument("--by", choices=("time", "fraction"), default="time")
-    comparing.add_argument("--threshold", default="3%", metavar="PERCENT")
+    comparing.add_argument("--by", choices=("time", "fraction"), default="time",
+                           help="compare times (one GPU model), or fractions of each GPU's "
+                                "measured ceiling, else datasheet peak (any two GPUs; default "
+                                "time)")
+    comparing.add_argument("--threshold", default="3%", metavar="PERCENT",
+                           help="the least change called SLOW or FAST; within it, SAME "
+                                "(default 3%%)")
     comparing.add_argument("--fail-on", default="off", metavar="VERDICTS",
                            help="slow, or a comma list of slow, uncertain, missing, refused, "
                                 "more-work")
     comparing.add_argument("--spread", choices=("history", "prior"), default="history",
                            help="the run-to-run spread: from the reference GPU's saved runs "
                                 "(NEW left out), or the prior alone (a first comparison)")
-    comparing.add_argument("--md", metavar="FILE", help="write the Markdown table to FILE")
+    comparing.add_argument("--md", metavar="FILE", help="write the Markdown table to FILE ('-': "
+                           "standard output, instead of the table)")
     comparing.add_argument("--json", metavar="FILE", help="write the verdicts as JSON ('-': "
                            "standard output, instead of the table)")
     comparing.set_defaults(run=_compare)
 
     trending = commands.add_parser(
         "trend", help="plot each test's median over the saved runs of one GPU model")
-    trending.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR")
+    trending.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR",
+                          help=f"the history directory (default {history.DEFAULT_DIR})")
     trending.add_argument("-o", "--output", default="perf-trend", metavar="OUT_DIR",
                           help="the folder the pictures go to, one PNG per test")
     trending.add_argument("--device", help="a device folder, or its start (e.g. H100-SXM); "
@@ -88,10 +95,10 @@ def _merge(args: argparse.Namespace) -> None:
         paths.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
     if not paths:
         raise history.HistoryError(f"no .json files in {', '.join(args.files)}")
-    doc = history.merge([history.load(p, allow_report=True) for p in paths])
+    doc = shards.merge([history.load(p, allow_report=True) for p in paths])
     out = Path(args.output)
-    if out.is_dir():
-        written = history.save(doc, out)
+    if out.is_dir():  # stamped with the run's own time: an import keeps each run's date
+        written = history.save(doc, out, when=history.created_at(doc))
     else:
         try:
             with open(out, "x") as f:
@@ -116,8 +123,11 @@ def _history(args: argparse.Namespace) -> None:
         for e in entries:
             run = history.load(e.path)
             commit = (run.commit or "")[:12] + ("+dirty" if run.dirty else "")
-            rows.append((_when(e.stamp), run.name or "", commit, run.branch or "",
-                         str(len(run.records)), os.path.relpath(e.path)))
+            unchecked = len(run.rest.get("unchecked") or [])
+            tests = f"0 (dry run: {unchecked} unchecked)" if unchecked and not run.records \
+                else str(len(run.records))
+            rows.append((_when(e.stamp), run.name or "", commit, run.branch or "", tests,
+                         os.path.relpath(e.path)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             print("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -129,6 +139,9 @@ def _when(stamp: str) -> str:
 
 def _compare(args: argparse.Namespace) -> int:
     threshold = options.percent(args.threshold, "--threshold")
+    if args.md == "-" and args.json == "-":
+        raise options.OptionError("--md - and --json -: only one of them can write to standard "
+                                  "output")
     fail_on = options.words(args.fail_on, "triton_perf_fail_on", "--fail-on")
     loaded = []
     for ref in (args.ref, args.new):
@@ -138,15 +151,17 @@ def _compare(args: argparse.Namespace) -> int:
     medians = {} if args.spread == "prior" else regression.spreads(ref, Path(args.history),
                                                                   skip=new.path)
     out = regression.compare_runs(ref, new.records, new.device, by=args.by, threshold=threshold,
-                                  medians=medians)
+                                  medians=medians, by_fraction="--by fraction")
     if args.md:
-        regression.write_markdown(out, args.md)
+        regression.write_markdown(out, None if args.md == "-" else args.md)
+    if args.json and args.json != "-":
+        Path(args.json).write_text(json.dumps(out.to_dict(), indent=1))
     if args.json == "-":
         json.dump(out.to_dict(), sys.stdout, indent=1)
+    elif args.md == "-":
+        print(regression.markdown(out))
     else:
-        if args.json:
-            Path(args.json).write_text(json.dumps(out.to_dict(), indent=1))
-        print("\n".join(regression.lines(out, fail_on)))
+        print("\n".join(regression.lines(out, fail_on, "--fail-on")))
     return 1 if out.failing(fail_on) else 0
 
 

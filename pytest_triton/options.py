@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
+from . import flags
+
 
 @dataclass(frozen=True)
 class Option:
     name: str  # the dest / ini name, e.g. "triton_perf"
-    kind: str  # "bool", "string", "linelist" or "flag" (a bare flag, or --flag=CHOICE)
+    kind: str  # "bool", "string", "linelist" or "flag" (a bare flag, or --flag=VALUE: flags.py)
     default: Any
     help: str
     metavar: str | None = None
@@ -194,9 +195,11 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(opt.flag, action="store_true", dest=opt.name, default=None, help=opt.help)
             parser.addini(opt.name, ini_help, type="bool", default=opt.default)
         elif opt.kind == "flag":
-            group.addoption(opt.flag, action="store", dest=opt.name, default=None, nargs="?",
-                            const=opt.const, metavar=opt.metavar, type=_flag_value(opt),
-                            help=opt.help)
+            if opt.choices:
+                flags.add_choice_flag(group, opt.flag, opt.name, opt.choices, opt.const,
+                                      opt.metavar, opt.help)
+            else:
+                flags.add_name_flag(group, opt.flag, opt.name, opt.const, opt.metavar, opt.help)
             parser.addini(opt.name, ini_help, type="string", default=opt.default)
         elif opt.kind == "linelist":
             parser.addini(opt.name, opt.help, type="linelist", default=opt.default)
@@ -208,28 +211,6 @@ def add_options(parser: pytest.Parser) -> None:
     # internal: a supervised child runs the test ids listed in DIR and reports there (process/)
     group.addoption("--triton-child", action="store", dest="triton_child", default=None,
                     metavar="DIR", help=argparse.SUPPRESS)
-
-
-def _flag_value(opt: Option):
-    """The type= of a "flag" option: a bare flag followed by a test path would take the path as
-    its value (argparse's nargs="?"), so anything but a choice is refused, saying how to write
-    it, rather than run without that path."""
-    def check(value: str) -> str:
-        if opt.choices is None:  # a name: a path after the bare flag is not one
-            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) or os.path.exists(value):
-                raise argparse.ArgumentTypeError(
-                    f"{value!r} is not a name (letters, digits, '.', '_', '-'); give the name "
-                    f"with '=' ({opt.flag}=NAME), and put test paths before the bare {opt.flag}")
-            return value
-        if value not in opt.choices:
-            raise argparse.ArgumentTypeError(
-                f"{value!r} is not one of {', '.join(opt.choices)}; give a value with '=' "
-                f"({opt.flag}={opt.choices[-1]}), and put test paths before the bare "
-                f"{opt.flag} (or write {opt.flag}={opt.const})")
-        return value
-
-    check.__name__ = opt.flag  # argparse names the type in its error
-    return check
 
 
 def get(config: pytest.Config, name: str) -> Any:
@@ -341,6 +322,9 @@ def validate(config: pytest.Config) -> None:
     run without --triton-perf, an ini value that only one job reads): a bad value stops the run
     here, saying so, rather than passing unnoticed until the run that reads it. argparse has
     checked the command line's choices; this checks the ini file's, and every number."""
+    for opt in OPTIONS:
+        if opt.kind == "flag" and opt.choices and config.getoption(opt.name) is not None:
+            flags.check_choices_read_as_paths(config, opt.flag, opt.choices)
     for opt in OPTIONS:
         if opt.kind == "linelist":
             continue

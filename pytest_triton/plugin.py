@@ -130,7 +130,7 @@ FEATURES = (
     ("triton-ncu-child", ncu_child, "pytest_triton.diagnose.ncu", "NcuChild"),
     ("triton-perf-plot", plotting, "pytest_triton.report.plot", "Plot"),
     ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
-    ("triton-perf-regression", regression_gate, "pytest_triton.report.regression", "RegressionGate"),
+    ("triton-perf-regression", regression_gate, "pytest_triton.report.gate", "RegressionGate"),
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under
@@ -159,6 +159,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
     config.add_cleanup(lambda: runtime.restore_environment(rt))
+    runtime.import_for_nested_runs(config)  # before a pytester run inside a test could import them
     seeding.configure(config)
     config.stash[state.STATE_KEY] = state.TritonState(
         runtime=rt, checklist=checklist.load(config), perf=bool(options.get(config, "triton_perf")))

@@ -15,10 +15,11 @@ PKG = Path(__file__).resolve().parent.parent / "pytest_triton"
 NAME = PKG.name
 
 # Lower layers never import higher ones: env <- correctness, perf, process <- diagnose, report.
-# The top-level modules: options and hookspec below everything, state above env (it holds the
-# Runtime), fixtures and plugin (wiring) and __init__ (the public API) above everything.
+# The top-level modules: options (and flags, how its optional values are written) and hookspec
+# below everything, state above env (it holds the Runtime), fixtures and plugin (wiring) and
+# __init__ (the public API) above everything.
 LAYERS = {
-    "options": 0, "hookspec": 0,
+    "options": 0, "flags": 0, "hookspec": 0,
     "env": 1,
     "state": 2,
     "correctness": 3, "perf": 3, "process": 3,

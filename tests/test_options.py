@@ -127,9 +127,10 @@ def test_help_says_what_bare_flags_mean_the_seed_forms_and_what_needs_triton_per
                for e in re.split(r"\n  (?=--)", raw) if e.startswith("--")}
     text = " ".join(raw.split())
     # It showed --triton-supervise=[off], while the bare flag means on.
-    assert "--triton-supervise=[auto|on|off]" in text
+    assert "--triton-supervise [=auto|on|off]" in text
     assert "the bare --triton-supervise means on" in text
-    assert "--triton-perf-explain=[on|ncu|off]" in text
+    assert "--triton-perf-explain [=on|ncu|off]" in text
+    assert "--triton-judge [=on|default|off]" in text
     assert "the bare --triton-perf-explain means on" in text
     assert "--triton-seed=N|random|BASE:SEED" in text
     assert "BASE:SEED gives every selected test the seed SEED" in text
@@ -190,3 +191,43 @@ def test_under_xdist_every_worker_takes_the_controllers_random_base(pytester):
     assert printed, result.stdout.str()
     used = {p.read_text() for p in pytester.path.glob("base-gw*.txt")}
     assert used == {printed.group(1)}
+
+
+RECORD_FLAGS = """
+import pathlib
+from pytest_triton import options
+
+def test_b(request):
+    values = {n: options.get(request.config, n)
+              for n in ("triton_judge", "triton_supervise", "triton_perf_explain")}
+    pathlib.Path("seen.txt").write_text(repr(values))
+"""
+
+
+@pytest.mark.parametrize("args, name, value", [
+    (["--triton-judge", "test_b.py"], "triton_judge", "on"),
+    (["--triton-judge=off", "test_b.py"], "triton_judge", "off"),
+    (["test_b.py", "--triton-judge"], "triton_judge", "on"),
+    (["--triton-supervise", "test_b.py"], "triton_supervise", "on"),
+    (["--triton-perf", "--triton-perf-explain", "test_b.py"], "triton_perf_explain", "on"),
+    (["--triton-perf", "--triton-perf-explain=ncu", "test_b.py"], "triton_perf_explain", "ncu"),
+])
+def test_a_bare_flag_leaves_the_test_path_after_it_a_test_path(pytester, args, name, value):
+    # --triton-judge tests/x.py took tests/x.py as the judge's value (and refused it).
+    pytester.makepyfile(test_a="def test_a(): pass", test_b=RECORD_FLAGS)
+    result = pytester.runpytest_subprocess("-p", "no:randomly", *args)
+    result.assert_outcomes(passed=1)  # test_b.py alone: the path was taken as a path
+    assert eval((pytester.path / "seen.txt").read_text())[name] == value
+
+
+def test_a_value_after_a_space_is_a_test_path_and_the_error_says_so(pytester):
+    pytester.makepyfile(test_b=RECORD_FLAGS)
+    result = pytester.runpytest_subprocess("--triton-judge", "on", "test_b.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--triton-judge on: 'on' was read as a test path (there is "
+                                 "none): --triton-judge takes its value only with '=': "
+                                 "--triton-judge=on*"])
+    result = pytester.runpytest_subprocess("--triton-judge=sometimes", "test_b.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*argument --triton-judge: ignored explicit argument "
+                                 "'sometimes'*"])

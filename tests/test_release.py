@@ -122,7 +122,10 @@ def test_ci_runs_the_readme_set_up_and_test_commands_and_the_recipe():
                  "pyproject-build"):
         assert call in run, call
     setup = ci.setup(README)
-    assert setup[-1] == "python -m pytest"  # the README's test command, the whole suite
+    # the README's test command: the whole suite, across the cores (5 minutes or less on 2, which
+    # .ci/run prints)
+    assert setup[-1] == "python -m pytest -n auto"
+    assert 'timed_test "$(tail -n 1 "$work/setup.sh")"' in run
     assert ci.first_test(README).startswith("import torch")
 
 

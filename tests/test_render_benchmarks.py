@@ -138,7 +138,7 @@ def test_another_gpus_saved_run_is_refused_by_time_and_compared_by_fraction(tmp_
     section = out[out.index("## Across GPUs: a-H100's saved run against a-H200's"):]
     by_time, by_fraction = section.split("$ python -m pytest_triton compare")[1:]
     assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
-           "ceiling with --triton-perf-compare-by=fraction" in by_time
+           "ceiling with --by fraction" in by_time  # the flag of the command shown
     assert "refused (threshold 3%, by time" in by_time
     assert by_fraction.startswith(" --by fraction REF NEW") and "by fraction;" in by_fraction
     assert "refused" not in by_fraction and str(tmp_path) not in section

@@ -122,7 +122,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
         return
     record_comparison(False, allow_trivial, None, None)
     raise AssertionError(_report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a,
-                                 nan_e, msg))
+                                 nan_e, msg, expected.dtype))
 
 
 def arithmetic_units(dtype: torch.dtype, a: torch.Tensor, e: torch.Tensor) -> float | None:
@@ -163,6 +163,21 @@ def arithmetic_note(dtype: torch.dtype, a: torch.Tensor, e: torch.Tensor) -> str
             f"torch at the same precision with {keyword}.")
 
 
+def coarser_expected_note(actual: torch.dtype, expected: torch.dtype, tol: Tolerance) -> str | None:
+    """The failure's note when `expected` holds fewer mantissa bits than `actual` and its own
+    rounding alone exceeds the tolerance, which follows `actual`: the reference, not the
+    kernel, is then too coarse to compare with."""
+    if not (actual.is_floating_point and expected.is_floating_point):
+        return None
+    roundoff = torch.finfo(expected).eps / 2
+    if torch.finfo(expected).eps <= torch.finfo(actual).eps or roundoff <= tol.rtol:
+        return None
+    return (f"Note: expected is {expected}, coarser than actual's {actual}, whose tolerance "
+            f"applies (rtol {fmt(tol.rtol)}); expected's own rounding, up to {fmt(roundoff)} "
+            f"relative, is more than that allows: compute the reference in float64 (e.g. "
+            f"reference(x.double())), or at least in {actual}.")
+
+
 def _worst_first(bad: torch.Tensor, diff: torch.Tensor, allowed: torch.Tensor) -> list[int]:
     """The flat indices of the mismatches, non-finite ones first (in index order), then the
     finite ones by how far over their allowance they are."""
@@ -177,12 +192,16 @@ def _worst_first(bad: torch.Tensor, diff: torch.Tensor, allowed: torch.Tensor) -
     return idx[order].tolist()
 
 
-def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan_e, msg) -> str:
+def _report(actual, a, e, diff, allowed, mismatch, n_bad, tol, nan_a, inf_a, nan_e, msg,
+            expected_dtype) -> str:
     total = actual.numel()
     lines = [msg] if msg else []
     lines.append(f"Tensors are not close ({actual.dtype}, shape {tuple(actual.shape)}, "
                  f"on {actual.device}).")
     lines.append(f"Mismatched elements: {n_bad} / {total} ({100.0 * n_bad / total:.3g}%)")
+    coarser = coarser_expected_note(actual.dtype, expected_dtype, tol)
+    if coarser:
+        lines.append(coarser)
     flat_diff = diff.flatten()
     flat_bad = mismatch.flatten()
     finite_bad = flat_bad

@@ -19,11 +19,9 @@ assert_deterministic, triton_bench). Cost: docs/judging.md.
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import linecache
 import re
-import time
 import weakref
 from dataclasses import dataclass, field
 
@@ -31,34 +29,8 @@ import torch
 
 from . import scope
 from .captured import captured
+from .checking import ENABLED, costed
 from .comparing import bits, fmt, index_of
-
-# The judge's checks (these and the others in docs/judging.md) are on unless --triton-judge=off
-ENABLED: contextvars.ContextVar[bool] = contextvars.ContextVar("triton_judge_checks", default=True)
-# Seconds the judge's checks took in this process, by kind ("default": the cheap checks that
-# always run; "judge": --triton-judge's): judge/cost.py reports them against the tests' time.
-SPENT = {"default": 0.0, "judge": 0.0}
-_DEPTH = [0]
-_CLOCK = time.perf_counter  # bound now: a test that replaces time.perf_counter cannot skew it
-
-
-def costed(kind: str = "default"):
-    """Count the decorated function's time in SPENT[kind] (not again inside another counted)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def counted(*args, **kwargs):
-            if _DEPTH[0]:
-                return fn(*args, **kwargs)
-            _DEPTH[0] += 1
-            t0 = _CLOCK()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                SPENT[kind] += _CLOCK() - t0
-                _DEPTH[0] -= 1
-        return counted
-    return wrap
-
 
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 HOW_TO_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the tensor) '

@@ -33,11 +33,8 @@ import math
 from dataclasses import dataclass, field
 
 import pytest
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import options, state
-from .tensors import poison_value
 
 MARKER = "poison_allocations"
 MARKER_HELP = (
@@ -68,6 +65,10 @@ _ACTIVE: contextvars.ContextVar[Record | None] = contextvars.ContextVar("triton_
 
 
 def _fill_value(dtype):
+    import torch
+
+    from .tensors import poison_value  # import time: torch
+
     if dtype == torch.bool:
         return None
     if dtype.is_complex:
@@ -78,6 +79,8 @@ def _fill_value(dtype):
 def _fill(t, first_element: int, record: Record, op: str) -> None:
     """Poison the storage of `t` from `first_element` (in elements of t's dtype) to its end: its
     gaps too, where its strides leave any."""
+    import torch
+
     if type(t) not in (torch.Tensor, torch.nn.Parameter) or t.layout != torch.strided \
             or t.device.type == "meta":
         return
@@ -98,6 +101,9 @@ def _fill(t, first_element: int, record: Record, op: str) -> None:
 
 
 def _mode(record: Record):
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
     factories = {getattr(torch.ops.aten, name) for name in _FACTORIES}
     resize = torch.ops.aten.resize_
 

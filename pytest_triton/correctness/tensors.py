@@ -49,7 +49,9 @@ def poison_value(dtype: torch.dtype) -> float | int:
 
 
 class TensorFactory:
-    """The `make_tensor` fixture: `make_tensor(shape, dtype=torch.float32, *, ...)`.
+    """The `make_tensor` fixture: `make_tensor(shape, dtype=torch.float32, *, ...)`; the shape
+    is a sequence (`make_tensor((512, 1000))`) or separate ints (`make_tensor(512, 1000)`, as
+    torch.testing.make_tensor takes it).
 
     Every call draws from one torch.Generator seeded for the test, so a test's tensors are the
     same on every run (for the same device) and differ between tests.
@@ -68,12 +70,16 @@ class TensorFactory:
         self.seed = seed
         self._generator.manual_seed(seed)
 
-    def __call__(self, shape: int | Sequence[int], dtype: torch.dtype = torch.float32, *,
+    def __call__(self, *shape_and_dtype: int | Sequence[int] | torch.dtype | str,
+                 dtype: torch.dtype | str | None = None,
                  dist: str | None = None, low: float | None = None, high: float | None = None,
                  scale: float = 1.0, value: float | None = None,
                  noncontiguous: bool | str = False, poison: bool = False,
                  requires_grad: bool = False) -> torch.Tensor:
-        """A tensor of `shape` and `dtype` on the test's device.
+        """A tensor of `shape` and `dtype` (default torch.float32) on the test's device.
+
+        shape_and_dtype: the shape, as one sequence or as separate ints, then optionally the
+          dtype: make_tensor((4, 5)), make_tensor(4, 5), make_tensor(4, 5, torch.float16).
 
         dist: "normal" (mean 0, std `scale`; the default), "uniform" ([low, high), default
           [0, 1); the default when low= or high= is given),
@@ -89,6 +95,7 @@ class TensorFactory:
           guard regions before and after it (guards.py), so writes past either end are caught.
         """
         __tracebackhide__ = True
+        shape, dtype = _shape_and_dtype(shape_and_dtype, dtype)
         shape = self._check_shape(shape)
         if self.resize is not None:
             shape = self.resize(shape)
@@ -267,6 +274,37 @@ class TensorFactory:
             view = base[..., ::2]
         view.copy_(dense)
         return view
+
+
+def _is_dim(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _shape_and_dtype(args: tuple, dtype) -> tuple:
+    """make_tensor's positional arguments as (shape, dtype): leading ints are the shape's
+    dimensions (torch.testing.make_tensor's form); otherwise the first argument is the shape.
+    One more argument is the dtype; anything else there is reported as a dtype, so a misspelt
+    dtype is named as one."""
+    __tracebackhide__ = True
+    if not args:
+        raise TypeError("make_tensor: missing the shape: make_tensor(512, 1000) or "
+                        "make_tensor((512, 1000))")
+    if _is_dim(args[0]):
+        n = next((i for i, a in enumerate(args) if not _is_dim(a)), len(args))
+        shape, rest = args[:n], args[n:]
+    else:
+        shape, rest = args[0], args[1:]
+        if rest and _is_dim(rest[0]):
+            raise TypeError(f"make_tensor{args!r}: give the shape as one sequence or as separate "
+                            "ints, not both")
+    if len(rest) > 1:
+        raise TypeError(f"make_tensor: {rest!r} after the shape {tuple(shape)!r}: expected at "
+                        "most a dtype there")
+    if rest:
+        if dtype is not None:
+            raise TypeError(f"make_tensor: dtype given twice ({rest[0]!r} and dtype={dtype!r})")
+        dtype = rest[0]
+    return shape, torch.float32 if dtype is None else dtype
 
 
 def distinct_elements(t: torch.Tensor) -> bool:

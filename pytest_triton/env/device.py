@@ -7,8 +7,6 @@ import json
 import re
 from dataclasses import asdict, dataclass, field, replace
 
-import torch
-
 from . import dtypes
 from .nvml import nvml_driver_version
 
@@ -285,6 +283,7 @@ def sm_limits(props, cc: tuple[int, int]) -> dict:
 
 def cuda_device_info(device) -> DeviceInfo:
     """DeviceInfo of a real CUDA device (initialises CUDA in this process)."""
+    import torch
     import triton
 
     props = torch.cuda.get_device_properties(device)

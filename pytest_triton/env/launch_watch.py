@@ -5,7 +5,8 @@ On a GPU, through Triton's launch-enter hook (launches.add_launch_hook; the argu
 from the launching frame, as launches.capture reads them). The interpreter calls no launch hook:
 its GridExecutor, which runs every interpreted launch, is wrapped instead (the method that
 copies a launch's arguments, which no interpreter fix replaces). Both are installed by
-the first watcher and removed with the last, so that a run without watchers pays nothing.
+the first watcher (once Triton is imported: no kernel launches before) and removed with the
+last, so that a run without watchers pays nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from . import launches
+from . import launches, onimport
 
 _WATCHERS: list[Callable] = []
 _INSTALLED: list[Callable[[], None]] = []  # the removers of what is installed
@@ -51,6 +52,10 @@ def _on_gpu_launch(metadata=None) -> None:
 
 
 def _install() -> None:
+    _INSTALLED.append(onimport.when_imported("triton", _install_hooks))
+
+
+def _install_hooks(_triton) -> None:
     _INSTALLED.append(launches.add_launch_hook(_on_gpu_launch))
     try:
         from triton.runtime import interpreter as ti  # import time: Triton, once a watcher exists

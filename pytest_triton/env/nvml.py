@@ -3,8 +3,6 @@ never change. Read only: nothing here sets anything. Without nvidia-ml-py every 
 
 from __future__ import annotations
 
-import torch
-
 _THROTTLE_BITS = {  # nvmlClocksEventReason* values
     0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
     0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
@@ -41,6 +39,8 @@ def nvml_driver_version() -> str | None:
 
 
 def _find_handle(nv, device):
+    import torch
+
     props = torch.cuda.get_device_properties(device)
     uuid = getattr(props, "uuid", None)
     if uuid is not None:

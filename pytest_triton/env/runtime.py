@@ -3,20 +3,26 @@
 Decided once per process, before conftest files and test modules are imported, because
 `@triton.jit` picks interpreter or compiler when the decorator runs. Under pytest-xdist,
 each worker is given its own GPU here too, through CUDA_VISIBLE_DEVICES, before CUDA starts.
+
+The choice asks torch (torch.cuda.is_available()) only where a GPU could be there: a CPU-only
+build of torch, or a Linux machine with no GPU driver loaded, has none, and then neither torch
+nor Triton is imported until a conftest or a test imports them (see _surely_no_gpu).
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
-import torch
 
 from .. import options
-from .interpreter import fixes as interpreter_fixes
+from . import onimport, versions
 from .interpreter.base import INTERPRET_ENV, interpreting
 
 
@@ -31,6 +37,8 @@ class Runtime:
     # not leave TRITON_INTERPRET=1 behind, or every later child process of a GPU session (a perf
     # child, a supervised child) runs its kernels under the interpreter.
     env_before: dict = field(default_factory=dict, compare=False)
+    # Undoes what waits for Triton's first import (the interpreter's fixes), at the session's end.
+    cancel: Callable[[], None] = field(default=lambda: None, compare=False, repr=False)
 
 
 class InterpreterConfigs(list):
@@ -68,7 +76,9 @@ def find_cuda_tool(name: str) -> str | None:
 
 
 def restore_environment(rt: Runtime) -> None:
-    """Put back the environment variables decide() set (at the end of the session)."""
+    """Put back the environment variables decide() set, and drop what still waits for Triton's
+    import (at the end of the session)."""
+    rt.cancel()
     for key, value in rt.env_before.items():
         if value is None:
             os.environ.pop(key, None)
@@ -130,14 +140,58 @@ def decide(early_config: pytest.Config) -> Runtime:
     before = {k: os.environ.get(k) for k in (INTERPRET_ENV, "CUDA_VISIBLE_DEVICES")}
     rt = _decide(early_config)
     rt = replace(rt, env_before={k: v for k, v in before.items() if os.environ.get(k) != v})
-    # Import Triton once, here, in the outermost run: a module first imported inside a pytester
-    # run is dropped from sys.modules afterwards, and a second import of Triton's native
-    # extension aborts the process at exit.
-    import triton  # noqa: F401
-
-    if rt.interpret:  # before any conftest or test module defines or launches a kernel
-        interpreter_fixes.install()
+    if not rt.interpret:
+        # On a GPU torch is imported already; Triton is imported here too, in the outermost run
+        # (see import_for_nested_runs).
+        import triton  # noqa: F401
+    else:
+        # Before any conftest or test module defines or launches a kernel: now if Triton is
+        # imported already, else the moment something first imports it.
+        rt = replace(rt, cancel=onimport.when_imported("triton", _install_interpreter_fixes))
     return rt
+
+
+def _install_interpreter_fixes(_triton) -> None:
+    from .interpreter import fixes  # import time: it probes Triton's interpreter
+
+    fixes.install()
+
+
+def import_for_nested_runs(config: pytest.Config) -> None:
+    """Import torch and Triton now where pytest runs may be nested in this one's tests (the
+    pytester plugin is active): a module first imported inside a pytester run is dropped from
+    sys.modules afterwards, and a second import of Triton's or torch's native extension breaks
+    the process (Triton's aborts it at exit)."""
+    if config.pluginmanager.has_plugin("pytester"):
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+
+
+# Where a GPU driver shows itself on Linux: NVIDIA's (loaded, or its device files), ROCm's, WSL's.
+_GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def _surely_no_gpu() -> bool:
+    """Whether torch.cuda.is_available() would surely say False, found without importing torch
+    (a second or two): torch built for neither CUDA nor ROCm, or a Linux machine with no GPU
+    driver (none loaded, no device files, and no nvidia-modprobe to load one on demand).
+    Anywhere else torch is asked, as it always was."""
+    build = versions.torch_build()
+    if build is not None and "cuda" in build and "hip" in build and \
+            build["cuda"] is None and build["hip"] is None:
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    return not (any(os.path.exists(p) for p in _GPU_DRIVER_PATHS) or glob.glob("/dev/nvidia*")
+                or shutil.which("nvidia-modprobe") or os.path.exists("/usr/bin/nvidia-modprobe"))
+
+
+def _cuda_available() -> bool:
+    if _surely_no_gpu():
+        return False
+    import torch  # import time: only where a GPU may be there
+
+    return torch.cuda.is_available()
 
 
 def _decide(early_config: pytest.Config) -> Runtime:
@@ -159,12 +213,14 @@ def _decide(early_config: pytest.Config) -> Runtime:
         # Before CUDA initialises in this process, so that the worker sees only its own GPU.
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_id
 
-    if requested == "cpu" or not torch.cuda.is_available():
+    if requested == "cpu" or not _cuda_available():
         if requested and requested != "cpu":
             raise pytest.UsageError(f"--triton-device {requested}: no CUDA GPU is visible here")
         os.environ[INTERPRET_ENV] = "1"
         why = "cpu requested" if requested == "cpu" else "no CUDA GPU visible"
         return Runtime("cpu", True, why)
+
+    import torch  # import time: a GPU is there
 
     device = requested or "cuda:0"
     try:

@@ -1,6 +1,6 @@
 """What the judge's checks cost: their own time, measured where they run, against the tests'.
 
-Each check counts its time (correctness/inputs.costed: SPENT["default"] for the cheap checks
+Each check counts its time (correctness/checking.costed: SPENT["default"] for the cheap checks
 that always run, SPENT["judge"] for --triton-judge's). Each test phase's report carries what was
 spent during it, so that xdist's workers and a supervised child report to the process that
 writes the summary, which adds them up against the tests' own durations:
@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from .. import options
-from ..correctness import inputs
+from ..correctness import checking
 
 
 def wanted(config: pytest.Config) -> bool:
@@ -27,7 +27,7 @@ def wanted(config: pytest.Config) -> bool:
 
 class Cost:
     def __init__(self):
-        self.mark = dict(inputs.SPENT)
+        self.mark = dict(checking.SPENT)
         self.spent = {"default": 0.0, "judge": 0.0}
         self.tests_s = 0.0
         self.phases = 0
@@ -35,7 +35,7 @@ class Cost:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        now = dict(inputs.SPENT)
+        now = dict(checking.SPENT)
         report.triton_judge_s = {k: now[k] - self.mark[k] for k in now}
         self.mark = now
         return report

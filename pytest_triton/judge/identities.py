@@ -18,6 +18,8 @@ import types
 
 import pytest
 
+from ..env import onimport
+
 KEY = pytest.StashKey[dict]()  # config: label -> (owner, attribute, the object noted)
 # the plugin's modules whose functions a verdict rests on
 OWN = ("pytest_triton.perf.timing", "pytest_triton.perf.stats", "pytest_triton.perf.verdict",
@@ -75,15 +77,27 @@ def _targets() -> list[tuple[str, object, str]]:
 
 
 def note(config: pytest.Config) -> None:
-    """Note the identities, once per run, before any conftest or test module is imported."""
+    """Note the identities, once per run, before any conftest or test module is imported: those
+    of the modules imported now, and each other's the moment it is first imported (the plugin
+    loads without torch and Triton), before the code that imported it goes on."""
     if KEY in config.stash:
         return
-    try:
-        import triton.testing  # noqa: F401 - import time: noted, as the timing modules are
-    except Exception:  # noqa: BLE001 - no triton.testing to note
-        pass
-    config.stash[KEY] = {label: (owner, name, vars(owner)[name])
-                         for label, owner, name in _targets()}
+    noted = config.stash[KEY] = {}
+    _note(noted)
+    for name in ("torch", "triton", *OWN):
+        if name not in sys.modules:
+            config.add_cleanup(onimport.when_imported(name, lambda _module: _note(noted)))
+
+
+def _note(noted: dict) -> None:
+    if "triton" in sys.modules:
+        try:
+            import triton.testing  # noqa: F401 - import time: noted, as the timing modules are
+        except Exception:  # noqa: BLE001 - no triton.testing to note
+            pass
+    for label, owner, name in _targets():
+        if label not in noted:
+            noted[label] = (owner, name, vars(owner)[name])
 
 
 def _where(value) -> str:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from .. import options
-from ..correctness import inputs, poison, scope
+from ..correctness import checking, poison, scope
 from ..env import launch_watch, runtime
-from . import cost, identities, reruns, timedcall, trace, verify
+from . import cost, identities, trace, verify
 
 MARKER = "triton_judge"
 MARKER_HELP = (
@@ -56,9 +56,55 @@ class JudgedTests:
             sc.strict_inputs = judging(item)
         # innermost: the runs happen inside the test's scope and its poisoned allocations
         result = yield
-        if judging(item) and reruns.wanted(item):
-            reruns.run_again(item)
+        if judging(item):
+            from . import reruns  # import time: torch, for the tests judged
+
+            if reruns.wanted(item):
+                reruns.run_again(item)
         return result
+
+
+def _on_launch(kernel: str, args) -> None:
+    from ..correctness import inputs  # import time: torch, once a kernel launches
+
+    inputs.on_launch(kernel, args)
+
+
+class TimedCallJudge:
+    """The timed call's checks (timedcall.py), around triton_bench's timed call and the dry run's
+    call; `judging(item)`: whether the costly checks run for the test too. Registered by
+    configure unless --triton-judge=off."""
+
+    def __init__(self, judging):
+        self.judging = judging
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_triton_measure(self, config, request, fn, baseline, settings):
+        from . import timedcall  # import time: torch, for the tests that time a call
+
+        watch = timedcall.Watch(request.node, fn, "the timed call", self.judging(request.node))
+        watch.before()
+        try:
+            timings = yield
+        finally:
+            watch.resume()
+        watch.after(called=False)
+        watch.probe()
+        return timings
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_triton_dry_call(self, item, fn, baseline, call):
+        from . import timedcall  # import time: torch, for the tests that time a call
+
+        watch = timedcall.Watch(item, fn, "the dry run's call", self.judging(item))
+        watch.before()
+        try:
+            result = call()
+        finally:
+            watch.resume()
+        watch.after(result)
+        watch.probe()
+        return True
 
 
 class _Cleanup:
@@ -83,14 +129,14 @@ def configure(config: pytest.Config) -> None:
     identities.note(config)  # where pytest_load_initial_conftests did not (-p registration)
     config.addinivalue_line("markers", MARKER_HELP)
     if mode(config) == "off":
-        token = inputs.ENABLED.set(False)
-        config.pluginmanager.register(_Cleanup([lambda: inputs.ENABLED.reset(token)]),
+        token = checking.ENABLED.set(False)
+        config.pluginmanager.register(_Cleanup([lambda: checking.ENABLED.reset(token)]),
                                       "triton-judge-cleanup")
         return
-    token = inputs.ENABLED.set(True)
-    undo = [lambda: inputs.ENABLED.reset(token), launch_watch.watch(inputs.on_launch)]
+    token = checking.ENABLED.set(True)
+    undo = [lambda: checking.ENABLED.reset(token), launch_watch.watch(_on_launch)]
     config.pluginmanager.register(_Cleanup(undo), "triton-judge-cleanup")
-    config.pluginmanager.register(timedcall.TimedCallJudge(judging), "triton-judge-timed-call")
+    config.pluginmanager.register(TimedCallJudge(judging), "triton-judge-timed-call")
     config.pluginmanager.register(JudgedTests(), "triton-judge-tests")
     config.pluginmanager.register(trace.TraceJudge(judging), "triton-judge-trace")
     config.pluginmanager.register(cost.Cost(), "triton-judge-cost")

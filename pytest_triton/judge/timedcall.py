@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import pytest
 
-from ..correctness import inputs, outputs
+from ..correctness import checking, inputs, outputs
 from ..env import seeding
 from . import identities, launcherrors, probe, streams, workers
 
 
-class _Watch:
+class Watch:
     """One call (the timed call, or the dry run's) of `fn`, watched from before to after."""
 
     def __init__(self, item: pytest.Item, fn, when: str, judging: bool):
@@ -37,7 +37,7 @@ class _Watch:
         if why:
             pytest.fail(f"pytest-triton judge: {why}", pytrace=False)
 
-    @inputs.costed()
+    @checking.costed()
     def before(self) -> None:
         __tracebackhide__ = True
         self.fail(identities.check(self.config, f"before {self.when}"))
@@ -60,7 +60,7 @@ class _Watch:
         if self.guard is not None:
             self.guard.paused = False
 
-    @inputs.costed()
+    @checking.costed()
     def after(self, result=None, called: bool = True) -> None:
         __tracebackhide__ = True
         self.fail(launcherrors.check(self.when))
@@ -74,7 +74,7 @@ class _Watch:
         self._check_inputs()
         self._check_result(result)
 
-    @inputs.costed("judge")
+    @checking.costed("judge")
     def probe(self) -> None:
         """--triton-judge: what the call reads and writes (probe.py)."""
         __tracebackhide__ = True
@@ -117,35 +117,3 @@ class _Watch:
 
 def _sync() -> None:
     launcherrors.pending()
-
-
-class TimedCallJudge:
-    """Registered by mode.configure unless --triton-judge=off; `judging(item)`: whether the
-    costly checks run for the test too."""
-
-    def __init__(self, judging):
-        self.judging = judging
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_triton_measure(self, config, request, fn, baseline, settings):
-        watch = _Watch(request.node, fn, "the timed call", self.judging(request.node))
-        watch.before()
-        try:
-            timings = yield
-        finally:
-            watch.resume()
-        watch.after(called=False)
-        watch.probe()
-        return timings
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_triton_dry_call(self, item, fn, baseline, call):
-        watch = _Watch(item, fn, "the dry run's call", self.judging(item))
-        watch.before()
-        try:
-            result = call()
-        finally:
-            watch.resume()
-        watch.after(result)
-        watch.probe()
-        return True

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..correctness import inputs
+from ..correctness import checking
 from ..env import launch_watch
 from ..perf import record
 from . import launcherrors
@@ -90,7 +90,7 @@ def trace_problems(call: dict, median_ms: float, triton: set[str], check_triton:
     return problems
 
 
-@inputs.costed("judge")
+@checking.costed("judge")
 def _profiled(item, measurement, fn, triton_only: bool) -> list[str]:
     from ..diagnose import breakdown  # import time: torch.profiler, for measured runs only
 

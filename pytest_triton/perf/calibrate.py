@@ -21,8 +21,6 @@ import os
 import statistics
 from pathlib import Path
 
-import torch
-
 from .stats import positive_finite
 from .timing import Settings, measure
 
@@ -31,6 +29,8 @@ MATMUL_N = 8192
 
 
 def measure_ceilings(device) -> dict:
+    import torch
+
     settings = Settings(l2="cold", max_time=1.0)
 
     def median_ms(fn) -> float:

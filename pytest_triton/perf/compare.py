@@ -97,6 +97,7 @@ class Result:
     clock_change: float | None = None  # this run's SM clock against the reference's
     why: str = ""  # why UNCERTAIN or REFUSED, and what would settle it
     samples_half: float = math.nan  # the two medians' part of the half-width, in log space
+    advice: str = ""  # the end of an UNCERTAIN's why: what would settle it, often shared by many
 
     @property
     def interval_text(self) -> str:
@@ -147,23 +148,26 @@ def compare(ref: Side, new: Side, *, threshold: float = DEFAULT_THRESHOLD, sprea
                        f"({ref.clock_mhz:.0f} -> {new.clock_mhz:.0f} MHz); in cycles the change "
                        f"is {100 * math.expm1(dc):+.1f}%: the clock explains it")
                 verdict = Change.UNCERTAIN
+    advice = ""
     if verdict is Change.UNCERTAIN and not why:
-        why = settle(new.summary, samples_half, math.log1p(spread), spread_from, threshold)
+        said, advice = settle(new.summary, samples_half, math.log1p(spread), spread_from,
+                              threshold)
+        why = f"{said}; {advice}"
     return Result(verdict, math.expm1(d), lo, hi, spread, spread_from, clock_change, why,
-                  samples_half)
+                  samples_half, advice)
 
 
 def settle(s: Summary, samples_half: float, spread_half: float, spread_from: str,
-           threshold: float) -> str:
-    """What would settle an UNCERTAIN: more samples where the samples' interval is the wider
-    part, more saved reference runs where the run-to-run spread is."""
+           threshold: float) -> tuple[str, str]:
+    """(what was measured, what would settle an UNCERTAIN): more samples where the samples'
+    interval is the wider part, more saved reference runs where the run-to-run spread is."""
     said = f"ran {s.n} samples; noise {100 * s.noise:.1f}%"
     if samples_half >= spread_half:
-        return f"{said}; rerun with a longer --triton-perf-max-time (e.g. twice this run's)"
-    return (f"{said}; the run-to-run spread ({100 * math.expm1(spread_half):.1f}%, "
-            f"{spread_from}) is wider than the threshold's {100 * threshold:.0f}% allows: "
-            f"save more runs of the reference branch on this GPU (at least "
-            f"{MIN_RUNS_FOR_SPREAD}), or raise --triton-perf-threshold")
+        return said, "rerun with a longer --triton-perf-max-time (e.g. twice this run's)"
+    return said, (f"the run-to-run spread ({100 * math.expm1(spread_half):.1f}%, "
+                  f"{spread_from}) is wider than the threshold's {100 * threshold:.0f}% allows: "
+                  f"save more runs of the reference branch on this GPU (at least "
+                  f"{MIN_RUNS_FOR_SPREAD}), or raise --triton-perf-threshold")
 
 
 def kind_of(median_ms: float, flops: int | None) -> str:

@@ -136,6 +136,12 @@ def _check_number(key: str, value, where: str) -> float:
     return number
 
 
+def did_you_mean(word: str, names) -> str:
+    """'; did you mean 'bandwidth_frac'?' for a misspelt name among `names`, else ''."""
+    close = difflib.get_close_matches(word, sorted(names), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
                       where: str = "") -> PerfTarget:
     """Validate a perf_target's arguments; `where` prefixes every error (the test id)."""
@@ -146,8 +152,9 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
     kwargs = {k: v for k, v in kwargs.items() if k not in RESOURCE_KEYS}
     for key in kwargs:
         if key not in allowed:
-            raise PerfTargetError(f"{where}perf_target can't have {key!r} keyword argument; "
-                                  f"expected some of {', '.join(sorted(allowed))}")
+            raise PerfTargetError(f"{where}perf_target can't have {key!r} keyword argument"
+                                  f"{did_you_mean(key, allowed)} (expected some of "
+                                  f"{', '.join(sorted(allowed))})")
     merged: dict = {}
     name = None
     if args:
@@ -156,7 +163,8 @@ def parse_perf_target(args: tuple, kwargs: dict, checklist: dict[str, dict],
             raise PerfTargetError(f"{where}the positional argument must be a checklist name "
                                   f"(a string), got {name!r}")
         if name not in checklist:
-            raise PerfTargetError(f"{where}{name!r} is not in the performance checklist "
+            raise PerfTargetError(f"{where}{name!r} is not in the performance checklist"
+                                  f"{did_you_mean(name, checklist)} "
                                   f"({', '.join(sorted(checklist))})")
         for key in checklist[name]:
             if key not in allowed:

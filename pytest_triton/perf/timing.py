@@ -22,8 +22,6 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-import torch
-
 from ..env import launches, nvml
 from ..env.device import flush_bytes
 from . import stats
@@ -88,6 +86,8 @@ class _Gpu:
     _cache: dict = {}
 
     def __init__(self, device):
+        import torch
+
         self.torch = torch
         self.device = torch.device(device)
         props = torch.cuda.get_device_properties(self.device)
@@ -355,6 +355,8 @@ def do_bench(fn, quantiles=None, *, l2: str = "cold"):
     Triton's default times each launch with events behind an L2 flush, host launch overhead
     included: for kernels of tens of microseconds that overhead is the same for every config and
     the choice among them becomes noise. Returns per-call ms: the median, or the `quantiles`."""
+    import torch
+
     t = measure(fn, None, replace(AUTOTUNE, l2=l2), f"cuda:{torch.cuda.current_device()}")
     xs = sorted(t.ms)
     if quantiles is None:

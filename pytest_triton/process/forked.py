@@ -15,8 +15,10 @@ Fork is used only where it is known to be safe, else the child is a fresh proces
   child must be a fresh process);
 - on Linux, where the threads of this process can be counted (/proc); on macOS the system
   libraries are not fork-safe (CPython's multiprocessing defaults to spawn there);
-- in a process with no more threads than it had when pytest-triton was loaded (torch and
-  triton imported, before any conftest ran). A thread started since may hold a lock the child
+- in a process with no more threads than it had when pytest-triton was loaded, before any
+  conftest ran, and than the first imports of numpy, torch and triton started since (the plugin
+  no longer imports them itself; what their import starts is counted around it). A thread
+  started otherwise may hold a lock the child
   needs, and one kind is certain to break it: torch's OpenMP pool (GNU libgomp), started by the
   first parallel CPU op, does not survive fork, and a child that runs a parallel op after the
   parent ran one hangs (measured with torch 2.13's CPU build: a 4000x4000 exp in the parent,
@@ -37,10 +39,14 @@ import warnings
 import pytest
 
 from .. import state
+from ..env import onimport
 from .child import Reporter
 from .crash import hard_exit
 
 THREADS_KEY = pytest.StashKey[int]()  # config: this process's threads once the plugin loaded
+# config: the threads started by the first imports of numpy, torch and triton since then
+IMPORT_THREADS_KEY = pytest.StashKey[list]()
+_COUNTED_IMPORTS = ("numpy", "torch", "triton")
 _TMP_FIXTURES = frozenset(("tmp_path", "tmpdir", "tmp_path_factory", "tmpdir_factory"))
 
 
@@ -52,11 +58,29 @@ def _threads() -> int | None:
 
 
 def note_threads(config: pytest.Config) -> None:
-    """Count this process's threads before any conftest or test module runs."""
-    if THREADS_KEY not in config.stash:
-        n = _threads()
-        if n is not None:
-            config.stash[THREADS_KEY] = n
+    """Count this process's threads before any conftest or test module runs, and those that the
+    first imports of numpy, torch and triton start later (numpy's OpenBLAS server, which is
+    fork-safe): as many as if the plugin had imported them before counting."""
+    if THREADS_KEY in config.stash:
+        return
+    n = _threads()
+    if n is None:
+        return
+    config.stash[THREADS_KEY] = n
+    started = config.stash[IMPORT_THREADS_KEY] = [0]
+    outer: list[int] = []  # the count before the outermost counted import (torch imports numpy)
+
+    def before() -> None:
+        outer.append(_threads() or 0)
+
+    def after(_module) -> None:
+        at = outer.pop()
+        if not outer:
+            started[0] += max(0, (_threads() or 0) - at)
+
+    for name in _COUNTED_IMPORTS:
+        config.add_cleanup(onimport.when_imported(name, after, before) if name not in sys.modules
+                           else (lambda: None))
 
 
 def unusable(config: pytest.Config, own_process: bool) -> str | None:
@@ -76,6 +100,7 @@ def unusable(config: pytest.Config, own_process: bool) -> str | None:
     at_start, now = config.stash.get(THREADS_KEY, None), _threads()
     if at_start is None or now is None:
         return "this process's threads cannot be counted"
+    at_start += config.stash.get(IMPORT_THREADS_KEY, [0])[0]
     if now > at_start:
         return (f"this process started {now - at_start} thread{'s' if now - at_start > 1 else ''} "
                 "since start-up (torch's OpenMP pool, after a large CPU op, or a library's), "

@@ -1,5 +1,5 @@
 """Saved runs: one JSON file per run, in a directory per device, found again by name or as the
-latest, and the shards of one CI run merged into one.
+latest (the shards of one CI run are merged into one by shards.py).
 
 A saved run is the run's JSON document (summary.document, what --triton-perf-json writes) with
 "schema" set to HISTORY_SCHEMA and a "run" block: the name, the git commit, branch and dirty flag,
@@ -179,6 +179,15 @@ def saved_document(config: pytest.Config, name: str | None, doc: dict | None = N
     return {**doc, "schema": HISTORY_SCHEMA, "run": run_block(config, name, doc["device"])}
 
 
+def created_at(doc: dict) -> datetime.datetime | None:
+    """When a document's run was made (its "created", with a time zone), or None."""
+    try:
+        when = datetime.datetime.fromisoformat(str(doc.get("created")))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def check_name(name: str) -> str:
     """A run's name as given to save: letters, digits, '.', '_' and '-' (it is part of the file
     name), at most 64 characters; not 'latest' nor 'run'."""
@@ -217,15 +226,17 @@ def sku_of(device: dict | None) -> str | None:
     return (device or {}).get("sku") or (device or {}).get("name")
 
 
-def save(doc: dict, directory: Path | str) -> Path:
+def save(doc: dict, directory: Path | str, *, when: datetime.datetime | None = None) -> Path:
     """Write a saved-run document into <directory>/<device_key>/ under a new name, atomically;
-    never replaces or deletes a file. Returns the new file's path."""
+    never replaces or deletes a file. Returns the new file's path. `when` stamps the name (the
+    order runs are found and plotted in); default now, the end of the run being saved."""
     run = SavedRun.from_document(doc)  # refuse to save what load would refuse
     if run.name is not None:
         check_name(run.name)
     folder = Path(directory) / device_key(run_device(doc))
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    when = when or datetime.datetime.now(datetime.timezone.utc)
+    stamp = when.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     stem = f"{stamp}-{(run.commit or 'nocommit')[:12]}-{run.name or 'run'}"
     # a dot-name that does not end in .json: find and list never see a file being written
     tmp = folder / f".{stem}-{os.getpid()}-{secrets.token_hex(4)}.part"
@@ -343,53 +354,3 @@ def _holdings(found: dict[str, list[Entry]]) -> str:
         shown += (", " if shown and unnamed else "") + (f"{unnamed} unnamed" if unnamed else "")
         parts.append(f"{key} ({len(entries)} run{'s' if len(entries) != 1 else ''}: {shown})")
     return "; ".join(parts)
-
-
-def merge(runs: list[SavedRun]) -> dict:
-    """One saved-run document from the shards of one CI run (several hosts or GPUs): the same
-    commit and SKU, each test in one shard only; "shards" lists each file merged in."""
-    if not runs:
-        raise HistoryError("nothing to merge")
-
-    def where(r: SavedRun) -> str:
-        return str(r.path) if r.path is not None else "<document>"
-
-    commits = {r.commit for r in runs}
-    if len(commits) > 1:
-        raise HistoryError("shards of one run must share a commit: " + ", ".join(
-            f"{where(r)} at {r.commit or 'no commit'}" for r in runs))
-    skus = {_sku(r) for r in runs}
-    if len(skus) > 1:
-        raise HistoryError("shards of one run must share a GPU model: " + ", ".join(
-            f"{where(r)} on {_sku(r) or 'no device'}" for r in runs))
-    seen: dict[str, SavedRun] = {}
-    records, shards, devices = [], [], {}
-    for r in runs:
-        for rec in r.records:
-            if rec.nodeid in seen:
-                raise HistoryError(f"{rec.nodeid} is in two shards: {where(seen[rec.nodeid])} and "
-                                   f"{where(r)}")
-            seen[rec.nodeid] = r
-        records.extend(r.records)
-        # a merged file's own shards are listed, not the file itself
-        shards.extend(r.shards or [{"file": where(r), "host": r.host, "device": r.key,
-                                    "created": r.created, "tests": len(r.records),
-                                    "versions": r.versions}])
-        for d in r.environment.get("devices") or []:
-            devices.setdefault(d.get("fingerprint", ""), d)
-    first = runs[0]
-    dirty = [r.dirty for r in runs if r.dirty is not None]
-    rest = {**first.rest, **summary.verdict_counts(records)}
-    for k in ("unchecked", "faults", "configs_checked"):
-        rest[k] = [x for r in runs for x in r.rest.get(k) or []]
-    merged = SavedRun(
-        name=first.name, commit=first.commit, branch=first.branch,
-        dirty=any(dirty) if dirty else None, versions=first.versions, host=first.host,
-        shards=shards, created=first.created, device=first.device, settings=first.settings,
-        environment={**first.environment, "devices": list(devices.values())},
-        records=records, rest=rest)
-    return merged.to_document()
-
-
-def _sku(r: SavedRun) -> str | None:
-    return sku_of(run_device({"device": r.device, "environment": r.environment}))

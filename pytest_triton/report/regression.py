@@ -1,24 +1,20 @@
-"""--triton-perf-save and --triton-perf-compare: this run's measurements saved to the history,
-and compared with a saved run (perf/compare.py's statistics), the run failed on the verdicts
---triton-perf-fail-on names; the table in the terminal, in Markdown (--triton-perf-report-md,
-$GITHUB_STEP_SUMMARY). `python -m pytest_triton compare REF NEW` does the same on two files."""
+"""A run's measurements compared with a saved run's (perf/compare.py's statistics): a row per
+measurement and per test of several shapes, and their text: the terminal's lines and the pull
+request's Markdown table. The pytest run's gate is report/gate.py; `python -m pytest_triton
+compare REF NEW` does the same on two files."""
 
 from __future__ import annotations
 
 import math
 import os
-import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-from .. import options
 from ..perf import compare as stats
-from ..perf import session as perf_session
 from ..perf.compare import Change, Result, Side
 from ..perf.record import Measurement, PerfRecord
-from . import history, summary, work_gate
+from . import history, work_gate
 
 # the order rows are shown in: what fails a run first
 ORDER = (Change.SLOW, Change.MORE_WORK, Change.REFUSED, Change.UNCERTAIN, Change.MISSING,
@@ -127,17 +123,23 @@ def spreads(ref: history.SavedRun, directory: Path, *, skip: Path | None = None
     return found
 
 
+def timed(records: list[PerfRecord]) -> bool:
+    """Whether the run timed anything: a CPU run's dry runs do not, and are compared on their
+    counted work alone (report/work_gate.py), neither MISSING nor REFUSED on time."""
+    return any(r.measurements for r in records)
+
+
 def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict | None, *,
                  by: str = "time", threshold: float = stats.DEFAULT_THRESHOLD,
-                 medians: dict[str, list[float]] | None = None) -> Outcome:
-    """Every measurement of `records` (this run, on `device`) against the reference run's."""
+                 medians: dict[str, list[float]] | None = None,
+                 by_fraction: str = "--triton-perf-compare-by=fraction") -> Outcome:
+    """Every measurement of `records` (this run, on `device`) against the reference run's.
+    `by_fraction`: how the caller's user asks for a comparison by fraction (a refusal says it)."""
     out = Outcome(ref, by, threshold)
     same_gpu = sku(ref.device) == sku(device)
-    # a CPU run's dry runs time nothing: its tests are compared on their counted work alone
-    timed = any(r.measurements for r in records)
-    if not same_gpu and by == "time" and timed:
+    if not same_gpu and by == "time" and timed(records):
         out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
-                       "the measured ceiling with --triton-perf-compare-by=fraction")
+                       f"the measured ceiling with {by_fraction}")
     old, new = _labelled(ref.records), _labelled(records)
     # made together (compare()); none where the whole run is refused
     out.made = 0 if out.refusal else sum(label in old for label in new)
@@ -148,7 +150,7 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
             out.rows.append(Row(label, Change.REFUSED, ref=old[label], new=m, why=out.refusal))
         else:
             out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
-    if timed:
+    if timed(records):
         out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items()
                      if label not in new]
     out.rows += [Row(label, change, why=why)
@@ -201,7 +203,8 @@ def config_change(ref: Measurement, new: Measurement) -> str:
 
 def _units(row: Row) -> str:
     """The row's times, and its rates and fractions of peak where the test gave bytes= or
-    flops=, reference -> this run."""
+    flops=, reference -> this run. The fractions are those a comparison by fraction judges:
+    of the measured ceilings where both runs measured theirs, else of the datasheet peaks."""
     a, b = row.ref, row.new
     if a is None or b is None:
         m = a or b
@@ -211,10 +214,18 @@ def _units(row: Row) -> str:
         text += f"; {a.tflops:.1f} -> {b.tflops:.1f} TFLOP/s"
     elif a.gbps and b.gbps:
         text += f"; {a.gbps:,.0f} -> {b.gbps:,.0f} GB/s"
-    fa, fb = (m.tflops_frac or m.bandwidth_frac for m in (a, b))
+    both = all(_peak(m, True) for m in (a, b))
+    fa, fb = (_fraction(m, _peak(m, both)) for m in (a, b))
     if fa and fb:
-        text += f"; {100 * fa:.1f}% -> {100 * fb:.1f}% of peak"
+        of = "measured ceiling" if both else "datasheet peak"
+        text += f"; {100 * fa:.1f}% -> {100 * fb:.1f}% of {of}"
     return text
+
+
+def _fraction(m: Measurement, peak: float | None) -> float | None:
+    """The measurement's rate over `peak`: the fraction a comparison by fraction compares."""
+    rate = m.tflops if m.flops else m.gbps
+    return rate / peak if rate and peak else None
 
 
 def _change(row: Row, by: str = "time") -> str:
@@ -245,25 +256,32 @@ def counts_text(out: Outcome) -> str:
             f"{out.by}{level}; SLOW or FAST: the interval is past zero and reaches the threshold)")
 
 
-def lines(out: Outcome, fail_on: frozenset[str]) -> list[str]:
-    """The terminal section's lines."""
+def lines(out: Outcome, fail_on: frozenset[str], fail_on_flag: str = "--triton-perf-fail-on"
+          ) -> list[str]:
+    """The terminal section's lines; `fail_on_flag` is the option the user gave `fail_on` with."""
     text = [f"against {describe_ref(out.ref)} ({out.ref.path})"]
     if out.refusal:
         text.append(f"REFUSED: {out.refusal}")
-    for row in out.rows:
-        if row.verdict in QUIET or (out.refusal and row.verdict is Change.REFUSED):
-            continue
+    shown = [r for r in out.rows
+             if r.verdict not in QUIET and not (out.refusal and r.verdict is Change.REFUSED)]
+    # advice that many UNCERTAIN rows share is said once, after them; each row keeps its facts
+    shared = Counter(r.result.advice for r in shown if r.result and r.result.advice)
+    for row in shown:
         what = f"{row.verdict.value.upper():9s} {row.label}{' (all shapes)' if row.whole else ''}"
         detail = "; ".join(x for x in (_change(row, out.by), _units(row)) if x)
         text.append(f"{what}: {detail}" if detail else what)
-        if row.why and row.verdict is not Change.SLOW:
-            text.append(f"          {row.why}")
+        why = row.why
+        if row.result and shared[row.result.advice] > 1:
+            why = why.removesuffix(f"; {row.result.advice}")
+        if why and row.verdict is not Change.SLOW:
+            text.append(f"          {why}")
         if row.cause:
             text.append(f"          {row.cause}")
+    text += [f"{n} of the UNCERTAIN above: {advice}" for advice, n in shared.items() if n > 1]
     text.append(counts_text(out))
     failing = out.failing(fail_on)
     if failing:
-        text.append(f"the run FAILS: --triton-perf-fail-on={','.join(sorted(fail_on))}, and "
+        text.append(f"the run FAILS: {fail_on_flag}={','.join(sorted(fail_on))}, and "
                     f"{len(failing)} {'is' if len(failing) == 1 else 'are'} "
                     f"{' or '.join(sorted({r.verdict.value.upper() for r in failing}))}")
     return text
@@ -286,91 +304,22 @@ def markdown(out: Outcome) -> str:
     return "\n".join(head + (table if shown else []) + ["", counts_text(out), ""])
 
 
+def nothing_measured(doc: dict) -> str:
+    """Why a run's document holds no measurement: its perf tests dry-ran, or none timed."""
+    n = len(doc.get("unchecked") or [])
+    if n:
+        return f"a dry run: no GPU to time on, {n} perf target{'s' if n != 1 else ''} unchecked"
+    return "no perf test was selected, or none called triton_bench"
+
+
 def write_markdown(out: Outcome, path: str | None) -> None:
     """The table to `path` (if given) and appended to $GITHUB_STEP_SUMMARY (if set)."""
-    text = markdown(out)
+    write_markdown_text(markdown(out), path)
+
+
+def write_markdown_text(text: str, path: str | None) -> None:
     if path:
         Path(path).write_text(text)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
             f.write(text + "\n")
-
-
-# --- the plugin object --------------------------------------------------------------------------------
-
-class RegressionGate:
-    """--triton-perf-save / --triton-perf-compare on the process that writes the results."""
-
-    def __init__(self, config: pytest.Config):
-        self._config = config
-        self._dir = Path(config.rootpath, options.get(config, "triton_perf_history"))
-        save = options.get(config, "triton_perf_save")
-        self._save = None if save in (None, "", "off") else save
-        self._ref = options.get(config, "triton_perf_compare")
-        self._by = options.get(config, "triton_perf_compare_by")
-        self._threshold = options.get_percent(config, "triton_perf_threshold")
-        self._fail_on = options.get_words(config, "triton_perf_fail_on")
-        self._md = options.get(config, "triton_perf_report_md")
-        self.outcome: Outcome | None = None
-        self.saved: Path | None = None
-        self.note = ""
-        self.seconds = 0.0  # what comparing and saving took, said in the summary
-        if self._ref:  # a reference that cannot be found stops the run before it times anything
-            try:  # (which device's latest is known once a test has measured)
-                if self._ref != "latest":
-                    history.find(self._ref, self._dir, None)
-                elif not (self._dir.is_dir() and history.saved_runs(self._dir)):
-                    raise history.HistoryError(f"no run was saved in {self._dir}")
-            except history.HistoryError as exc:
-                raise pytest.UsageError(f"--triton-perf-compare={self._ref}: {exc}") from None
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        ps = perf_session.session(self._config)
-        if ps is None or not ps.controller:
-            return
-        t0 = time.perf_counter()
-        doc = summary.document(self._config)
-        if self._ref:
-            self._compare(session, ps, doc)
-        if self._save:
-            doc = history.saved_document(self._config, None if self._save == "auto"
-                                         else self._save, doc)
-            self.saved = history.save(doc, self._dir)
-        self.seconds = time.perf_counter() - t0
-
-    def _compare(self, run: pytest.Session, ps, doc: dict) -> None:
-        try:
-            ref = history.load(history.find(self._ref, self._dir, doc.get("device")))
-        except history.HistoryError as exc:
-            self.note = f"--triton-perf-compare={self._ref}: {exc}"
-            run.exitstatus = pytest.ExitCode.USAGE_ERROR
-            return
-        if not any(r.measurements for r in ps.records) and \
-                not work_gate.verdicts(ref.records, ps.records):
-            self.note = (f"nothing measured in this run to compare with {describe_ref(ref)} "
-                         "(a dry run, or no perf test selected)")
-            return
-        self.outcome = compare_runs(ref, ps.records, doc.get("device"), by=self._by,
-                                    threshold=self._threshold, medians=spreads(ref, self._dir))
-        self._report(run)
-
-    def _report(self, run: pytest.Session) -> None:
-        if self.outcome.failing(self._fail_on) and run.exitstatus == pytest.ExitCode.OK:
-            run.exitstatus = pytest.ExitCode.TESTS_FAILED
-        write_markdown(self.outcome, self._md)
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if not (self.outcome or self.note or self.saved):
-            return
-        tr = terminalreporter
-        tr.write_sep("=", "pytest-triton: regressions")
-        if self.note:
-            tr.write_line(self.note)
-        if self.outcome:
-            for line in lines(self.outcome, self._fail_on):
-                tr.write_line(line, red=line.startswith(("SLOW", "the run FAILS", "REFUSED")),
-                              green=line.startswith("FAST"))
-        if self.saved:
-            tr.write_line(f"saved this run: {self.saved}")
-        tr.write_line(f"comparing and saving took {self.seconds:.2f} s")

@@ -9,11 +9,11 @@ import platform
 import sys
 
 import pytest
-import torch
 
 from .. import options, state
 from ..correctness import configs
 from ..env import nvml, seeding
+from ..env import versions as _versions
 from ..env.seeding import fixed_seed
 from ..perf.record import PerfRecord, Verdict
 from ..perf.session import dry_run, session, unchecked_summary
@@ -24,11 +24,10 @@ JSON_SCHEMA = "pytest-triton-perf/1"
 
 
 def versions() -> dict:
-    import triton
-
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "triton": triton.__version__, "pytest": pytest.__version__,
-            "cuda": torch.version.cuda}
+    """The versions the run used, read without importing torch or Triton where neither is."""
+    return {"python": platform.python_version(), "torch": _versions.torch_version(),
+            "triton": _versions.triton_version(), "pytest": pytest.__version__,
+            "cuda": _versions.torch_cuda()}
 
 
 def header(config: pytest.Config) -> list[str]:

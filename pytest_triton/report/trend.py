@@ -26,7 +26,9 @@ def series(directory: Path | str, device: str | None, match: str | None
     out: dict[str, list] = {}
     for entry in sorted(found[key], key=lambda e: e.stamp):
         run = history.load(entry.path)
-        tag = run.name or (run.commit or "")[:8] or entry.stamp[:13]
+        when = history.created_at({"created": run.created})
+        tag = run.name or (run.commit or "")[:8] or \
+            (when.strftime("%Y-%m-%d %H:%M") if when else entry.stamp[:13])
         for r in run.records:
             for m in r.measurements:
                 if match is None or match in m.label:

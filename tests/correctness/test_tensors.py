@@ -90,6 +90,30 @@ def test_bad_arguments_are_named(args, kwargs, error, match):
         TensorFactory("cpu", 0)(*args, **kwargs)
 
 
+def test_the_shape_may_be_separate_ints_as_torch_testing_make_tensor_takes_it():
+    m = TensorFactory("cpu", 0)
+    assert m(512, 1000).shape == (512, 1000) and m(512, 1000).dtype == torch.float32
+    assert m(2, 3, 4, torch.float16).shape == (2, 3, 4)
+    assert m(2, 3, torch.float16).dtype == torch.float16
+    assert m(2, 3, dtype="bf16").dtype == torch.bfloat16
+    assert m(torch.Size([2, 3])).shape == m([2, 3]).shape == m((2, 3)).shape == (2, 3)
+    assert torch.equal(TensorFactory("cpu", 1)(4, 5), TensorFactory("cpu", 1)((4, 5)))
+
+
+@pytest.mark.parametrize("args, kwargs, match", [
+    ((4, "fp17"), {}, r"dtype='fp17': expected a torch.dtype or its name"),
+    ((4, 5, 1.5), {}, r"dtype=1.5: expected a torch.dtype"),
+    (((4, 5), 1000), {}, r"\(\(4, 5\), 1000\): give the shape as one sequence or as separate "
+                        r"ints, not both"),
+    ((4, torch.float16), {"dtype": torch.float32}, "dtype given twice"),
+    ((4, torch.float16, torch.float32), {}, "after the shape"),
+    ((), {}, r"missing the shape: make_tensor\(512, 1000\) or make_tensor\(\(512, 1000\)\)"),
+])
+def test_a_bad_dtype_after_the_shape_is_still_named(args, kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        TensorFactory("cpu", 0)(*args, **kwargs)
+
+
 def test_narrow_integer_dtypes_stay_in_their_range():
     m = TensorFactory("cpu", 0)
     full = m(5000, torch.uint8, low=0, high=256)

@@ -1,4 +1,4 @@
-"""The shards of one CI run merged into one (history.merge, python -m pytest_triton merge), the
+"""The shards of one CI run merged into one (shards.merge, python -m pytest_triton merge), the
 history listed, and concurrent saves from many processes losing no file."""
 
 import json
@@ -11,6 +11,7 @@ import pytest
 
 from pytest_triton.report import history
 from pytest_triton.report.history import HistoryError, SavedRun
+from pytest_triton.report.shards import merge
 
 from ._docs import H100, H200, ROOT, device, report, run, small
 
@@ -28,7 +29,7 @@ def _saved(docs, tmp_path) -> list[SavedRun]:
 def test_shards_merge_into_the_whole_run(tmp_path):
     whole = report(H100)
     shards = _saved(_shards(whole, 3), tmp_path)
-    merged = history.merge(shards)
+    merged = merge(shards)
     assert sorted(r["nodeid"] for r in merged["results"]) == sorted(
         r["nodeid"] for r in whole["results"])
     assert merged["summary"] == whole["summary"]
@@ -40,15 +41,15 @@ def test_shards_merge_into_the_whole_run(tmp_path):
     again = history.load(history.save(merged, tmp_path / "merged"))
     assert len(again.records) == 75
     extra = _saved([small(device(), nodeids=["t.py::new"])], tmp_path / "extra")
-    twice = history.merge([again, *extra])
+    twice = merge([again, *extra])
     assert len(twice["run"]["shards"]) == 4 and len(twice["results"]) == 76
 
 
 def test_dirty_is_any_shards(tmp_path):
     a, b = _saved([small(device(), ["t.py::a"]), small(device(), ["t.py::b"], dirty=True)],
                   tmp_path)
-    assert history.merge([a, b])["run"]["dirty"] is True
-    assert history.merge([a])["run"]["dirty"] is False
+    assert merge([a, b])["run"]["dirty"] is True
+    assert merge([a])["run"]["dirty"] is False
 
 
 def test_shards_of_different_commits_are_refused(tmp_path):
@@ -56,7 +57,7 @@ def test_shards_of_different_commits_are_refused(tmp_path):
                   tmp_path)
     with pytest.raises(HistoryError, match=rf"^shards of one run must share a commit: "
                        rf"{re.escape(str(a.path))} at a{{40}}, {re.escape(str(b.path))} at b{{40}}$"):
-        history.merge([a, b])
+        merge([a, b])
 
 
 def test_shards_of_different_gpu_models_are_refused(tmp_path):
@@ -64,11 +65,11 @@ def test_shards_of_different_gpu_models_are_refused(tmp_path):
     a, b = _saved([run(h100), run({**h200, "results": []})], tmp_path)
     with pytest.raises(HistoryError, match=rf"^shards of one run must share a GPU model: "
                        rf"{re.escape(str(a.path))} on H100 SXM, {re.escape(str(b.path))} on H200 SXM$"):
-        history.merge([a, b])
+        merge([a, b])
     # two cards of one model are one run's shards
     c, d = _saved([small(device(), ["t.py::c"]), small(device(fingerprint="0" * 16), ["t.py::d"])],
                   tmp_path)
-    merged = history.merge([c, d])
+    merged = merge([c, d])
     assert [s["device"] for s in merged["run"]["shards"]] == ["H100-SXM-e53cef81",
                                                                "H100-SXM-00000000"]
     assert len(merged["environment"]["devices"]) == 2
@@ -79,12 +80,12 @@ def test_a_test_in_two_shards_is_refused(tmp_path):
                   tmp_path)
     with pytest.raises(HistoryError, match=rf"^t.py::x is in two shards: {re.escape(str(a.path))} "
                        rf"and {re.escape(str(b.path))}$"):
-        history.merge([a, b])
+        merge([a, b])
 
 
 def test_nothing_to_merge():
     with pytest.raises(HistoryError, match="nothing to merge"):
-        history.merge([])
+        merge([])
 
 
 # the command line
@@ -167,3 +168,23 @@ def test_concurrent_saves_lose_no_file(tmp_path):
     assert len(files) == 40 and all(f.suffix == ".json" for f in files)  # no temporary left
     hosts = sorted(history.load(f).host for f in files)
     assert hosts == sorted(f"{w}-{i}" for w in range(8) for i in range(5))
+
+
+def test_runs_merged_into_a_history_keep_their_own_dates(tmp_path):
+    # merge -o HISTORY stamped each imported run with the time of the merge: their files sorted
+    # in the order of import and the trend plot's labels collapsed into one
+    from pytest_triton.__main__ import main as cli
+    from pytest_triton.report import trend
+    hist = tmp_path / "history"
+    hist.mkdir()
+    for day in ("25", "20", "22"):  # imported out of order
+        doc = report(H100)
+        doc["created"] = f"2026-11-{day}T09:16:35.178546+00:00"
+        path = tmp_path / f"report-{day}.json"
+        path.write_text(json.dumps(doc))
+        assert cli(["merge", "-o", str(hist), str(path)]) == 0
+    [(key, entries)] = history.saved_runs(hist).items()
+    assert sorted(e.stamp[:8] for e in entries) == ["20261120", "20261122", "20261125"]
+    _, series = trend.series(hist, None, "test_vector_add_speed[float32]")
+    [points] = series.values()
+    assert [p[1] for p in points] == ["2026-11-20 09:16", "2026-11-22 09:16", "2026-11-25 09:16"]

@@ -1,6 +1,6 @@
-"""The regression gate end to end (report/regression.py): separate pytest runs on a stand-in GPU
-save to the history and compare with it, as a CI job's main and pull-request runs do. The
-stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
+"""The regression gate end to end (report/gate.py, report/regression.py): separate pytest runs on
+a stand-in GPU save to the history and compare with it, as a CI job's main and pull-request runs
+do. The stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
 
 import json
 import re
@@ -86,7 +86,8 @@ def test_a_slowdown_fails_the_run_naming_the_test_its_change_and_interval(projec
     out = result.stdout.str()
     line = re.search(r"^SLOW +test_k.py::test_copy: \+(\d\.\d)% \[\+(\d\.\d)%, \+(\d\.\d)%\] "
                      r"\(\+0\.01\d+ ms \[\+0\.0\d+, \+0\.0\d+\]\); "
-                     r"0\.27 -> 0\.2835 ms; [\d,]+ -> [\d,]+ GB/s; [\d.]+% -> [\d.]+% of peak$",
+                     r"0\.27 -> 0\.2835 ms; [\d,]+ -> [\d,]+ GB/s; "
+                     r"[\d.]+% -> [\d.]+% of measured ceiling$",
                      out, re.M)
     assert line, out
     change, lo, hi = (float(x) for x in line.groups())
@@ -211,7 +212,8 @@ def test_real_h100_runs_against_an_h200_run_are_refused_unless_by_fraction(tmp_p
     assert cli(["compare", str(H100), str(H200), "--fail-on", "slow,refused"]) == 1
     out = capsys.readouterr().out
     assert "REFUSED: H100 SXM vs H200 SXM: not comparable; compare fractions of the measured " \
-        "ceiling with --triton-perf-compare-by=fraction" in out
+        "ceiling with --by fraction" in out
+    assert "the run FAILS: --fail-on=refused,slow, and 115 are REFUSED" in out
     assert not re.search(r"^SLOW", out, re.M)
     assert cli(["compare", str(H100), str(H200), "--by", "fraction", "--json", "-"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
@@ -266,3 +268,69 @@ def test_each_row_is_judged_at_the_level_of_the_comparisons_its_run_made():
     alone = cmp.compare(cmp.Side(ref.time), cmp.Side(new.time), spread=spread, spread_from=src,
                         comparisons=40)
     assert (row.result.lo, row.result.hi) == (alone.lo, alone.hi)
+
+
+def test_by_fraction_each_row_shows_the_fractions_its_verdict_used(capsys):
+    # On two GPU models the verdict compares fractions of each one's measured ceiling; a row
+    # that showed fractions of the datasheet peak could read FAST with a falling fraction.
+    from ._docs import H100, H200
+    assert cli(["compare", str(H100), str(H200), "--by", "fraction"]) == 0
+    rows = re.findall(r"^(SLOW|FAST) .*: ([+-][\d.]+)% .*; ([\d.]+)% -> ([\d.]+)% of (.*)$",
+                      capsys.readouterr().out, re.M)
+    assert len(rows) > 10
+    for verdict, change, fa, fb, of in rows:
+        assert of == "measured ceiling"
+        # the change is in time: x% slower is a fraction that fell by the same ratio (within
+        # the rounding of what is shown to 0.1%)
+        fa, fb = float(fa), float(fb)
+        assert fa / fb - 1 == pytest.approx(float(change) / 100, abs=0.0006 + 0.06 / fa + 0.06 / fb)
+        assert (fa > fb) == (verdict == "SLOW")
+
+
+def test_the_compare_command_writes_markdown_to_stdout_and_names_its_own_flags(
+        tmp_path, monkeypatch, capsys):
+    from ._docs import H100, H200
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    # --md - wrote a file named '-', while --json - wrote to standard output
+    assert cli(["compare", str(H100), str(H100), "--md", "-"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("### pytest-triton: against")
+    assert not (tmp_path / "-").exists()
+    assert cli(["compare", str(H100), str(H200), "--by", "fraction", "--md", "-"]) == 0
+    assert "| verdict | test |" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        cli(["compare", str(H100), str(H100), "--md", "-", "--json", "-"])
+    assert stop.value.code == 2
+    assert "--md - and --json -: only one of them can write to standard output" in \
+        capsys.readouterr().err
+    # The refusal names the command's own flag, not the pytest option.
+    assert cli(["compare", str(H100), str(H200)]) == 0
+    out = capsys.readouterr().out
+    assert "compare fractions of the measured ceiling with --by fraction" in out
+    assert "--triton-perf-compare-by" not in out
+    # Every option and argument says what it is.
+    for command, wanted in ((["compare"], ("--by {time,fraction}", "--threshold PERCENT")),
+                            (["trend"], ("DIR ",))):
+        with pytest.raises(SystemExit):
+            cli([*command, "--help"])
+        text = capsys.readouterr().out
+        for w in wanted:
+            line = next(line for line in text.splitlines() if line.strip().startswith(w))
+            assert len(line.strip()) > len(w) + 2, f"{w}: no help\n{text}"
+
+
+def test_advice_shared_by_many_uncertain_rows_is_said_once(capsys):
+    # the run against itself without saved runs: every row UNCERTAIN for the same reason, which
+    # was repeated under each of them
+    from ._docs import H100
+    assert cli(["compare", str(H100), str(H100), "--spread", "prior"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"^UNCERTAIN .*$", out, re.M)
+    advice = re.findall(r"^(\d+) of the UNCERTAIN above: (.*save more runs of the reference .*)$",
+                        out, re.M)
+    assert len(rows) > 50 and 1 <= len(advice) <= 3, out
+    assert out.count("save more runs of the reference branch") == len(advice)
+    assert sum(int(n) for n, _ in advice) <= len(rows)
+    # each row keeps its own facts
+    assert len(re.findall(r"^ +ran \d+ samples; noise [\d.]+%$", out, re.M)) >= 50

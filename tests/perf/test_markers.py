@@ -49,6 +49,9 @@ def test_a_misspelt_marker_of_ours_errors_its_test_with_did_you_mean(pytester, m
 
 @pytest.mark.parametrize("marker, needle", [
     ("perf_target(bandwidth_fraction=0.8)", "perf_target can't have 'bandwidth_fraction' keyword argument"),
+    ("perf_target(bandwith_frac=0.8)", "test_kernel: perf_target can't have 'bandwith_frac' keyword "
+                                       "argument; did you mean 'bandwidth_frac'? (expected some of "),
+    ("perf_target(tflop_frac=0.5)", "did you mean 'tflops_frac'?"),
     ("perf_target(bandwidth_frac=0)", "bandwidth_frac=0: expected a fraction in (0, 1]"),
     ("perf_target(bandwidth_frac=1.5)", "bandwidth_frac=1.5: expected a fraction in (0, 1]"),
     ("perf_target(tflops_frac=-0.1)", "tflops_frac=-0.1: expected a fraction in (0, 1]"),
@@ -57,7 +60,8 @@ def test_a_misspelt_marker_of_ours_errors_its_test_with_did_you_mean(pytester, m
     ("perf_target(max_ms=0)", "max_ms=0: expected a number > 0"),
     ("perf_target(max_ms=float('inf'))", "max_ms=inf: expected a number > 0"),
     ("perf_target()", "perf_target needs at least one target"),
-    ("perf_target('sofmax')", "'sofmax' is not in the performance checklist"),
+    ("perf_target('sofmax')", "'sofmax' is not in the performance checklist; did you mean "
+                              "'softmax'?"),
     ("perf_target('softmax', gbps=600)", "gbps is set both by the checklist entry 'softmax'"),
     ("perf_target('softmax', 'matmul')", "takes at most one positional argument"),
     ("perf_target(3)", "must be a checklist name (a string), got 3"),

@@ -429,9 +429,13 @@ def test_auto_supervision_stays_off_for_pytest_main_from_a_program(pytester, mon
 
 def test_supervise_takes_its_value_with_an_equals_sign(pytester):
     pytester.makepyfile(test_ok="def test_ok(): pass")
-    result = pytester.runpytest_subprocess("--triton-supervise", "sometimes", "test_ok.py")
+    result = pytester.runpytest_subprocess("--triton-supervise", "off", "test_ok.py")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*'sometimes' is not one of auto, on, off; give a value with '='*"])
+    result.stderr.fnmatch_lines(["*--triton-supervise off: 'off' was read as a test path*"
+                                 "--triton-supervise=off*"])
+    result = pytester.runpytest_subprocess("--triton-supervise=sometimes", "test_ok.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--triton-supervise: ignored explicit argument 'sometimes'*"])
 
 
 @pytest.mark.requires_plugin("pytest-xdist")

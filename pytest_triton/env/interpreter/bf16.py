@@ -4,8 +4,6 @@ fixes.FIXES)."""
 
 from __future__ import annotations
 
-import torch
-
 from .base import MISSING, Patches, modules
 
 # --------------------------------------------------------------------------------------------
@@ -249,6 +247,8 @@ def apply_bf16_dot(p: Patches) -> None:
 
 
 def needs_bf16_atomics() -> bool:
+    import torch  # import time: probed when the fixes install, not when the plugin loads
+
     np, tl, ti, builder, one = _bf16_probe_handles()
     target = torch.zeros(1, dtype=torch.bfloat16)
     ptr = ti.TensorHandle(np.array([target.data_ptr()], dtype=np.uint64), tl.pointer_type(tl.bfloat16))

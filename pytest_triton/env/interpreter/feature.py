@@ -18,6 +18,7 @@ import os
 
 import pytest
 
+from .. import onimport
 from .gaps import INTERPRETER_GAP_KEY
 
 DEBUG_NOTE = pytest.StashKey[str]()  # config: why debug mode could not be honoured, if so
@@ -149,7 +150,8 @@ class Interpreter:
     naming it (the declared gap of a perf test whose body ran for its argument checks)."""
 
     def __init__(self, config: pytest.Config):
-        install_debug_mode(config)
+        # once Triton is imported (by a conftest or a test module, before any kernel launches)
+        config.add_cleanup(onimport.when_imported("triton", lambda _triton: install_debug_mode(config)))
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header(config)

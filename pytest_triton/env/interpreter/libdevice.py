@@ -7,8 +7,6 @@ import functools
 import math
 from collections.abc import Callable
 
-import torch
-
 from .base import Patches, foreign_builtin, hashable, modules
 
 # --------------------------------------------------------------------------------------------
@@ -19,6 +17,7 @@ def _torch_fn(name: str):
     """A torch function over NumPy arrays (torch has the special functions NumPy lacks)."""
     def run(*arrays):
         import numpy as np
+        import torch  # import time: called by a kernel, not when the plugin loads
 
         fn = torch
         for part in name.split("."):
