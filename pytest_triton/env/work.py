@@ -168,6 +168,7 @@ def _wrappers(np, ti):
 
     def memory(original, book, mask_at):
         def counted(self, ptrs, *args, **kwargs):
+            __tracebackhide__ = True  # the counter's frame: hidden from failures
             work = _current()
             if work is not None:
                 mask = args[mask_at] if len(args) > mask_at else kwargs.get("mask")
@@ -179,6 +180,7 @@ def _wrappers(np, ti):
 
     def atomic(original, ptr_at, mask_at):
         def counted(self, *args, **kwargs):
+            __tracebackhide__ = True  # the counter's frame: hidden from failures
             work = _current()
             if work is not None:
                 ptr = args[ptr_at]
@@ -191,6 +193,7 @@ def _wrappers(np, ti):
 
     def dot(original):
         def counted(self, a, b, *args, **kwargs):
+            __tracebackhide__ = True  # the counter's frame: hidden from failures
             work = _current()
             if work is not None:  # batch * M * K of a, times N of b, two FLOPs each
                 work.flops += 2 * int(np.prod(a.data.shape)) * int(b.data.shape[-1])
@@ -199,6 +202,7 @@ def _wrappers(np, ti):
 
     def program(original):
         def counted(self, *args, **kwargs):
+            __tracebackhide__ = True  # the counter's frame: hidden from failures
             work = _current()
             if work is not None:
                 work.programs += 1
@@ -207,6 +211,7 @@ def _wrappers(np, ti):
 
     def launch(original):
         def counted(self, *args, **kwargs):
+            __tracebackhide__ = True  # the counter's frame: hidden from failures
             outer = _current()
             if outer is None:
                 return original(self, *args, **kwargs)

@@ -222,3 +222,38 @@ def test_an_interpreter_whose_loads_bypass_the_counter_is_caught_by_the_probe(mo
         assert w is None
     assert work.unavailable() == ("this Triton's interpreter loads past the counted methods (a "
                                   "probe of 20 bytes counted 8)")
+
+
+BROKEN = KERNELS + """
+import triton.language as tl
+from pytest_triton import perf_target
+
+
+@triton.jit
+def _broken_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs) + undefined_name, mask=offs < n)
+
+
+@perf_target(max_ms=1)
+def test_a_counted_call(triton_bench):  # leaves the counter's wrappers on the interpreter
+    x = torch.randn(100)
+    triton_bench(lambda: add(x, x, torch.empty_like(x)))
+
+
+@perf_target(max_ms=1)
+def test_a_counted_kernel_error(triton_bench):
+    triton_bench(lambda: _broken_kernel[(1,)](torch.randn(8), 8, BLOCK=8))
+
+
+def test_a_kernel_error_after_counting():
+    _broken_kernel[(1,)](torch.randn(8), 8, BLOCK=8)
+"""
+
+
+def test_a_kernel_error_shows_no_frame_of_the_counter(pytester, run_interpreted):
+    pytester.makepyfile(test_k=BROKEN)
+    result = run_interpreted("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(skipped=1, failed=2)
+    assert result.stdout.str().count("name 'undefined_name' is not defined") >= 2
+    assert "env/work.py" not in result.stdout.str()
