@@ -37,7 +37,9 @@ def parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=_history)
     comparing = commands.add_parser(
         "compare", help="compare two saved runs, as --triton-perf-compare does",
-        description="NEW's measurements against REF's: FAST, SLOW, SAME or UNCERTAIN per test. "
+        description="NEW's measurements against REF's: FAST, SLOW, SAME or UNCERTAIN per test; "
+                    "where both counted work under the interpreter, MORE-WORK, LESS-WORK or "
+                    "SAME-WORK. "
                     "Exit status 1 when a verdict --fail-on names is found.")
     comparing.add_argument("ref", metavar="REF",
                            help="a saved run: a file, a name saved in --history, or latest")
@@ -53,7 +55,8 @@ def parser() -> argparse.ArgumentParser:
                            help="the least change called SLOW or FAST; within it, SAME "
                                 "(default 3%%)")
     comparing.add_argument("--fail-on", default="off", metavar="VERDICTS",
-                           help="slow, or a comma list of slow, uncertain, missing, refused")
+                           help="slow, or a comma list of slow, uncertain, missing, refused, "
+                                "more-work")
     comparing.add_argument("--spread", choices=("history", "prior"), default="history",
                            help="the run-to-run spread: from the reference GPU's saved runs "
                                 "(NEW left out), or the prior alone (a first comparison)")

@@ -150,7 +150,7 @@ OPTIONS: tuple[Option, ...] = (
            "the least change called SLOW or FAST; within it, SAME", metavar="PERCENT"),
     Option("triton_perf_fail_on", "string", "off",
            "fail the run on these verdicts of the compare: slow, or a comma list of slow, "
-           "uncertain, missing, refused", metavar="VERDICTS"),
+           "uncertain, missing, refused, more-work", metavar="VERDICTS"),
     Option("triton_perf_report_md", "string", None,
            "write the compare's table as Markdown to PATH (and to $GITHUB_STEP_SUMMARY if set)",
            metavar="PATH"),
@@ -278,7 +278,7 @@ def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
 FLOATS = {"triton_perf_max_time": 0.01, "triton_gpu_wait": 0.0}
 PERCENTS = ("triton_perf_threshold",)
 # comma lists of words, each one of these ("off": none)
-WORDS = {"triton_perf_fail_on": ("slow", "uncertain", "missing", "refused")}
+WORDS = {"triton_perf_fail_on": ("slow", "uncertain", "missing", "refused", "more-work")}
 COUNTS = {"triton_perf_retries": 0}
 
 

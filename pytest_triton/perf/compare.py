@@ -64,6 +64,10 @@ class Change(str, enum.Enum):
     NEW = "new"  # measured here, not in the reference
     MISSING = "missing"  # in the reference, not measured here
     REFUSED = "refused"  # not comparable (another GPU, a throttled run, no peak to take)
+    # the work counted under the interpreter, compared exactly (report/work_gate.py)
+    MORE_WORK = "more-work"
+    LESS_WORK = "less-work"
+    SAME_WORK = "same-work"
 
     __hash__ = str.__hash__
 

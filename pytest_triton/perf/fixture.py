@@ -3,14 +3,17 @@ announce the measurement (pytest_triton_measured) to whoever diagnoses or record
 
 from __future__ import annotations
 
+import warnings
+from contextlib import nullcontext
+
 import pytest
 import torch
 
 from .. import options, state
 from ..correctness import inputs
-from ..env import dtypes, launches
+from ..env import dtypes, launches, work
 from ..process import gpulock
-from . import record, stats, timing, verdict
+from . import record, stats, timing, verdict, work_check
 from .checklist import NOTES
 from .markers import PerfTarget, PerfTargetError
 from .record import DryCall, Mode, PerfRecord
@@ -115,10 +118,12 @@ class TritonBench:
             if getattr(t, key) is not None and text not in found:
                 found.append(text)
 
-    def _dry_call(self, fn, baseline, name) -> None:
+    def _dry_call(self, fn, baseline, name, bytes, flops) -> None:
         """Call fn, then baseline, once each: what raises fails the test, as on the GPU. Through
         pytest_triton_dry_call, so that a checker can look at the call (judge/timedcall.py)."""
         __tracebackhide__ = True
+
+        counted = []  # fn's work, under the interpreter (env/work.py)
 
         def call():
             __tracebackhide__ = True
@@ -127,7 +132,10 @@ class TritonBench:
                 if f is None:
                     continue
                 try:
-                    value = f()
+                    with work.counting() if what == "fn" else nullcontext() as count:
+                        value = f()
+                    if what == "fn" and count is not None and count.launches:
+                        counted.append(count)  # a call that launched no Triton kernel: not counted
                     result = value if what == "fn" else result
                     if state.get(self._config).runtime.device.startswith("cuda"):
                         torch.cuda.synchronize()
@@ -141,7 +149,22 @@ class TritonBench:
         if not self._config.hook.pytest_triton_dry_call(item=self._item, fn=fn, baseline=baseline,
                                                         call=call):
             call()
-        self._record.dry_calls.append(DryCall(name, baseline is not None))
+        dry = DryCall(name, baseline is not None, counted[0] if counted else None, bytes, flops,
+                      nodeid=self._item.nodeid)
+        self._record.dry_calls.append(dry)
+        if dry.work is not None:
+            self._check_work(dry)
+
+    def _check_work(self, dry: DryCall) -> None:
+        """The declarations against the count (perf/work_check.py): overstated fails, a memory-
+        bound call that moved well more than declared gets a note."""
+        __tracebackhide__ = True
+        message = work_check.overstated(dry.label, dry.work, dry.bytes, dry.flops)
+        if message:
+            raise PerfTargetError(message)
+        dry.note = work_check.reread(dry.work, dry.bytes)
+        if dry.note:
+            warnings.warn(work_check.WorkNote(f"{dry.label}: {dry.note}"), stacklevel=1)
 
     def __call__(self, fn, *, bytes=None, flops=None, baseline=None, dtype=None, kernel=None,
                  name=None, inplace=None):
@@ -152,7 +175,7 @@ class TritonBench:
             gap = self._record.gap_stops_body
             if gap is not None:  # fn would meet the interpreter's gap: checked, not called
                 pytest.skip(f"{gap} (its triton_bench arguments were checked; fn was not run)")
-            self._dry_call(fn, baseline, name)
+            self._dry_call(fn, baseline, name, bytes, flops)
             return None
         # Under xdist the measurement holds the GPU alone (gpulock): compile first, sharing it
         with launches.watch_compiles() as first:

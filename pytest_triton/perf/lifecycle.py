@@ -116,7 +116,7 @@ def annotate_report(item: pytest.Item, call: pytest.CallInfo, report: pytest.Tes
     if report.failed and call.excinfo is not None and isinstance(call.excinfo.value, CLEAN_ERRORS):
         exc = call.excinfo.value
         report.longrepr = f"{type(exc).__name__}: {exc}"
-    if record.measurements:
+    if record.measurements or record.counted:
         report.triton_perf = record.payload()
         # JUnit XML reads the teardown report's properties, which come from the item.
         item.user_properties.extend(junit_properties(record))

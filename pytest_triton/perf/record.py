@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from ..env.work import Work
 from .markers import PerfTarget
 from .stats import Summary
 from .timing import Timings
@@ -193,9 +194,31 @@ class Measurement:
 
 @dataclass
 class DryCall:
-    """One triton_bench call of a dry run: its arguments were checked, fn (and baseline) ran once."""
+    """One triton_bench call of a dry run: its arguments were checked, fn (and baseline) ran once;
+    under the interpreter, what fn's launches did (env/work.py) and its declared bytes=/flops=."""
     name: str | None
     baseline: bool
+    work: Work | None = None
+    bytes: int | None = None
+    flops: int | None = None
+    note: str = ""  # what the declarations' check says without failing (perf/work_check.py)
+
+    nodeid: str = ""
+
+    @property
+    def label(self) -> str:
+        """As a measurement's: the test's id, and the call's name= where it has one."""
+        return f"{self.nodeid}[{self.name}]" if self.name else self.nodeid
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "baseline": self.baseline, "bytes": self.bytes,
+                "flops": self.flops, "note": self.note,
+                "work": self.work.to_dict() if self.work else None}
+
+    @classmethod
+    def from_dict(cls, d: dict, nodeid: str) -> DryCall:
+        return cls(d.get("name"), bool(d.get("baseline")), Work.from_dict(d.get("work")),
+                   d.get("bytes"), d.get("flops"), d.get("note", ""), nodeid)
 
 
 @dataclass
@@ -219,6 +242,11 @@ class PerfRecord:
         return self.dry_calls if self.mode is Mode.DRY_RUN else self.measurements
 
     @property
+    def counted(self) -> list[DryCall]:
+        """The dry run's calls whose work was counted under the interpreter."""
+        return [c for c in self.dry_calls if c.work is not None]
+
+    @property
     def verdict(self) -> Verdict:
         """The test's verdict: the worst of every check of every measurement and the geomean's."""
         checks = [c for m in self.measurements for c in m.checks]
@@ -231,9 +259,12 @@ class PerfRecord:
 
     def payload(self) -> dict:
         """What the call report carries to the process that writes the results: JSON-ready."""
-        return {"measurements": [m.to_dict() for m in self.measurements],
-                "target": self.target.describe() if self.target else None,
-                "geomean": None if self.geomean is None else self.geomean.to_dict()}
+        d = {"measurements": [m.to_dict() for m in self.measurements],
+             "target": self.target.describe() if self.target else None,
+             "geomean": None if self.geomean is None else self.geomean.to_dict()}
+        if self.counted:
+            d["dry_calls"] = [c.to_dict() for c in self.dry_calls]
+        return d
 
     def to_dict(self) -> dict:
         return {"nodeid": self.nodeid, "outcome": self.outcome, **self.payload()}
@@ -241,9 +272,12 @@ class PerfRecord:
     @classmethod
     def from_dict(cls, d: dict) -> PerfRecord:
         target = PerfTarget.from_describe(d["target"]) if d.get("target") else None
-        return cls(nodeid=d["nodeid"], target=target, mode=Mode.TIMED,
+        dry = [DryCall.from_dict(c, d["nodeid"]) for c in d.get("dry_calls") or ()]
+        return cls(nodeid=d["nodeid"], target=target,
+                   mode=Mode.DRY_RUN if dry and not d["measurements"] else Mode.TIMED,
                    measurements=[Measurement.from_dict(m) for m in d["measurements"]],
-                   geomean=Check.from_dict(d.get("geomean")), outcome=d.get("outcome"))
+                   dry_calls=dry, geomean=Check.from_dict(d.get("geomean")),
+                   outcome=d.get("outcome"))
 
 
 RECORD_KEY = pytest.StashKey[PerfRecord]()  # per perf item, made at collection

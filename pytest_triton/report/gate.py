@@ -12,7 +12,7 @@ import pytest
 
 from .. import options
 from ..perf import session as perf_session
-from . import history, summary
+from . import history, summary, work_gate
 from .regression import (
     Outcome,
     compare_runs,
@@ -20,6 +20,7 @@ from .regression import (
     lines,
     nothing_measured,
     spreads,
+    timed,
     write_markdown,
     write_markdown_text,
 )
@@ -65,7 +66,7 @@ class RegressionGate:
             saved = history.saved_document(self._config, None if self._save == "auto"
                                            else self._save, doc)
             self.saved = history.save(saved, self._dir)
-            if not ps.records:  # kept: a pull request's run finds main's dry run (.ci/run)
+            if not timed(ps.records):  # kept: a pull request's run finds main's dry run (.ci/run)
                 self.saved_note = f" (nothing measured; {nothing_measured(doc)})"
         self.seconds = time.perf_counter() - t0
 
@@ -76,7 +77,7 @@ class RegressionGate:
             self.note = f"--triton-perf-compare={self._ref}: {exc}"
             run.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
-        if not ps.records:
+        if not timed(ps.records) and not work_gate.verdicts(ref.records, ps.records):
             why = nothing_measured(doc)
             self.note = f"nothing measured in this run to compare with {describe_ref(ref)} ({why})"
             write_markdown_text(f"### pytest-triton: against {describe_ref(ref)}\n\n**Nothing "

@@ -14,11 +14,12 @@ from pathlib import Path
 from ..perf import compare as stats
 from ..perf.compare import Change, Result, Side
 from ..perf.record import Measurement, PerfRecord
-from . import history
+from . import history, work_gate
 
 # the order rows are shown in: what fails a run first
-ORDER = (Change.SLOW, Change.REFUSED, Change.UNCERTAIN, Change.MISSING, Change.FAST, Change.NEW,
-         Change.SAME)
+ORDER = (Change.SLOW, Change.MORE_WORK, Change.REFUSED, Change.UNCERTAIN, Change.MISSING,
+         Change.FAST, Change.LESS_WORK, Change.NEW, Change.SAME, Change.SAME_WORK)
+QUIET = (Change.SAME, Change.SAME_WORK)  # counted, not listed
 SPREAD_RUNS = 10  # the newest saved runs of the device a test's run-to-run spread is taken from
 
 
@@ -122,6 +123,12 @@ def spreads(ref: history.SavedRun, directory: Path, *, skip: Path | None = None
     return found
 
 
+def timed(records: list[PerfRecord]) -> bool:
+    """Whether the run timed anything: a CPU run's dry runs do not, and are compared on their
+    counted work alone (report/work_gate.py), neither MISSING nor REFUSED on time."""
+    return any(r.measurements for r in records)
+
+
 def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict | None, *,
                  by: str = "time", threshold: float = stats.DEFAULT_THRESHOLD,
                  medians: dict[str, list[float]] | None = None,
@@ -130,7 +137,7 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
     `by_fraction`: how the caller's user asks for a comparison by fraction (a refusal says it)."""
     out = Outcome(ref, by, threshold)
     same_gpu = sku(ref.device) == sku(device)
-    if not same_gpu and by == "time":
+    if not same_gpu and by == "time" and timed(records):
         out.refusal = (f"{sku(ref.device)} vs {sku(device)}: not comparable; compare fractions of "
                        f"the measured ceiling with {by_fraction}")
     old, new = _labelled(ref.records), _labelled(records)
@@ -143,7 +150,11 @@ def compare_runs(ref: history.SavedRun, records: list[PerfRecord], device: dict 
             out.rows.append(Row(label, Change.REFUSED, ref=old[label], new=m, why=out.refusal))
         else:
             out.rows.append(_row(label, old[label], m, out, same_gpu, (medians or {}).get(label)))
-    out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items() if label not in new]
+    if timed(records):
+        out.rows += [Row(label, Change.MISSING, ref=m) for label, m in old.items()
+                     if label not in new]
+    out.rows += [Row(label, change, why=why)
+                 for label, change, why in work_gate.verdicts(ref.records, records)]
     for r in records:  # the shapes of one test, as a whole
         if len(r.measurements) < 2:
             continue
@@ -252,7 +263,7 @@ def lines(out: Outcome, fail_on: frozenset[str], fail_on_flag: str = "--triton-p
     if out.refusal:
         text.append(f"REFUSED: {out.refusal}")
     shown = [r for r in out.rows
-             if r.verdict is not Change.SAME and not (out.refusal and r.verdict is Change.REFUSED)]
+             if r.verdict not in QUIET and not (out.refusal and r.verdict is Change.REFUSED)]
     # advice that many UNCERTAIN rows share is said once, after them; each row keeps its facts
     shared = Counter(r.result.advice for r in shown if r.result and r.result.advice)
     for row in shown:
@@ -281,13 +292,13 @@ def markdown(out: Outcome) -> str:
     head = [f"### pytest-triton: against {describe_ref(out.ref)}", ""]
     if out.refusal:
         return "\n".join(head + [f"**Refused**: {out.refusal}", ""])
-    shown = [r for r in out.rows if r.verdict is not Change.SAME]
+    shown = [r for r in out.rows if r.verdict not in QUIET]
     shown.sort(key=lambda r: ({Change.SLOW: 0, Change.FAST: 1}.get(r.verdict, 2), r.label))
     table = ["| verdict | test | change [interval: 99% for the run] | reference -> this run |",
              "|---|---|---|---|"]
     for r in shown:
         label = r.label.replace("|", "\\|") + (" (all shapes)" if r.whole else "")
-        units = _units(r) + ("; the autotuner chose another config" if r.cause else "")
+        units = (_units(r) or r.why) + ("; the autotuner chose another config" if r.cause else "")
         table.append(f"| {r.verdict.value.upper()} | `{label}` | {_change(r, out.by)} | "
                      f"{units.replace('|', '/')} |")
     return "\n".join(head + (table if shown else []) + ["", counts_text(out), ""])

@@ -18,6 +18,7 @@ from ..env.seeding import fixed_seed
 from ..perf.record import PerfRecord, Verdict
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
+from . import work_table
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -157,7 +158,7 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         tr.write_line(f"--triton-perf-peak measured: this device has no measured ceilings "
                       f"({ps.calibration or 'not measured'}); fractions without a peak= of their "
                       "own were taken of the datasheet", yellow=True, bold=True)
-    for line in table(ps.records):
+    for line in table(ps.records) + work_table.table(ps.records):
         tr.write_line(line)
     verdicts, geo = _verdicts(ps.records)
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in Verdict if v in verdicts)

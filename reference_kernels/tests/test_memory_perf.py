@@ -185,6 +185,9 @@ def test_layernorm_backward_speed(dtype, cols, make_tensor, triton_bench):
     baseline = _torch_layernorm_backward(x, w, b, dy)
     _, mean, rstd = layernorm.layernorm(x, w, b)
     dx, dw, db = torch.empty_like(x), torch.empty_like(w), torch.empty_like(b)
+    # bytes= leaves out the float32 partial sums of dw and db (each program group's, written by
+    # the first kernel and read by the second): a sliver of the traffic at the GPU's size, but
+    # at the dry run's few, short rows they are most of it, and the run notes the re-read
     triton_bench(lambda: layernorm.layernorm_backward(dy, x, w, mean, rstd, dx=dx, dw=dw, db=db),
                  bytes=layernorm.layernorm_backward_bytes(x), baseline=baseline, dtype=dtype)
     del baseline  # frees torch's autograd graph before the float64 reference is built
