@@ -51,8 +51,12 @@ def _run_case(case: str) -> None:
     def rand(k, shape):
         return [torch.randn(shape, device="cuda") for _ in range(k)]
 
+    eval(CASES[case][1])  # the first call tunes (many launches): not profiled
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()  # ncu --profile-from-start off: this call's launches only
     eval(CASES[case][1])
     torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
 
 
 # The CPU half is a perf test of its own, dry-run by the plugin: its JSON report holds the count.
@@ -94,7 +98,7 @@ def counted(case: str, tmp: str) -> dict:
 def dram(case: str) -> int:
     """The DRAM bytes read and written by the case's kernels, as ncu reads them."""
     prefix = CASES[case][0]
-    cmd = ["ncu", "--clock-control", "none", "--csv", "--metrics",
+    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--csv", "--metrics",
            "dram__bytes_read.sum,dram__bytes_write.sum", "-k", f"regex:^{prefix}",
            sys.executable, __file__, "--child", case]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -111,17 +115,40 @@ def dram(case: str) -> int:
 
 
 def main(argv: list[str]) -> None:
+    """Options: --counts-only FILE (count on this machine, no GPU: write the counts as JSON),
+    --counts FILE (take the counts from such a file instead of counting: a GPU machine's time
+    then goes to ncu alone), --md FILE (the table as Markdown too)."""
     if argv[:1] == ["--child"]:
         _run_case(argv[1])
         return
+    opts = {}
+    while argv[:1] and argv[0] in ("--counts-only", "--counts", "--md"):
+        opts[argv[0]], argv = argv[1], argv[2:]
     cases = argv or list(CASES)
     tmp = tempfile.mkdtemp(prefix="work-vs-ncu-")
-    print(f"{'case':12s} {'counted GB':>12s} {'ncu DRAM GB':>12s} {'ncu/counted':>12s}")
+    if "--counts" in opts:
+        with open(opts["--counts"]) as f:
+            counts = json.load(f)
+    else:
+        counts = {case: counted(case, tmp)["bytes"] for case in cases}
+    if "--counts-only" in opts:
+        with open(opts["--counts-only"], "w") as f:
+            json.dump(counts, f)
+        return
+    rows = [f"{'case':12s} {'counted GB':>12s} {'ncu DRAM GB':>12s} {'ncu/counted':>12s}"]
+    md = ["### The interpreter's work count against ncu's DRAM bytes (`bench/work_vs_ncu.py`)", "",
+          "| case | counted GB (CPU, interpreter) | ncu DRAM GB read + written | ncu / counted |",
+          "|---|---|---|---|"]
     for case in cases:
-        logical = counted(case, tmp)["bytes"]
-        measured = dram(case)
-        print(f"{case:12s} {logical / 1e9:12.4f} {measured / 1e9:12.4f} "
-              f"{measured / logical:12.3f}")
+        logical, measured = counts[case], dram(case)
+        rows.append(f"{case:12s} {logical / 1e9:12.4f} {measured / 1e9:12.4f} "
+                    f"{measured / logical:12.3f}")
+        md.append(f"| {case} | {logical / 1e9:.4f} | {measured / 1e9:.4f} | "
+                  f"{measured / logical:.3f} |")
+        print(rows[-1] if len(rows) > 2 else "\n".join(rows), flush=True)
+    if "--md" in opts:
+        with open(opts["--md"], "w") as f:
+            f.write("\n".join(md) + "\n")
 
 
 if __name__ == "__main__":
