@@ -11,7 +11,15 @@ import time
 
 import pytest
 
+from pytest_triton.env import runtime
+
 from .history._docs import H100, H200, report, run
+
+# Where a GPU may be there, choosing the device asks torch (by design: nothing cheaper can tell),
+# so a run that needs no kernel imports it too and starts as slowly as before.
+NO_GPU_HERE = pytest.mark.skipif(not runtime.surely_no_gpu(),
+                                 reason="a GPU may be on this machine: the device choice imports "
+                                        "torch here, by design")
 
 HEAVY = ("torch", "triton", "numpy")
 REPORT_MODULES = f"""
@@ -31,6 +39,7 @@ def bare_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
 
 
+@NO_GPU_HERE
 def test_a_run_without_kernels_imports_neither_torch_nor_triton(pytester: pytest.Pytester, bare_env):
     pytester.makeconftest(REPORT_MODULES)
     pytester.makepyfile("def test_x(): pass")
@@ -40,6 +49,7 @@ def test_a_run_without_kernels_imports_neither_torch_nor_triton(pytester: pytest
     assert json.loads((pytester.path / "modules.json").read_text()) == []
 
 
+@NO_GPU_HERE
 def test_a_conftest_importing_triton_gets_the_interpreter_and_its_fixes(pytester: pytest.Pytester,
                                                                        bare_env):
     pytester.makeconftest("""
@@ -69,6 +79,7 @@ def _cpu_seconds(args: list[str], cwd) -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+@NO_GPU_HERE
 def test_the_plugin_adds_little_to_pytest_start_up(pytester: pytest.Pytester, bare_env):
     pytester.makepyfile(test_no_kernels="def test_x(): pass")
     run = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "test_no_kernels.py"]

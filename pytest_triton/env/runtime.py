@@ -6,7 +6,7 @@ each worker is given its own GPU here too, through CUDA_VISIBLE_DEVICES, before 
 
 The choice asks torch (torch.cuda.is_available()) only where a GPU could be there: a CPU-only
 build of torch, or a Linux machine with no GPU driver loaded, has none, and then neither torch
-nor Triton is imported until a conftest or a test imports them (see _surely_no_gpu).
+nor Triton is imported until a conftest or a test imports them (see surely_no_gpu).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def import_for_nested_runs(config: pytest.Config) -> None:
 _GPU_DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 
-def _surely_no_gpu() -> bool:
+def surely_no_gpu() -> bool:
     """Whether torch.cuda.is_available() would surely say False, found without importing torch
     (a second or two): torch built for neither CUDA nor ROCm, or a Linux machine with no GPU
     driver (none loaded, no device files, and no nvidia-modprobe to load one on demand).
@@ -187,7 +187,7 @@ def _surely_no_gpu() -> bool:
 
 
 def _cuda_available() -> bool:
-    if _surely_no_gpu():
+    if surely_no_gpu():
         return False
     import torch  # import time: only where a GPU may be there
 

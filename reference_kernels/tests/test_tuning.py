@@ -193,6 +193,13 @@ def _tuned_add(calls_per_config: int):
         vector_add._vector_add_kernel.fn)
 
 
+def _device() -> str:
+    """Where the kernels run: the GPU, or the CPU under Triton's interpreter."""
+    from pytest_triton import interpreting
+
+    return "cpu" if interpreting() else "cuda"
+
+
 def _launch(kernel, x, y, out):
     n = x.numel()
     kernel[lambda meta: (-(-n // meta["BLOCK_SIZE"]),)](x, y, out, n, 1, 1, 1)
@@ -202,8 +209,8 @@ def test_in_place_hooks_tune_an_in_place_launch_once(monkeypatch):
     # out is x: every timed launch starts from x's values, so after tuning (2 configs x 3 timed
     # launches) the caller's launch adds y exactly once
     kernel = _tuned_add(calls_per_config=3)
-    x = torch.arange(300, dtype=torch.float32)
-    y = torch.full((300,), 0.5)
+    x = torch.arange(300, dtype=torch.float32, device=_device())
+    y = torch.full((300,), 0.5, device=_device())
     expected = x + y
     _launch(kernel, x, y, x)
     torch.testing.assert_close(x, expected, rtol=0, atol=0)
@@ -217,8 +224,8 @@ def test_in_place_hooks_copy_nothing_when_the_output_is_not_an_input(monkeypatch
     monkeypatch.setattr(torch.Tensor, "clone",
                         lambda self, *a, **k: clones.append(self.shape) or real_clone(self, *a, **k))
     kernel = _tuned_add(calls_per_config=3)
-    x, y = torch.arange(300, dtype=torch.float32), torch.ones(300)
-    out = torch.empty(300)
+    x = torch.arange(300, dtype=torch.float32, device=_device())
+    y, out = torch.ones(300, device=_device()), torch.empty(300, device=_device())
     _launch(kernel, x, y, out)
     torch.testing.assert_close(out, x + y, rtol=0, atol=0)
     assert clones == []
