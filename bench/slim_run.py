@@ -8,8 +8,9 @@ In each RUN_DIR:
 - perf*.json become perf*.json.gz (render_benchmarks.py reads either);
 - self_compare_pairs.json keeps its counts (runs, pairs, per_test) and drops the row of every
   comparison (render_benchmarks.py reads the counts);
-- logs.tar.gz keeps the logs and, of the saved runs under history/, the perf step's `final`
-  record (render_benchmarks.py compares it across GPUs); the other saved runs leave it.
+- logs.tar.gz keeps the logs (a series' runs' output too) and, of the saved runs under history/,
+  the perf step's `final` record (render_benchmarks.py compares it across GPUs); the other saved
+  runs (a series' reports among them: series.json keeps what they showed) leave it.
 Prints each file's size before and after.
 """
 
@@ -38,8 +39,9 @@ def _pairs(path: Path) -> None:
 
 
 def _keep(name: str) -> bool:
-    """A logs.tar.gz member that stays: every log, and of the saved runs the `final` one."""
-    if "history/" not in name:
+    """A logs.tar.gz member that stays: every log (a series' runs' output and exit status
+    too), and of the saved runs the `final` one."""
+    if "history/" not in name or name.endswith((".log", ".status")):
         return True
     return name.endswith(".json") and "-final-" in name.rsplit("/", 1)[-1]
 
