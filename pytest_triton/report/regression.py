@@ -46,7 +46,7 @@ class Outcome:
     made: int = 0  # the comparisons made together: each interval at 1 - 1%/made (perf/compare.py)
 
     def count(self, verdict: Change) -> int:
-        return sum(r.verdict is verdict for r in self.rows)
+        return sum(r.verdict == verdict for r in self.rows)
 
     def failing(self, fail_on: frozenset[str]) -> list[Row]:
         return [r for r in self.rows if r.verdict.value in fail_on]
