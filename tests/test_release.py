@@ -172,3 +172,15 @@ def test_every_build_command_a_reader_is_given_comes_after_installing_build():
             if "pyproject-build" in line:
                 assert any(re.search(r"pip install .*\bbuild\b", x) for x in lines[:i]), \
                     f"{doc.name}: {line!r} without pip install build before it"
+
+
+def test_ci_run_lines_passes_a_failed_lines_status_to_its_caller(tmp_path):
+    # .ci/run reads the gpu job's pytest exit status (1: targets UNCHECKED without a GPU) through
+    # run_lines: a wall-time line printed after each command once made every status 0
+    func = re.search(r"^run_lines\(\) \{.*?^\}", (ROOT / ".ci" / "run").read_text(), re.M | re.S)
+    lines = tmp_path / "lines"
+    lines.write_text("true\nexit 3\necho never\n")
+    script = f"{func.group(0)}\nset +e\nrun_lines {lines}\necho rc=$?\n"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert done.stdout.splitlines()[-1] == "rc=3", done.stdout
+    assert "never" not in done.stdout.replace("echo never", "")
