@@ -49,11 +49,9 @@ def _keep(name: str) -> bool:
 def _logs(path: Path) -> None:
     buf = io.BytesIO()
     with tarfile.open(path) as src, tarfile.open(fileobj=buf, mode="w:gz") as dst:
-        for member in src.getmembers():
+        for member in src.getmembers():  # files only: extracting one makes its folders
             if member.isfile() and _keep(member.name):
                 dst.addfile(member, src.extractfile(member))
-            elif member.isdir() and _keep(member.name + "/x"):
-                dst.addfile(member)
     path.write_bytes(buf.getvalue())
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 
 import pytest
 
@@ -153,13 +154,25 @@ FEATURES = (
 )
 
 
+def _import_own_modules() -> None:
+    """Every module of the package, where pytest runs are nested in this one's tests: one first
+    imported inside such a run is dropped afterwards and imported anew by the next, and its
+    classes and state then exist twice (a verdict enum that is not the other run's, a warning
+    category a filter names that is not the one raised)."""
+    package = __name__.rpartition(".")[0]
+    for module in pkgutil.walk_packages(importlib.import_module(package).__path__, f"{package}."):
+        if not module.name.endswith(".__main__"):
+            importlib.import_module(module.name)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     options.validate(config)  # every option's value, used by this run or not
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
     config.add_cleanup(lambda: runtime.restore_environment(rt))
-    runtime.import_for_nested_runs(config)  # before a pytester run inside a test could import them
+    if runtime.import_for_nested_runs(config):  # before a pytester run inside a test could
+        _import_own_modules()
     seeding.configure(config)
     config.stash[state.STATE_KEY] = state.TritonState(
         runtime=rt, checklist=checklist.load(config), perf=bool(options.get(config, "triton_perf")))

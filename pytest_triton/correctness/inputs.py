@@ -33,10 +33,10 @@ from .checking import ENABLED, costed
 from .comparing import bits, fmt, index_of
 
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
-HOW_TO_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the tensor) '
-                  "on assert_close, assert_grads_close, assert_deterministic or triton_bench; a "
-                  "tensor compared as assert_close's actual counts as written on purpose.")
-HOW_TO_DECLARE_STRICT = HOW_TO_DECLARE.split("; a tensor compared")[0] + "."
+_DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the tensor) on '
+            "assert_close, assert_grads_close, assert_deterministic or triton_bench")
+HOW_TO_DECLARE = _DECLARE + "; a tensor compared as assert_close's actual counts as written on purpose."
+HOW_TO_DECLARE_STRICT = _DECLARE + "."  # --triton-judge: a compared actual must be declared too
 
 
 def storage_of(t: torch.Tensor) -> int | None:
@@ -235,8 +235,8 @@ class Guard:
         name = next((n for n in bad[0].names if n), "x")
         lines.append("A kernel that writes into a tensor it reads hands the reference altered data "
                      "(every comparison after it saw the new values), as KernelBench's "
-                     "zero_out_kernel did. " + (HOW_TO_DECLARE.format(name=name) if not strict
-                                                 else HOW_TO_DECLARE_STRICT.format(name=name)))
+                     "zero_out_kernel did. "
+                     + (HOW_TO_DECLARE_STRICT if strict else HOW_TO_DECLARE).format(name=name))
         return ["\n".join(lines)]
 
 
@@ -255,7 +255,8 @@ def track(t: torch.Tensor) -> None:
     """make_tensor made `t` with values: an input of the running test."""
     g = guard()
     if g is not None:
-        g.track(t, scope.caller(), scope.caller(absolute=True))
+        source = scope.caller(absolute=True)
+        g.track(t, scope.relative(source), source)
 
 
 def on_launch(kernel: str, args) -> None:

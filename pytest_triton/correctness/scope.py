@@ -71,13 +71,20 @@ def caller(absolute: bool = False) -> str:
         frame = frame.f_back
     if frame is None:
         return "?"
-    path = frame.f_code.co_filename
-    if not absolute:
-        try:
-            path = os.path.relpath(path)
-        except ValueError:  # another drive (Windows)
-            pass
-    return f"{path}:{frame.f_lineno}"
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return where if absolute else relative(where)
+
+
+def relative(where: str) -> str:
+    """caller(absolute=True)'s file:line with the file relative to the working directory."""
+    path, _, line = where.rpartition(":")
+    if not path:  # "?": no frame outside the package
+        return where
+    try:
+        path = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        pass
+    return f"{path}:{line}"
 
 
 def note(text: str) -> None:

@@ -157,14 +157,17 @@ def _install_interpreter_fixes(_triton) -> None:
     fixes.install()
 
 
-def import_for_nested_runs(config: pytest.Config) -> None:
+def import_for_nested_runs(config: pytest.Config) -> bool:
     """Import torch and Triton now where pytest runs may be nested in this one's tests (the
-    pytester plugin is active): a module first imported inside a pytester run is dropped from
-    sys.modules afterwards, and a second import of Triton's or torch's native extension breaks
-    the process (Triton's aborts it at exit)."""
-    if config.pluginmanager.has_plugin("pytester"):
-        import torch  # noqa: F401
-        import triton  # noqa: F401
+    pytester plugin is active), and say whether it did: a module first imported inside a
+    pytester run is dropped from sys.modules afterwards, and a second import of Triton's or
+    torch's native extension breaks the process (Triton's aborts it at exit)."""
+    if not config.pluginmanager.has_plugin("pytester"):
+        return False
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    return True
 
 
 # Where a GPU driver shows itself on Linux: NVIDIA's (loaded, or its device files), ROCm's, WSL's.

@@ -180,8 +180,7 @@ def _torch_layernorm_backward(x, w, b, dy):
 
 # bytes= leaves out the float32 partial sums of dw and db (below): at the dry run's few, short rows
 # they are most of the counted traffic, a known re-read the work note need not repeat each run
-# (matched by its words: a class named here can be another import's in a run with pytester's)
-@pytest.mark.filterwarnings("ignore:.*the timed call moved .* GB, .*x its bytes=")
+@pytest.mark.filterwarnings("ignore::pytest_triton.perf.work_check.WorkNote")
 @pytest.mark.parametrize("dtype, cols", _row_cases(speedup=1.0))
 def test_layernorm_backward_speed(dtype, cols, make_tensor, triton_bench):
     x, w, b = layernorm.layernorm_inputs(make_tensor, *_rows_cols(cols, dtype, triton_bench), dtype=dtype)
