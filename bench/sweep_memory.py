@@ -35,6 +35,10 @@ Phases, in order; once --budget seconds have passed (compiles included) the rest
                 chunks (width x warps x register cap) for softmax and the layernorm forward at
                 every width, fp32 and fp16, and softmax_persistent's 1K tiles: what a new GPU
                 prefers, without the H100's sweeps as a starting point
+  rows4k        16-bit rows of 4K columns (fp16, bf16), where the H200 ran softmax and the
+                layernorm forward within 1% of their copy fraction: rows per program x warps,
+                softmax's ticketed and strided persistent kernels (programs per SM), the
+                layernorm's w and b early or late and eviction hints
   wide          16K and 64K rows (fp32, fp16): split rows with held chunks (register caps,
                 RELOAD) against single passes (the split-looped kernels it also timed were
                 dropped in 293dd7c: 0.60-0.73 of copy on the H200)
@@ -56,7 +60,7 @@ import time
 from pathlib import Path
 
 PHASES = ("defaults", "vector_add", "softmax", "softmax_1k", "layernorm", "layernorm_wide",
-          "layernorm_bwd", "fused", "ceiling", "grid", "wide")
+          "layernorm_bwd", "fused", "ceiling", "grid", "wide", "rows4k")
 
 
 def _args():
@@ -654,6 +658,37 @@ def phase_grid(sw):
         _register_report(softmax.KERNELS["single"], softmax.KERNELS["split"],
                          softmax.KERNELS["persistent"], layernorm.KERNELS["forward"],
                          layernorm.KERNELS["forward_split"])
+
+
+def phase_rows4k(sw):
+    cols = 256 if SMOKE else 4096
+    for dtype in (torch.float16, torch.bfloat16):
+        case, x, out = _softmax_case(sw, dtype, cols)
+        sw.run(case, "default", "tuned", lambda: softmax.softmax(x, out=out), [out])
+        for r, w in ((1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16), (4, 32)):
+            over = {"ROWS": r, "num_warps": w}
+            sw.run(case, "single", over, lambda c=over: softmax.softmax(x, out=out, config=c),
+                   [out])
+        for r, w, p, s in ((1, 8, 4, 1), (1, 8, 8, 1), (1, 4, 8, 1), (1, 4, 16, 1), (2, 8, 4, 1),
+                           (2, 8, 2, 1), (1, 16, 2, 1), (2, 16, 2, 1), (1, 8, 4, 2),
+                           (1, 8, 2, 3), (2, 8, 2, 2), (1, 16, 2, 2)):
+            over = {"ROWS": r, "num_warps": w, "programs_per_sm": p, "NUM_STAGES": s,
+                    "BLOCK_N": cols}
+            sw.run(case, "persistent", over,
+                   lambda c=over: softmax.softmax_persistent(x, out=out, config=c), [out])
+        del x, out
+        case, x, w_, b_, y = _layernorm_case(sw, dtype, cols)
+        sw.run(case, "default", "tuned", lambda: layernorm.layernorm(x, w_, b_, out=y), [y])
+        for r, w in ((1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 16), (4, 32)):
+            for late in (False, True):
+                over = {"ROWS": r, "num_warps": w, "LATE_WB": late}
+                sw.run(case, "single", over,
+                       lambda c=over: layernorm.layernorm(x, w_, b_, out=y, config=c), [y])
+        for r, w in ((1, 8), (2, 8), (2, 16)):
+            over = {"ROWS": r, "num_warps": w, "LATE_WB": True, "EVICT": True}
+            sw.run(case, "single", over,
+                   lambda c=over: layernorm.layernorm(x, w_, b_, out=y, config=c), [y])
+        del x, w_, b_, y
 
 
 def _wide_variants(cols, dtype, layer):

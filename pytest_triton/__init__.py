@@ -52,6 +52,7 @@ _PUBLIC = {
     "TimingSettings": "perf.timing:Settings",
     "Timings": "perf.timing",
     "do_bench": "perf.timing",
+    "do_bench_each": "perf.timing",
     "measure": "perf.timing",
     "GPUContextLost": "process.gpufaults",
     "OutOfMemoryRetried": "process.oomretry",

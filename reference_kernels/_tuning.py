@@ -24,7 +24,7 @@ import os
 import torch
 import triton
 
-from pytest_triton import do_bench, interpreting
+from pytest_triton import do_bench, do_bench_each, interpreting
 
 # Traffic below which the heuristic is taken untimed: at 32 MB a launch takes ~10 us on an
 # H100 and tuning (a compile and ~50 ms of timing per candidate) could not pay for itself.
@@ -68,7 +68,7 @@ class LaunchTuner:
         if k not in self.cache:
             saved = [t.clone() for t in restore]
             try:
-                self.timings[k] = [(cfg, _median_ms(run, cfg, device)) for cfg in space]
+                self.timings[k] = list(zip(space, _medians_ms(run, space, device)))
             finally:
                 for t, s in zip(restore, saved):
                     t.copy_(s)
@@ -102,6 +102,32 @@ def _may_time(device: torch.device, nbytes: int) -> bool:
 
 def _capturing(device) -> bool:
     return getattr(device, "type", None) == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _medians_ms(run, space: list[dict], device: torch.device) -> list[float]:
+    """Median ms of run(cfg) for every cfg of space, timed interleaved (do_bench_each: the GPU's
+    drift over the seconds of tuning falls on every candidate alike, not on the ones timed last);
+    inf for a candidate that cannot run here. Each candidate runs once first, alone, so that one
+    that fails to compile or launch is set aside; if the interleaved timing itself fails, each
+    is timed alone."""
+    ms = [math.inf] * len(space)
+    ok = []
+    with torch.cuda.device(device):
+        for i, cfg in enumerate(space):
+            try:
+                run(cfg)
+                torch.cuda.synchronize(device)
+                ok.append(i)
+            except Exception:  # noqa: BLE001 - a candidate that cannot run here is not chosen
+                torch.cuda.synchronize(device)
+        try:
+            for i, t in zip(ok, do_bench_each([lambda c=space[i]: run(c) for i in ok])):
+                ms[i] = t
+        except Exception:  # noqa: BLE001 - fall back to timing each alone
+            torch.cuda.synchronize(device)
+            for i in ok:
+                ms[i] = _median_ms(run, space[i], device)
+    return ms
 
 
 def _median_ms(run, cfg: dict, device: torch.device) -> float:

@@ -399,7 +399,12 @@ def softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool
         return _tuning.space(base, {"ROWS": tile_rows(1024, block, n_rows), "num_warps": 4},
                              {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 8})
     if block <= 4096:
+        # Two rows on the warps of one: 16 values per thread where the heuristic's two rows on
+        # 8 warps hold 32, so more programs and more bytes in flight per SM (what the H200's
+        # bandwidth per SM asks of 16-bit 4K rows; bench/sweep_memory.py --phases rows4k).
         return _tuning.space(base, {"ROWS": 1, "num_warps": min(32, block // 256)},
+                             {"ROWS": tile_rows(2 * block, block, n_rows),
+                              "num_warps": min(32, block // 256)},
                              {"ROWS": tile_rows(2 * block, block, n_rows),
                               "num_warps": min(32, block // 128)})
     return _tuning.space(base, {"ROWS": 1, "num_warps": 32})

@@ -290,8 +290,18 @@ def retune(tuned: list) -> None:
 
 def measure(fn, baseline, settings: Settings, device) -> Timings:
     """Time fn (and baseline, interleaved) on `device`; return per-call milliseconds."""
-    gpu = _Gpu.get(device)
     fns = [fn] + ([baseline] if baseline is not None else [])
+    samples, method, calls, before, after, notes = _sample(fns, settings, device)
+    return Timings(ms=samples[0], baseline_ms=samples[1] if baseline is not None else None,
+                   method=method, l2=settings.l2, calls_per_sample=calls, gpu_before=before,
+                   gpu_after=after, notes=notes)
+
+
+def _sample(fns, settings: Settings, device):
+    """Samples of every fn, taken interleaved (each batch runs them in turn, the order reversed
+    every other time) so that a drift of the GPU's speed falls on all of them alike: per fn, its
+    per-call ms; then the method, calls per sample, GPU state before and after, and notes."""
+    gpu = _Gpu.get(device)
     cold = settings.l2 == "cold"
     notes: list[str] = []
     before = nvml.gpu_state(device) if settings.read_gpu_state else {}
@@ -324,17 +334,14 @@ def measure(fn, baseline, settings: Settings, device) -> Timings:
         sampler = _EventSampler(gpu, fns, cold, est, host_ms)
         samples = sampler.sample()
     after = nvml.gpu_state(device) if settings.read_gpu_state else {}
-    return Timings(ms=samples[0], baseline_ms=samples[1] if baseline is not None else None,
-                   method=sampler.method, l2=settings.l2,
-                   calls_per_sample=sampler.calls_per_sample, gpu_before=before,
-                   gpu_after=after, notes=notes)
+    return samples, sampler.method, sampler.calls_per_sample, before, after, notes
 
 
 def _precise(samples: list[list[float]]) -> bool:
     """Stop once every median's own CI (before the +-0.5% floor) is within +-0.5%; with a baseline
     the per-sample speedup ratios must be that precise too."""
     series = list(samples)
-    if len(samples) == 2:
+    if len(samples) == 2:  # fn and its baseline: their ratio as well
         series.append([b / a for a, b in zip(samples[0], samples[1]) if a > 0])
     for xs in series:
         xs = sorted(xs)
@@ -345,6 +352,19 @@ def _precise(samples: list[list[float]]) -> bool:
         if med <= 0 or (hi - lo) / 2 / med > stats.MIN_HALF_WIDTH:
             return False
     return True
+
+
+def do_bench_each(fns, *, l2: str = "cold") -> list[float]:
+    """The median per-call ms of each of `fns`, timed as do_bench times one, but interleaved:
+    for choosing among candidates (configs of one launch), whose differences of a percent or two
+    timing them one after another would confound with the GPU's drift between them."""
+    import torch
+
+    if not fns:
+        return []
+    samples = _sample(list(fns), replace(AUTOTUNE, l2=l2),
+                      f"cuda:{torch.cuda.current_device()}")[0]
+    return [statistics.median(xs) if xs else math.inf for xs in samples]
 
 
 def do_bench(fn, quantiles=None, *, l2: str = "cold"):

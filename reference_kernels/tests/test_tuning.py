@@ -18,12 +18,12 @@ def fake_gpu(monkeypatch):
     timed = []
     ms = {}
 
-    def median_ms(run, cfg, device):
-        timed.append(cfg["id"])
-        return ms[cfg["id"]]
+    def medians_ms(run, space, device):
+        timed.extend(cfg["id"] for cfg in space)
+        return [ms[cfg["id"]] for cfg in space]
 
     monkeypatch.setattr(_tuning, "_may_time", lambda device, nbytes: nbytes >= _tuning.TUNE_MIN_BYTES)
-    monkeypatch.setattr(_tuning, "_median_ms", median_ms)
+    monkeypatch.setattr(_tuning, "_medians_ms", medians_ms)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device: SimpleNamespace(name=f"GPU {device}", multi_processor_count=132))
     return SimpleNamespace(ms=ms, timed=timed)
@@ -78,6 +78,47 @@ def test_a_candidate_that_cannot_run_is_never_chosen(fake_gpu):
     assert tuner.choose("gpu0", ("v",), SPACE, None, BIG)["id"] == 0  # none ran: the heuristic raises
 
 
+@pytest.fixture
+def cuda_calls(monkeypatch):
+    """torch.cuda's device context and synchronize as no-ops, for _medians_ms on a CPU."""
+    import contextlib
+
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
+
+def test_candidates_are_timed_interleaved_and_one_that_fails_is_set_aside(cuda_calls, monkeypatch):
+    # The candidates are timed together (do_bench_each), not one after another, so that the
+    # GPU's drift over the seconds of tuning does not choose among configs a percent apart.
+    ran, each = [], []
+
+    def run(cfg):
+        ran.append(cfg["id"])
+        if cfg["id"] == 1:
+            raise RuntimeError("out of shared memory")
+
+    def bench_each(fns):
+        each.append(len(fns))
+        for f in fns:
+            f()
+        return [float(10 + i) for i in range(len(fns))]
+
+    monkeypatch.setattr(_tuning, "do_bench_each", bench_each)
+    monkeypatch.setattr(_tuning, "_median_ms", lambda *a: pytest.fail("timed alone"))
+    assert _tuning._medians_ms(run, SPACE, "gpu0") == [10.0, math.inf, 11.0]
+    assert each == [2]  # one interleaved timing of the two that ran
+    assert ran == [0, 1, 2, 0, 2]
+
+
+def test_each_candidate_is_timed_alone_if_the_interleaved_timing_fails(cuda_calls, monkeypatch):
+    def bench_each(fns):
+        raise RuntimeError("a candidate broke a CUDA graph")
+
+    monkeypatch.setattr(_tuning, "do_bench_each", bench_each)
+    monkeypatch.setattr(_tuning, "_median_ms", lambda run, cfg, device: float(cfg["id"]))
+    assert _tuning._medians_ms(lambda cfg: None, SPACE, "gpu0") == [0.0, 1.0, 2.0]
+
+
 def test_untimed_under_the_interpreter_and_when_switched_off(monkeypatch):
     monkeypatch.setattr(_tuning, "interpreting", lambda: False)
     cuda = torch.device("cuda", 0)
@@ -121,12 +162,13 @@ def test_timing_gives_an_in_place_output_its_values_back(fake_gpu, monkeypatch):
     def run(cfg):
         x.mul_(2.0)  # an in-place launch: its output is its input
 
-    def median_ms(run_, cfg, device):
-        for _ in range(3):
-            run_(cfg)
-        return float(cfg["id"] + 1)
+    def medians_ms(run_, space, device):
+        for cfg in space:
+            for _ in range(3):
+                run_(cfg)
+        return [float(cfg["id"] + 1) for cfg in space]
 
-    monkeypatch.setattr(_tuning, "_median_ms", median_ms)
+    monkeypatch.setattr(_tuning, "_medians_ms", medians_ms)
     tuner = _tuning.LaunchTuner("k")
     assert tuner.choose("gpu0", ("w",), SPACE, run, BIG, restore=(x,))["id"] == 0
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
