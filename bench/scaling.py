@@ -214,9 +214,12 @@ def compare(configs: list[dict]) -> None:
 
 
 def markdown(configs: list[dict], dry: bool) -> str:
+    """The tables BENCHMARKS.md shows (bench/render_benchmarks.py renders them from scaling.json):
+    each configuration against the one-GPU run, what differs, and each worker's time."""
     ran = [c for c in configs if not c.get("skipped")]
     device = next((c["device"] for c in ran if c.get("device")), "?")
-    out = [f"### The main job on one host's GPUs (`bench/scaling.py`{' --dry' if dry else ''})", "",
+    out = [f"### Several GPUs: the main job on 1, 2 and N GPUs of one host (`bench/scaling.py"
+           f"{' --dry' if dry else ''}`)", "",
            f"On {device}; each configuration cold (an empty Triton cache and ceilings cache of its "
            "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
            "GPU. Speedup: the one-GPU run's wall time over this one's.", "",
