@@ -8,7 +8,8 @@ gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py),
 resources_check.json (bench/resources_check.py), judge.json (bench/judge_run.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
 lines are quoted), scaling.json (bench/scaling.py: the Several GPUs tables), and *.md tables
-printed by other scripts, included verbatim. --intro: a file of prose placed under the title (what the sections are).
+printed by other scripts, included verbatim. --intro: a file of prose placed under the title
+(what the sections are).
 
 It refuses (exit 2, naming the runs) to render runs of different commits, or a device without
 both a perf run and a whole-suite run of that commit: the file must show that the commit timed is
