@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU run behind BENCHMARKS.md, one command on the GPU machine, from the repo root:
-#   bash bench/final_run.sh [perf|suite|series|thirdparty|checks|resources|sweeps|judge|again|self|regress]...
+#   bash bench/final_run.sh [perf|suite|series|scaling|thirdparty|checks|resources|sweeps|judge|
+#                            again|self|regress]...
 #   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
 #   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
-# step's command, rc and wall time), perf.json, gpu_checks.json, resources_check.json,
-# sweeps.json, judge.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the
+# step's command, rc and wall time), perf.json, scaling.json and .md, gpu_checks.json,
+# resources_check.json, sweeps.json, judge.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the
 # gpu checks', resources' and judge's logs).
 # The third-party step installs the wheels of .whl/ (carried to the machine) into /tmp/site.
 set -u
@@ -59,6 +60,19 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
           --budget $(( secs - 15 )) --dir "$HIST/series" --json "$OUT/series.json" --md "$OUT/series.md" > "$LOGS/series.log" 2>&1
       cp "$HIST"/series/series-0.json "$OUT/perf.json" 2>/dev/null  # the first run: the perf section
       grep -E "^series-|runs on" "$LOGS/series.log" | tail -${SERIES_RUNS:-12} ;;
+    scaling)
+      # The main job cold on 1 GPU, then -n 2 on 2 and -n N on N (SELF_GPUS, else every GPU
+      # nvidia-smi lists), one worker per GPU, each configuration with empty caches of its own:
+      # wall time, speedup, each worker's busy and idle time, and every test's outcome and
+      # target's verdict against the one-GPU run's (bench/scaling.py). scaling.json and
+      # scaling.md (rendered into BENCHMARKS.md) under $OUT; each configuration's report, JUnit
+      # XML and log in logs.tar.gz (scaling/). SCALING_ARGS=--dry: the pipeline on CPU.
+      secs=$(cap 590)
+      run scaling "$secs" "\`bench/scaling.py --gpus ${SELF_GPUS:-all}\` (the main job cold on 1, 2 and N GPUs of this host)" \
+        python3 bench/scaling.py ${SELF_GPUS:+--gpus "$SELF_GPUS"} ${SCALING_ARGS:-} --budget $(( secs - 15 )) \
+          --dir "$LOGS/scaling" --json "$OUT/scaling.json" --md "$OUT/scaling.md" > "$LOGS/scaling.log" 2>&1
+      grep -E "GPU\(s\):" "$LOGS/scaling.log"
+      sed -n '/busy and idle time/,/^session /p' "$LOGS"/scaling/scaling-*gpu.log ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
       # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a

@@ -7,8 +7,9 @@ compresses it), perf_cmd.txt (the command),
 gpu_checks.json (bench/gpu_checks.py), xdist_check.json (bench/xdist_check.py),
 resources_check.json (bench/resources_check.py), judge.json (bench/judge_run.py), env.txt
 (nvidia-smi and version lines), suite.log (bench/final_run.sh suite: its failures and last
-lines are quoted), and *.md tables printed by other scripts, included verbatim. --intro: a
-file of prose placed under the title (what the sections are).
+lines are quoted), scaling.json (bench/scaling.py: the Several GPUs tables), and *.md tables
+printed by other scripts, included verbatim. --intro: a file of prose placed under the title
+(what the sections are).
 
 It refuses (exit 2, naming the runs) to render runs of different commits, or a device without
 both a perf run and a whole-suite run of that commit: the file must show that the commit timed is
@@ -18,6 +19,7 @@ the title, so the reader sees why.
 
 import glob
 import gzip
+import importlib.util
 import json
 import os
 import sys
@@ -376,6 +378,19 @@ def cross_device_section(dirs):
     return out
 
 
+def scaling_section(doc, runs):
+    """bench/scaling.py's tables (its own markdown(), from scaling.json), under the step's line of
+    runs.txt: the configurations' wall times and speedups, what differs from one GPU, and each
+    worker's busy and idle time."""
+    spec = importlib.util.spec_from_file_location(
+        "scaling", os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.py"))
+    scaling = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scaling)
+    text = scaling.markdown(doc["configurations"], doc.get("dry", False)).strip().splitlines()
+    step = [f"- {r}" for r in runs.get("scaling", [])[1:]]
+    return [*text[:2], *step, *([""] if step else []), *text[2:], ""]
+
+
 def main(args):
     intro, why = [], None
     while args[:1] in (["--intro"], ["--why"]):
@@ -438,8 +453,12 @@ def main(args):
             head = runs.get("sweeps", ["`bench/sweep_final.py`"])
             out += [f"### {head[0]}", "", *[f"- {r}" for r in head[1:]], "", "```",
                     text[text.index("Per candidate"):].strip(), "```", ""]
+        p = os.path.join(d, "scaling.json")
+        if os.path.exists(p):
+            out += scaling_section(json.load(open(p)), runs)
         for md in sorted(glob.glob(os.path.join(d, "*.md"))):
-            out += [open(md).read().strip(), ""]
+            if os.path.basename(md) != "scaling.md":  # rendered from scaling.json above
+                out += [open(md).read().strip(), ""]
     out += cross_device_section(dirs)
     print("\n".join(out))
 

@@ -56,6 +56,7 @@ _PUBLIC = {
     "measure": "perf.timing",
     "GPUContextLost": "process.gpufaults",
     "OutOfMemoryRetried": "process.oomretry",
+    "shared_choice": "process.runshare",
 }
 
 __all__ = sorted([*_PUBLIC, "__version__"])

@@ -138,6 +138,9 @@ FEATURES = (
     # xdist on a GPU only (gpulock._wanted)
     ("triton-gpu-lock", always, "pytest_triton.process.gpulock", "GPULock"),
     ("triton-lock-waits", always, "pytest_triton.process.lockwaits", "LockWaits"),
+    # each xdist worker's busy and idle time: tallied where reports arrive, its GPU named by each worker
+    ("triton-busy", running_tests_here, "pytest_triton.report.busy", "WorkerTimes"),
+    ("triton-busy-gpu", an_xdist_worker, "pytest_triton.report.busy", "WorkerGpu"),
     ("triton-oom-retry", retrying_oom, "pytest_triton.process.oomretry", "OOMRetry"),
     # the judge: its cheap checks always, the costly ones with --triton-judge (it registers its parts)
     ("triton-judge", always, "pytest_triton.judge.mode", "Judge"),

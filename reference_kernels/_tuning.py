@@ -4,7 +4,9 @@ A launcher names a small space of candidate configs (dicts of its launch paramet
 kernel: the launch heuristic first, then the alternatives that won on some GPU. The first call on
 a large problem times every candidate with the plugin's own timing (pytest_triton.perf.timing: cold
 L2, CUDA graphs for short kernels, no launch overhead) and keeps the fastest for that device and
-key for the rest of the process, as triton.autotune does for a kernel's configs. A new GPU thus
+key for the rest of the process, as triton.autotune does for a kernel's configs. Under
+pytest-xdist the workers of one run share each choice (pytest_triton.shared_choice): the first to
+time a key on a GPU model writes its choice, and the others launch it untimed. A new GPU thus
 picks what suits it among configs that each won somewhere, instead of inheriting the constants
 of the GPU they were swept on.
 
@@ -24,7 +26,7 @@ import os
 import torch
 import triton
 
-from pytest_triton import do_bench, do_bench_each, interpreting
+from pytest_triton import do_bench, do_bench_each, interpreting, shared_choice
 
 # Traffic below which the heuristic is taken untimed: at 32 MB a launch takes ~10 us on an
 # H100 and tuning (a compile and ~50 ms of timing per candidate) could not pay for itself.
@@ -66,16 +68,15 @@ class LaunchTuner:
             return self._chosen(space[0], None)
         k = self._key(device, key)
         if k not in self.cache:
-            saved = [t.clone() for t in restore]
-            try:
-                self.timings[k] = list(zip(space, _medians_ms(run, space, device)))
-            finally:
-                for t, s in zip(restore, saved):
-                    t.copy_(s)
-            timed = [(ms, i) for i, (_, ms) in enumerate(self.timings[k]) if math.isfinite(ms)]
-            if not timed:  # every candidate failed: launch the heuristic and let it raise
-                return self._chosen(space[0], None)
-            self.cache[k] = space[min(timed)[1]]
+            # Under pytest-xdist the first worker of the run to time this key on this GPU model
+            # shares its choice; the others take it untimed (one choice per key, as one process
+            # makes it).
+            found = shared_choice(f"launch-{self.name}", repr(k),
+                                  lambda: _timed(space, run, device, restore))
+            if found is None or len(found["ms"]) != len(space):
+                return self._chosen(space[0], None)  # every candidate failed: let it raise
+            self.timings[k] = list(zip(space, found["ms"]))
+            self.cache[k] = space[found["index"]]
         return self._chosen(self.cache[k], self.timings.get(k))
 
     @staticmethod
@@ -90,6 +91,19 @@ class LaunchTuner:
 
     def __repr__(self) -> str:
         return f"LaunchTuner({self.name!r}, {len(self.cache)} choices)"
+
+
+def _timed(space: list[dict], run, device, restore: tuple) -> dict | None:
+    """{"index": the fastest candidate's, "ms": each candidate's median} timed now; None when
+    every candidate failed to run."""
+    saved = [t.clone() for t in restore]
+    try:
+        ms = _medians_ms(run, space, device)
+    finally:
+        for t, s in zip(restore, saved):
+            t.copy_(s)
+    timed = [(m, i) for i, m in enumerate(ms) if math.isfinite(m)]
+    return {"index": min(timed)[1], "ms": ms} if timed else None
 
 
 def _may_time(device: torch.device, nbytes: int) -> bool:

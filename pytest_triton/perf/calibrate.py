@@ -9,7 +9,9 @@ $PYTEST_TRITON_CACHE_DIR, else $XDG_CACHE_HOME/pytest-triton, else ~/.cache/pyte
 independent of pytest's cache plugin (so `-p no:cacheprovider` runs reuse it too), shared by
 pytest-xdist workers (the first to need it measures, under a file lock, the others read it).
 A new driver or CUDA is a new fingerprint, measured again; --triton-perf-calibrate measures
-again regardless.
+again regardless, once per run and card: the first xdist worker on a card measures, the others
+of that run read it (the file names its run). The UUID in the fingerprint keeps cards of one
+model apart: each worker on its own GPU measures its own card.
 """
 
 from __future__ import annotations
@@ -109,11 +111,15 @@ def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | 
     """(ceilings, where they came from) for the device `fingerprint`: the cached ones, or
     measure() (which may return None: nothing to measure on) stored for the next run."""
     path = _path(fingerprint)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # the workers of one xdist run share it
     with _locked(path):
-        if not force and path.is_file():
+        if path.is_file():
             try:
-                return json.loads(path.read_text()), f"cached in {path}"
-            except (OSError, ValueError):
+                found = json.loads(path.read_text())
+                # forced: measured again once per run, by its first worker on this card
+                if not force or (run and found.get("run") == run):
+                    return found, f"cached in {path}"
+            except (OSError, ValueError, AttributeError):
                 pass  # unreadable: measure again
         found = measure()
         if found is None:
@@ -121,7 +127,7 @@ def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | 
         bad = _implausible(found)
         if bad:  # neither used nor cached: the next run measures again
             return None, f"not used: pytest_triton_calibrate returned {bad}"
-        found = {**found, "fingerprint": fingerprint}
+        found = {**found, "fingerprint": fingerprint, "run": run}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(found, indent=1))
         tmp.replace(path)

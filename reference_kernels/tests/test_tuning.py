@@ -4,6 +4,8 @@ Timing itself needs a GPU; here it is replaced by given medians."""
 from __future__ import annotations
 
 import math
+import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +24,9 @@ def fake_gpu(monkeypatch):
         timed.extend(cfg["id"] for cfg in space)
         return [ms[cfg["id"]] for cfg in space]
 
+    # one process's choices alone (the outer run's xdist workers would share them): a test of
+    # sharing gives a run id of its own
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
     monkeypatch.setattr(_tuning, "_may_time", lambda device, nbytes: nbytes >= _tuning.TUNE_MIN_BYTES)
     monkeypatch.setattr(_tuning, "_medians_ms", medians_ms)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
@@ -44,6 +49,23 @@ def test_the_fastest_candidate_is_chosen_once_per_device_and_key(fake_gpu):
     fake_gpu.ms.update({0: 0.1})
     assert tuner.choose("gpu1", ("w", 4), SPACE, None, BIG)["id"] == 0  # another GPU chooses anew
     assert tuner.choose("gpu0", ("w", 2), SPACE, None, BIG)["id"] == 0  # another key too
+
+
+def test_workers_of_one_run_share_a_choice_and_another_gpu_model_times_its_own(fake_gpu, monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", f"tuning-{os.getpid()}-{time.time_ns()}")
+    fake_gpu.ms.update({0: 1.0, 1: 0.5, 2: 0.7})
+    first = _tuning.LaunchTuner("shared")  # a new tuner: another worker's process
+    assert first.choose("gpu0", ("w", 4), SPACE, None, BIG)["id"] == 1
+    assert fake_gpu.timed == [0, 1, 2]
+    fake_gpu.ms.update({0: 0.1})  # were it timed again, candidate 0 would win
+    second = _tuning.LaunchTuner("shared")
+    assert second.choose("gpu0", ("w", 4), SPACE, None, BIG)["id"] == 1
+    assert fake_gpu.timed == [0, 1, 2]  # taken from the first, untimed
+    assert second.configs_timings == {"id: 0": 1.0, "id: 1": 0.5, "id: 2": 0.7}
+    # another GPU model (its name) and another launcher time their own
+    assert second.choose("gpu1", ("w", 4), SPACE, None, BIG)["id"] == 0
+    assert _tuning.LaunchTuner("other").choose("gpu0", ("w", 4), SPACE, None, BIG)["id"] == 0
+    assert fake_gpu.timed == [0, 1, 2] * 3
 
 
 def test_a_graph_capture_replays_the_eager_choice(fake_gpu, monkeypatch):

@@ -62,6 +62,9 @@ def run(pytester, monkeypatch, tmp_path):
     log = tmp_path / "calibrations.log"
     log.touch()
     monkeypatch.setenv("CALIBRATION_LOG", str(log))
+    # the nested run is no worker of the outer run's xdist (whose forced calibration it would
+    # otherwise take for its own): a test of one run's sharing gives a run id of its own
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
 
     def go(device, *args, fingerprint=None):
         monkeypatch.setenv("FAKE_DEVICE", device)
@@ -158,3 +161,28 @@ def test_bad_peak_is_a_collection_error(pytester, marker, needle):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*test_k.py::test_k: {needle}*"])
+
+
+def test_a_forced_calibration_is_measured_once_per_run_and_card(monkeypatch):
+    # --triton-perf-calibrate under xdist: the first worker on a card measures, the other workers
+    # of that run read it; another run measures again, and another card (fingerprint) its own
+    from pytest_triton.perf import calibrate
+
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"dram_gbps": 900.0 + len(calls), "tflops": {}}
+
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "run-a")
+    first, how = calibrate.ceilings("card-0", measure, force=True)
+    again, how_again = calibrate.ceilings("card-0", measure, force=True)
+    assert len(calls) == 1 and again["dram_gbps"] == first["dram_gbps"] == 901.0
+    assert how.startswith("measured now") and how_again.startswith("cached in")
+    assert calibrate.ceilings("card-1", measure, force=True)[0]["dram_gbps"] == 902.0
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "run-b")
+    assert calibrate.ceilings("card-0", measure, force=True)[0]["dram_gbps"] == 903.0
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID")  # no run: forced means measured, every time
+    calibrate.ceilings("card-0", measure, force=True)
+    calibrate.ceilings("card-0", measure, force=True)
+    assert len(calls) == 5

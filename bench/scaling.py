@@ -1,0 +1,305 @@
+"""The main job on 1, 2 and N GPUs of one host: how near linear pytest-xdist scales it, where each
+worker's time goes, and whether every test and target comes out as on one GPU (not a test; a step
+of bench/final_run.sh: `scaling`).
+
+    python bench/scaling.py [--gpus N] [--budget S] [--dir DIR] [--json FILE] [--md FILE]
+    python bench/scaling.py --dry [--gpus 2] ...     (on CPU, under Triton's interpreter)
+
+Runs the main job (`pytest --pyargs reference_kernels --triton-perf -m perf_target`, from a
+folder outside the checkout, as the perf step of final_run.sh does) once per configuration: on
+one GPU (CUDA_VISIBLE_DEVICES=0, no xdist), then `-n 2` on two, then `-n N` on N (each xdist
+worker gets its own GPU: the plugin sets its CUDA_VISIBLE_DEVICES). Each configuration starts
+cold: a Triton cache (TRITON_CACHE_DIR) and a pytest-triton cache (PYTEST_TRITON_CACHE_DIR: the
+measured ceilings) of its own, empty, shared by that configuration's workers.
+
+Per configuration it keeps the wall time (the pytest process's), the speedup over the one-GPU
+run and its fraction of linear, each worker's busy, idle and tail time (the report's "workers",
+pytest_triton/report/busy.py), and compares every test's outcome (its JUnit XML) and every
+target's verdict (its --triton-perf-json) with the one-GPU run's: the differences are listed by
+name. With --budget, a configuration that would not end within what is left (the one-GPU run's
+wall time over its GPUs, plus a quarter and the start-up) is not started, and says so; the
+one-GPU run always starts, stopped at the budget.
+
+--dry runs the same pipeline on CPU: a small generated suite (a stand-in device whose measure
+hook sleeps instead of timing, so verdicts are decided and workers are busy) under
+TRITON_INTERPRET=1, `-n 2` for "2 GPUs" (CUDA_VISIBLE_DEVICES has no effect there).
+
+Writes DIR/scaling-<G>gpu.{json,xml,log} per configuration, --json (every configuration, its
+workers and differences) and --md (the tables BENCHMARKS.md includes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+START_S = 20.0  # xdist's workers' start-up and collection, added to a configuration's estimate
+MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
+
+# --dry: a stand-in device (public names only) whose measure hook sleeps the test's MS[name] and
+# reports it, so a target passes or fails the same way every run, and a worker is busy meanwhile.
+DRY_CONFTEST = '''
+import time
+from pytest_triton import DeviceInfo, Timings
+
+def pytest_triton_device_info(config):
+    return DeviceInfo(name="stand-in", sms=1, dram_gbps=1000.0, tflops={})
+
+def pytest_triton_calibrate(config, device):
+    return {"dram_gbps": 900.0, "tflops": {}}
+
+def pytest_triton_measure(config, request, fn, baseline, settings):
+    fn()
+    ms = request.module.MS.get(request.node.name, 0.5)
+    time.sleep(request.module.SLEEP.get(request.node.name, 0.05))
+    return Timings(ms=[ms] * 20, baseline_ms=None if baseline is None else [1.0] * 20)
+'''
+DRY_TESTS = '''
+import pytest
+from pytest_triton import perf_target
+
+MS = {"test_fails": 5.0}  # 1 MB in 5 ms: 0.2 GB/s, under its target: a FAIL every run
+SLEEP = {"test_long": 1.5}  # the long test: one worker busy while the other ends early
+
+
+@perf_target(gbps=1.0)
+@pytest.mark.parametrize("i", range(4))
+def test_copy(triton_bench, i):
+    triton_bench(lambda: None, bytes=1e6)
+
+
+@perf_target(gbps=1.0)
+def test_long(triton_bench):
+    triton_bench(lambda: None, bytes=1e6)
+
+
+@perf_target(gbps=1.0)
+def test_fails(triton_bench):
+    triton_bench(lambda: None, bytes=1e6)
+'''
+
+
+def configurations(gpus: int) -> list[int]:
+    """1, 2 and `gpus` GPUs (each once, none over `gpus`)."""
+    return sorted({n for n in (1, 2, gpus) if 1 <= n <= gpus})
+
+
+def visible_gpus() -> int:
+    """The GPUs nvidia-smi lists (CUDA_VISIBLE_DEVICES' count where it is set); 0 without one."""
+    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if outer is not None:
+        return len([g for g in outer.split(",") if g.strip() and g.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def _dry_suite() -> Path:
+    folder = Path(tempfile.mkdtemp(prefix="scaling-dry-"))
+    (folder / "conftest.py").write_text(DRY_CONFTEST)
+    (folder / "test_dry.py").write_text(DRY_TESTS)
+    return folder
+
+
+def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: float | None) -> dict:
+    """The main job on n GPUs (n workers under xdist where n > 1): its report, JUnit XML, log,
+    exit status and wall time."""
+    stem = folder / f"scaling-{n}gpu"
+    report, junit = stem.with_suffix(".json"), stem.with_suffix(".xml")
+    cold = Path(tempfile.mkdtemp(prefix=f"scaling-{n}gpu-cache-"))
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cold / "triton"),
+           "PYTEST_TRITON_CACHE_DIR": str(cold / "pytest-triton"),
+           "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(n))}
+    for name in [k for k in env if k.startswith("PYTEST_XDIST") or k == "PYTEST_TRITON_GPU_LOCK_HELD"]:
+        env.pop(name)  # a run of its own, not a worker of (nor under the GPU lock of) an outer run
+    if dry:
+        env["TRITON_INTERPRET"] = "1"
+    job = [str(suite), "--triton-perf", "-m", "perf_target"] if dry else MAIN_JOB
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+           "--benchmark-disable", "--durations=15", *job, "--triton-perf-json", str(report),
+           "--junitxml", str(junit), *(["-n", str(n)] if n > 1 else [])]
+    cwd = tempfile.mkdtemp(prefix="scaling-cwd-")  # not the checkout: the installed package
+    t0 = time.time()
+    rc = None
+    try:
+        with open(stem.with_suffix(".log"), "w") as log:
+            log.write(" ".join(cmd) + "\n")
+            log.flush()
+            rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+    except subprocess.TimeoutExpired:
+        rc = "stopped at the budget"
+    finally:
+        shutil.rmtree(cold, ignore_errors=True)
+        shutil.rmtree(cwd, ignore_errors=True)
+    return {"gpus": n, "workers": n if n > 1 else 0, "rc": rc, "wall_s": round(time.time() - t0, 1),
+            "report": str(report), "junit": str(junit)}
+
+
+def outcomes(junit: Path) -> dict[str, str]:
+    """Every test's outcome in a JUnit XML: passed, failed, error, skipped."""
+    found = {}
+    if not junit.exists():
+        return found
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        found[name] = next((k for k in ("error", "failure", "skipped") if k in kinds), "passed")
+        found[name] = {"failure": "failed"}.get(found[name], found[name])
+    return found
+
+
+def verdicts(doc: dict) -> dict[str, str]:
+    """Every target's verdict in a perf report: "<test> <shape> <target>" -> verdict, the
+    geomean's too."""
+    found = {}
+    for r in doc.get("results", []):
+        for m in r.get("measurements", []):
+            for c in m.get("checks", []):
+                key = " ".join(x for x in (r["nodeid"], m.get("name") or "", c["target"]) if x)
+                found[key] = c.get("verdict")
+        if r.get("geomean"):
+            found[f"{r['nodeid']} geomean"] = r["geomean"].get("verdict")
+    return found
+
+
+def differences(base: dict, other: dict, what: str) -> list[str]:
+    """What differs between two {name: outcome} maps, by name: one line each."""
+    out = []
+    for name in sorted(set(base) | set(other)):
+        a, b = base.get(name, "(absent)"), other.get(name, "(absent)")
+        if a != b:
+            out.append(f"{what} {name}: {a} on 1 GPU, {b} here")
+    return out
+
+
+def read_one(cfg: dict) -> dict:
+    """A configuration's outcomes, verdicts and workers, from the files it wrote."""
+    report = Path(cfg["report"])
+    doc = json.loads(report.read_text()) if report.exists() else {}
+    cfg["outcomes"] = outcomes(Path(cfg["junit"]))
+    cfg["verdicts"] = verdicts(doc)
+    cfg["worker_times"] = doc.get("workers", [])
+    cfg["device"] = (doc.get("device") or {}).get("name") or next(
+        (d.get("name") for d in (doc.get("environment") or {}).get("devices", [])), None)
+    counts: dict[str, int] = {}
+    for v in cfg["outcomes"].values():
+        counts[v] = counts.get(v, 0) + 1
+    cfg["counts"] = counts
+    return cfg
+
+
+def compare(configs: list[dict]) -> None:
+    """Each configuration's speedup over the first (one GPU) and its differences from it."""
+    base = configs[0]
+    for cfg in configs:
+        if cfg.get("skipped"):
+            continue
+        cfg["speedup"] = round(base["wall_s"] / cfg["wall_s"], 3) if cfg["wall_s"] else None
+        cfg["of_linear"] = round(cfg["speedup"] / cfg["gpus"], 3) if cfg["speedup"] else None
+        cfg["differences"] = (differences(base["outcomes"], cfg["outcomes"], "outcome")
+                              + differences(base["verdicts"], cfg["verdicts"], "verdict"))
+        if not cfg["outcomes"]:
+            cfg["differences"].insert(0, "no JUnit XML: the run wrote none")
+
+
+def markdown(configs: list[dict], dry: bool) -> str:
+    """The tables BENCHMARKS.md shows (bench/render_benchmarks.py renders them from scaling.json):
+    each configuration against the one-GPU run, what differs, and each worker's time."""
+    ran = [c for c in configs if not c.get("skipped")]
+    device = next((c["device"] for c in ran if c.get("device")), "?")
+    out = [f"### Several GPUs: the main job on 1, 2 and N GPUs of one host (`bench/scaling.py"
+           f"{' --dry' if dry else ''}`)", "",
+           f"On {device}; each configuration cold (an empty Triton cache and ceilings cache of its "
+           "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
+           "GPU. Speedup: the one-GPU run's wall time over this one's.", "",
+           "| GPUs | wall s | speedup | of linear | tests | pytest rc | same outcomes and verdicts |",
+           "|---|---|---|---|---|---|---|"]
+    for c in configs:
+        if c.get("skipped"):
+            out.append(f"| {c['gpus']} | not run: {c['skipped']} | | | | | |")
+            continue
+        tests = ", ".join(f"{n} {k}" for k, n in sorted(c["counts"].items()))
+        same = "yes" if not c["differences"] else f"**no, {len(c['differences'])} differ**"
+        out.append(f"| {c['gpus']} | {c['wall_s']:.1f} | {c['speedup']:.2f}x | "
+                   f"{c['of_linear']:.0%} | {tests or 'none'} | {c['rc']} | {same} |")
+    for c in ran:
+        if c["differences"]:
+            out += ["", f"What differs on {c['gpus']} GPUs from one:", ""]
+            out += [f"- {d}" for d in c["differences"][:40]]
+            if len(c["differences"]) > 40:
+                out.append(f"- ... and {len(c['differences']) - 40} more (scaling.json)")
+    out += ["", "Each worker's time (the JSON report's `workers`: busy = its tests' setup, call and "
+            "teardown; idle = the session's wall time less busy; start = until its first test; "
+            "tail = after its last test):", "",
+            "| GPUs | worker | GPU | tests | busy s | idle s | start s | tail s | busy |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for c in ran:
+        for w in c["worker_times"]:
+            def s(key, w=w):
+                return "" if w.get(key) is None else f"{w[key]:.1f}"
+            busy = "" if w.get("busy_frac") is None else f"{w['busy_frac']:.0%}"
+            out.append(f"| {c['gpus']} | {w['worker']} | {w.get('gpu') or ''} | {w['tests']} | "
+                       f"{s('busy_s')} | {s('idle_s')} | {s('start_s')} | {s('tail_s')} | {busy} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpus", type=int, help="GPUs of the host to scale to (default: those "
+                   "nvidia-smi lists; 2 with --dry)")
+    p.add_argument("--budget", type=float, help="seconds the configurations may take: one that "
+                   "would not end within what is left is not run")
+    p.add_argument("--dir", type=Path, help="where each configuration's report, XML and log go "
+                   "(default: a new temporary folder)")
+    p.add_argument("--json", type=Path, help="write every configuration as JSON")
+    p.add_argument("--md", type=Path, help="write the Markdown tables")
+    p.add_argument("--dry", action="store_true", help="on CPU: a small stand-in suite under "
+                   "Triton's interpreter, -n 2 for two GPUs (the pipeline, not a measurement)")
+    args = p.parse_args(argv)
+    gpus = args.gpus if args.gpus is not None else (2 if args.dry else visible_gpus())
+    if gpus < 1:
+        p.error(f"--gpus {gpus}: no GPU to run on (give --gpus N, or --dry on CPU)")
+    folder = args.dir or Path(tempfile.mkdtemp(prefix="scaling-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    suite = _dry_suite() if args.dry else None
+    start, configs = time.time(), []
+    for n in configurations(gpus):
+        # the one-GPU run always starts (bounded by the budget): the others compare with it
+        estimate = configs[0]["wall_s"] / n * 1.25 + START_S if configs else 0.0
+        left = None if args.budget is None else args.budget - (time.time() - start)
+        if left is not None and (estimate > left or left <= 0):
+            configs.append({"gpus": n, "skipped": f"~{estimate:.0f} s expected, {max(left, 0):.0f} s "
+                            f"left of --budget {args.budget:.0f}"})
+            print(f"{n} GPU(s): not run, {configs[-1]['skipped']}", flush=True)
+            continue
+        cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left))
+        configs.append(cfg)
+        print(f"{n} GPU(s): rc={cfg['rc']} in {cfg['wall_s']:.1f} s, {cfg['counts']}", flush=True)
+    compare(configs)
+    text = markdown(configs, args.dry)
+    print(text)
+    if args.md:
+        args.md.write_text(text)
+    if args.json:
+        slim = [{k: v for k, v in c.items() if k not in ("outcomes", "verdicts")} for c in configs]
+        args.json.write_text(json.dumps({"dry": args.dry, "gpus": gpus, "configurations": slim},
+                                        indent=1))
+    if suite is not None:
+        shutil.rmtree(suite, ignore_errors=True)
+    ran = [c for c in configs if not c.get("skipped")]
+    return 0 if all(not c["differences"] for c in ran) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

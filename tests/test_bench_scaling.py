@@ -1,0 +1,69 @@
+"""bench/scaling.py: the main job's pipeline on 1 and 2 "GPUs" (--dry: a stand-in suite on CPU
+under xdist), each worker's busy and idle time read from the reports, and every outcome and
+verdict compared with the one-GPU run's (a difference is named)."""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+SCALING = ROOT / "bench" / "scaling.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("scaling", SCALING)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.requires_plugin("pytest-xdist")
+@pytest.mark.triton_no_gpu  # its runs are interpreted, in processes of their own
+def test_the_dry_pipeline_runs_both_configurations_and_finds_them_the_same(tmp_path):
+    out = tmp_path / "scaling.json"
+    done = subprocess.run([sys.executable, str(SCALING), "--dry", "--dir", str(tmp_path / "runs"),
+                           "--json", str(out), "--md", str(tmp_path / "scaling.md")],
+                          capture_output=True, text=True, timeout=170)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(out.read_text())
+    one, two = doc["configurations"]
+    assert (one["gpus"], two["gpus"]) == (1, 2)
+    # the stand-in suite's deliberate miss fails on both, and nothing else differs
+    assert one["counts"] == two["counts"] == {"failed": 1, "passed": 5}
+    assert two["differences"] == [] and two["speedup"] > 0
+    assert [w["worker"] for w in one["worker_times"]] == ["this process"]
+    assert sorted(w["worker"] for w in two["worker_times"]) == ["gw0", "gw1"]
+    # the 1.5 s test makes its worker busy at least that long; the other worker ends first
+    busiest = max(two["worker_times"], key=lambda w: w["busy_s"])
+    other = min(two["worker_times"], key=lambda w: w["busy_s"])
+    assert busiest["busy_s"] >= 1.5 and other["tail_s"] >= 1.0
+    md = (tmp_path / "scaling.md").read_text()
+    assert "| 2 | gw1 |" in md and "| yes |" in md
+
+
+def test_a_changed_outcome_or_verdict_is_named():
+    mod = _module()
+    base = {"gpus": 1, "wall_s": 100.0, "outcomes": {"t.py::a": "passed", "t.py::b": "passed"},
+            "verdicts": {"t.py::a gbps": "pass"}}
+    same = {**base, "gpus": 2, "wall_s": 55.0}
+    changed = {"gpus": 4, "wall_s": 30.0, "outcomes": {"t.py::a": "failed"},
+               "verdicts": {"t.py::a gbps": "inconclusive"}}
+    configs = [dict(base), same, changed]
+    mod.compare(configs)
+    assert same["differences"] == [] and same["speedup"] == pytest.approx(100 / 55, abs=1e-3)
+    assert changed["differences"] == [
+        "outcome t.py::a: passed on 1 GPU, failed here",
+        "outcome t.py::b: passed on 1 GPU, (absent) here",
+        "verdict t.py::a gbps: pass on 1 GPU, inconclusive here"]
+    assert changed["of_linear"] == pytest.approx(100 / 30 / 4, abs=1e-3)
+
+
+def test_configurations_are_one_two_and_all():
+    mod = _module()
+    assert mod.configurations(1) == [1]
+    assert mod.configurations(2) == [1, 2]
+    assert mod.configurations(4) == [1, 2, 4]
