@@ -135,6 +135,15 @@ ESTIMATE_S = 200.0  # a cold run of the main job on an H100 or H200, before one 
 MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
 
 
+def gpu_ids(gpus: int) -> list[str]:
+    """The GPUs runs go to, one each at a time: the first `gpus` an outer CUDA_VISIBLE_DEVICES
+    names (the others of the machine may be busy with other work), else 0 .. gpus-1."""
+    outer = [g.strip() for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if outer and len(outer) < gpus:
+        raise SystemExit(f"--gpus {gpus}: CUDA_VISIBLE_DEVICES names only {len(outer)}: {outer}")
+    return outer[:gpus] if outer else [str(g) for g in range(gpus)]
+
+
 def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | None = None) -> None:
     """Run the main job n times, `gpus` at once, as series-FIRST ... in `folder`: each run's
     report (.json), output (.log), and pytest's exit status and wall time in s (.status). With a
@@ -143,7 +152,7 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
     folder.mkdir(parents=True, exist_ok=True)
     start, walls = time.time(), []
     free: queue.Queue = queue.Queue()
-    for gpu in range(gpus):
+    for gpu in gpu_ids(gpus):
         free.put(gpu)
     cwd = Path(tempfile.mkdtemp(prefix="series-"))  # not the checkout: the installed package
 
@@ -156,8 +165,8 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
             return
         cache = Path(tempfile.mkdtemp(prefix=f"triton-cache-{i}-"))  # a cold Triton cache
         env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
-        if gpus > 1:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        if gpus > 1 or "CUDA_VISIBLE_DEVICES" in os.environ:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "--durations=25",
                "--benchmark-disable", *MAIN_JOB, "--triton-perf-json", str(report)]
         t0 = time.time()

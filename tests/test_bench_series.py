@@ -56,3 +56,24 @@ def test_a_failed_test_or_an_inconclusive_target_fails_the_series(tmp_path):
         "tests/test_memory_perf.py::test_vector_add_speed[bfloat16] speedup"]
     assert "3 runs on NVIDIA H100 80GB HBM3, each its own process with a cold Triton cache: 1 " \
            "passed, 1 with a failed test, 1 with an INCONCLUSIVE target." in done.stdout
+
+
+def test_runs_go_to_the_gpus_an_outer_cuda_visible_devices_names(monkeypatch):
+    # On a machine whose GPU 0 runs the whole suite meanwhile, CUDA_VISIBLE_DEVICES=1,2,3 keeps
+    # the series' runs off it
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("series", SERIES)
+    series = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(series)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert series.gpu_ids(3) == ["0", "1", "2"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2,3")
+    assert series.gpu_ids(3) == ["1", "2", "3"]
+    assert series.gpu_ids(2) == ["1", "2"]
+    try:
+        series.gpu_ids(4)
+    except SystemExit as e:
+        assert "names only 3" in str(e)
+    else:
+        raise AssertionError("4 runs at once on 3 visible GPUs was accepted")
