@@ -3,7 +3,8 @@ interpreter (env/work.py): triton_bench's bytes= and flops= are what every GB/s,
 fraction of peak is computed from, so a declaration above what the kernel does inflates them all.
 
 - Declared more than counted, beyond OVERSTATED (1%): the test fails, naming both numbers in GB
-  or GFLOP.
+  or GFLOP. Bytes are the whole call's (Work.call_bytes): the kernels' and torch's own ops', so
+  that a declaration counting a library's zero-filled output is not taken for an overstatement.
 - Counted more bytes than declared, beyond REREAD_RATIO: a note, not a failure (redundant loads,
   or re-reads a GPU's caches may absorb), for bytes= only: a tiled matmul re-reads its operands
   by design, and its counted FLOPs include the tiles' padding, so flops= gets no such note.
@@ -35,16 +36,19 @@ def _moved(w: Work) -> str:
     text = f"{gb(w.bytes_loaded)} GB loaded, {gb(w.bytes_stored)} GB stored"
     if w.atomic_bytes:
         text += f", {gb(w.atomic_bytes)} GB by atomics"
+    if w.torch_ops:
+        text += f"; {w.torch_text()}"
     return text
 
 
 def overstated(label: str, w: Work, bytes: float | None, flops: float | None) -> str | None:
     """The failure's message where bytes= or flops= exceeds what `w` counted; else None."""
     found = []
-    if bytes and bytes > w.bytes * (1 + OVERSTATED):
-        over = f"{100 * (bytes / w.bytes - 1):.1f}%" if w.bytes else "all of it"
+    moved = w.call_bytes
+    if bytes and bytes > moved * (1 + OVERSTATED):
+        over = f"{100 * (bytes / moved - 1):.1f}%" if moved else "all of it"
         found.append(f"bytes={gb(int(bytes))} GB declared, but the timed call moved "
-                     f"{gb(w.bytes)} GB ({_moved(w)}): {over} more declared than done; every "
+                     f"{gb(moved)} GB ({_moved(w)}): {over} more declared than done; every "
                      "GB/s and fraction of peak bandwidth reported for it would be inflated")
     if flops and w.flops and flops > w.flops * (1 + OVERSTATED):
         found.append(f"flops={gflop(int(flops))} GFLOP declared, but the timed call's tl.dot "
@@ -59,8 +63,8 @@ def overstated(label: str, w: Work, bytes: float | None, flops: float | None) ->
 
 def reread(w: Work, bytes: float | None) -> str:
     """The note where the call moved REREAD_RATIO times its bytes= or more; else ''."""
-    if not bytes or w.bytes < bytes * REREAD_RATIO:
+    if not bytes or w.call_bytes < bytes * REREAD_RATIO:
         return ""
-    return (f"the timed call moved {gb(w.bytes)} GB, {w.bytes / bytes:.2f}x its bytes="
+    return (f"the timed call moved {gb(w.call_bytes)} GB, {w.call_bytes / bytes:.2f}x its bytes="
             f"{gb(int(bytes))} GB ({_moved(w)}): redundant loads, or re-reads a GPU's caches may "
             "absorb; bytes= is what GB/s is computed from, so it stays as declared")

@@ -331,11 +331,15 @@ def test_bev_pool_speed(make_tensor, triton_bench):
     points, shape = (300, (1, 1, 16, 16)) if triton_bench.dry_run else (200_000, (1, 1, 360, 360))
     feats, geom, starts, lengths = _bev_inputs(make_tensor, points, 80, shape, torch.float32)
     # What the call moves: bev_pool zero-fills its output (torch.zeros, one write of the grid),
-    # then its kernel reads every point and writes each occupied cell once (one per interval).
+    # then its kernel reads every point's features, each interval's start, length and the
+    # coordinates of its first point (one geom row: the cell it pools into), and writes each
+    # occupied cell once (one per interval).
     zero_fill = 80 * 4 * shape[2] * shape[3]
-    cells_written = starts.numel() * 80 * 4
+    intervals = starts.numel()
+    cells_written = intervals * 80 * 4
+    geom_read = intervals * geom.stride(0) * geom.element_size()
     triton_bench(lambda: bev_pool(feats, geom, starts, lengths, *shape),
-                 bytes=feats.nbytes + geom.nbytes + starts.nbytes + lengths.nbytes + zero_fill
+                 bytes=feats.nbytes + geom_read + starts.nbytes + lengths.nbytes + zero_fill
                  + cells_written,
                  baseline=lambda: _torch_bev_pool(feats, geom, shape))
 
