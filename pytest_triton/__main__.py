@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .report import history, regression, shards, trend
+from .report import expected, history, regression, shards, trend
 
 
 def parser() -> argparse.ArgumentParser:
@@ -65,6 +65,20 @@ def parser() -> argparse.ArgumentParser:
     comparing.add_argument("--json", metavar="FILE", help="write the verdicts as JSON ('-': "
                            "standard output, instead of the table)")
     comparing.set_defaults(run=_compare)
+
+    timing = commands.add_parser(
+        "durations", help="write each test's duration from the saved runs, for pytest-split",
+        description="Each test's duration (setup + call + teardown, seconds) from the newest "
+                    "saved run that holds it (runs of --device first), as pytest-split's "
+                    "--durations-path file: {node id: seconds}. A directory with no runs gives "
+                    "{} (pytest-split then splits by count).")
+    timing.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR",
+                        help=f"the history directory (default {history.DEFAULT_DIR})")
+    timing.add_argument("-o", "--output", default=".test_durations", metavar="FILE",
+                        help="the file to write ('-': standard output; default .test_durations)")
+    timing.add_argument("--device", help="prefer the runs of this device folder, or of the GPU "
+                                         "model it starts (e.g. H100-SXM); default: none first")
+    timing.set_defaults(run=_durations)
 
     trending = commands.add_parser(
         "trend", help="plot each test's median over the saved runs of one GPU model")
@@ -164,6 +178,18 @@ def _compare(args: argparse.Namespace) -> int:
         print("\n".join(regression.lines(out, fail_on, "--fail-on")))
     return 1 if out.failing(fail_on) else 0
 
+
+
+def _durations(args: argparse.Namespace) -> None:
+    prefer = expected.of_model(args.device) if args.device else (lambda key: False)
+    found = expected.saved(args.directory, prefer)
+    text = json.dumps(found, indent=1, sort_keys=True) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        return
+    Path(args.output).write_text(text)
+    print(f"{len(found)} tests' durations from {args.directory} into {args.output}",
+          file=sys.stderr)
 
 
 def _trend(args: argparse.Namespace) -> None:

@@ -293,8 +293,17 @@ def order(items: list[pytest.Item]) -> None:
     tests two to a worker first, then one at a time; see GPULock.)"""
     if not items or _wanted(items[0]) is None:
         return
-    rank = {"test": 0, "shared": 1, "none": 2, "timing": 3}
-    items.sort(key=lambda it: rank[_wanted(it)[1]])  # stable: each group keeps its order
+    items.sort(key=rank)  # stable: each group keeps its order
+
+
+_RANKS = {"test": 0, "shared": 1, "none": 2, "timing": 3}
+
+
+def rank(item: pytest.Item) -> int:
+    """The test's group in order(): 0 alone throughout, 1 shared, 2 no lock, 3 timing; 0 for
+    every test where no lock is taken."""
+    wanted = _wanted(item)
+    return 0 if wanted is None else _RANKS[wanted[1]]
 
 
 def acquire(item: pytest.Item) -> None:

@@ -18,7 +18,7 @@ from ..env.seeding import fixed_seed
 from ..perf.record import PerfRecord, Verdict
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
-from . import work_table
+from . import durations, work_table
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -236,6 +236,8 @@ def document(config: pytest.Config) -> dict:
         "faults": crash.records(config),  # tests that lost the CUDA context or crashed
         # assert_every_config: how many of each kernel's configs each test checked, and where
         "configs_checked": configs.records(config),
+        # each test's setup + call + teardown, seconds: what a later run orders and splits by
+        "durations": durations.of(config),
         **verdict_counts(ps.records),
     }
 
