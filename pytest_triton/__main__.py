@@ -28,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
                        help="the file to write (never over an existing one), or a history "
                             "directory to save the merged run into")
     merge.add_argument("files", nargs="+", metavar="FILE",
-                       help="saved runs, or directories of them")
+                       help="saved runs, or directories of them (a history directory: each "
+                            "device folder's runs)")
     merge.set_defaults(run=_merge)
 
     listing = commands.add_parser("history", help="list the saved runs of each device")
@@ -106,7 +107,9 @@ def _merge(args: argparse.Namespace) -> None:
     paths = []
     for name in args.files:
         path = Path(name)
-        paths.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+        # a folder of runs, or a history directory (its runs are in a folder per device)
+        paths.extend(sorted(path.glob("*.json")) + sorted(path.glob("*/*.json"))
+                     if path.is_dir() else [path])
     if not paths:
         raise history.HistoryError(f"no .json files in {', '.join(args.files)}")
     doc = shards.merge([history.load(p, allow_report=True) for p in paths])

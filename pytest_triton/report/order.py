@@ -27,7 +27,7 @@ from ..env import runtime
 from ..process import gpulock
 from . import expected
 
-WORKERINPUT_KEY = "pytest_triton_durations"
+WORKERINPUT_KEY = "pytest_triton_order"  # {"durations", "dist", "maxschedchunk"}
 
 
 def lay_out(items: list[pytest.Item], seconds: list[float], workers: int,
@@ -77,7 +77,7 @@ class LongestFirst:
         if self._known is None:
             handed = getattr(self._config, "workerinput", {}).get(WORKERINPUT_KEY)
             if handed is not None:
-                self._known = handed
+                self._known = handed["durations"]
             else:
                 gpu = not state.get(self._config).runtime.interpret
                 directory = Path(self._config.rootpath,
@@ -87,7 +87,12 @@ class LongestFirst:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:  # pytest-xdist's controller, per worker
-        node.workerinput[WORKERINPUT_KEY] = self.known()
+        # a worker's own options do not hold what the controller decided (--maxschedchunk set
+        # here or by GPULock, the --dist -n implies), and its first blocks follow them
+        opt = self._config.option
+        node.workerinput[WORKERINPUT_KEY] = {
+            "durations": self.known(), "dist": getattr(opt, "dist", "no"),
+            "maxschedchunk": getattr(opt, "maxschedchunk", None)}
 
     @pytest.hookimpl(wrapper=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
@@ -98,10 +103,9 @@ class LongestFirst:
             known = self.known()
             workerinput = getattr(config, "workerinput", {})
             workers = int(workerinput.get("workercount", 1))
-            # the controller's --dist and --maxschedchunk, as it handed them to its workers
-            chunk = getattr(config.option, "maxschedchunk", None)
-            block = first_block(len(items), workers, chunk) \
-                if workers > 1 and getattr(config.option, "dist", "no") == "load" else 0
+            handed = workerinput.get(WORKERINPUT_KEY) or {}
+            block = first_block(len(items), workers, handed.get("maxschedchunk")) \
+                if workers > 1 and handed.get("dist") == "load" else 0
             ordered: list[pytest.Item] = []
             for group in _groups(items):
                 seconds = [expected.expected(it, known) for it in group]
