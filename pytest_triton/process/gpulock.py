@@ -291,19 +291,10 @@ def order(items: list[pytest.Item]) -> None:
     behind: on the H100 at bf866f6 a test's setup waited 55.9 s. (xdist's first batch once gave
     the tests alone throughout to one worker, and the others waited 86 s: under the lock it sends
     tests two to a worker first, then one at a time; see GPULock.)"""
-    if not items or _wanted(items[0]) is None:
-        return
-    items.sort(key=rank)  # stable: each group keeps its order
+    items.sort(key=rank)  # stable: each group keeps its order (one group where no lock is taken)
 
-
-_RANKS = {"test": 0, "shared": 1, "none": 2, "timing": 3}
-
-
-def rank(item: pytest.Item) -> int:
-    """The test's group in order(): 0 alone throughout, 1 shared, 2 no lock, 3 timing; 0 for
-    every test where no lock is taken."""
-    wanted = _wanted(item)
-    return 0 if wanted is None else _RANKS[wanted[1]]
+def rank(item: pytest.Item) -> int:  # order()'s group: alone (or no lock), shared, none, timing
+    return {None: 0, "test": 0, "shared": 1, "none": 2, "timing": 3}[(_wanted(item) or ("", None))[1]]
 
 
 def acquire(item: pytest.Item) -> None:

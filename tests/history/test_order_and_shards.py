@@ -29,8 +29,9 @@ def test_perf(triton_bench):
 
 CONFTEST = """
 import os
+
 def pytest_collection_finish(session):
-    w = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    w = getattr(session.config, "workerinput", {}).get("workerid", "main")
     with open(os.path.join(str(session.config.rootpath), f"order-{w}.txt"), "w") as f:
         f.write(" ".join(i.name for i in session.items))
 """
@@ -71,6 +72,7 @@ def test_the_preferred_runs_speak_first(tmp_path):
     assert expected.saved(tmp_path, expected.of_model("H100")) == {"t.py::a": 9.0}
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_longest_first_under_xdist(pytester):
     _project(pytester)
     _saved(pytester, "main", ".pytest-triton/history")
@@ -85,6 +87,7 @@ def test_longest_first_under_xdist(pytester):
     assert first[-1] == "test_sleep[0.01]", first
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_collection_order_when_off_and_in_one_process(pytester):
     _project(pytester)
     _saved(pytester, "main", ".pytest-triton/history")
