@@ -6,6 +6,9 @@
     python .ci/readme.py job gpu      ... of its gpu job, less `nvidia-smi` (no GPU here)
     python .ci/readme.py perf-addopts pull_request|push
                                       the PYTEST_ADDOPTS its perf step gets on that event
+    python .ci/readme.py sharded gpu-shard|gpu-gate
+                                      the `run:` steps of the GPU matrix variant's job, one per
+                                      line (`${{ ... }}` left for the caller to fill in)
 
 Each fails loudly when the README no longer has what it looks for.
 """
@@ -48,6 +51,19 @@ def job(text: str, name: str) -> list[str]:
     return [r for r in runs if r.strip() != "nvidia-smi"]
 
 
+def sharded(text: str, name: str) -> list[str]:
+    recipes = fenced(section(text, "## Use it in your kernel project"), "yaml")
+    matrix = [r for r in recipes if "\n  gpu-shard:\n" in "\n" + r]
+    if not matrix:
+        raise SystemExit("README: no GPU matrix variant (a gpu-shard job) in the CI recipes")
+    jobs = re.split(r"^  ([\w-]+):\n", "\n" + matrix[0], flags=re.M)
+    steps = dict(zip(jobs[1::2], jobs[2::2])).get(name)
+    runs = re.findall(r"^      - run: (.*)$", steps or "", re.M)
+    if not runs:
+        raise SystemExit(f"README: the GPU matrix variant's {name} job has no run steps")
+    return runs
+
+
 def perf_addopts(text: str, event: str) -> str:
     recipe = fenced(section(text, "## Use it in your kernel project"), "yaml")[0]
     m = re.search(r"PYTEST_ADDOPTS: \$\{\{ github\.event_name == 'pull_request' && '([^']*)' "
@@ -65,6 +81,8 @@ def main(argv: list[str]) -> None:
         sys.stdout.write(first_test(text))
     elif argv[:1] == ["job"] and len(argv) == 2:
         print("\n".join(job(text, argv[1])))
+    elif argv[:1] == ["sharded"] and len(argv) == 2:
+        print("\n".join(sharded(text, argv[1])))
     elif argv[:1] == ["perf-addopts"] and len(argv) == 2:
         print(perf_addopts(text, argv[1]))
     else:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .report import history, regression, shards, trend
+from .report import expected, history, regression, shards, trend
 
 
 def parser() -> argparse.ArgumentParser:
@@ -28,7 +28,8 @@ def parser() -> argparse.ArgumentParser:
                        help="the file to write (never over an existing one), or a history "
                             "directory to save the merged run into")
     merge.add_argument("files", nargs="+", metavar="FILE",
-                       help="saved runs, or directories of them")
+                       help="saved runs, or directories of them (a history directory: each "
+                            "device folder's runs)")
     merge.set_defaults(run=_merge)
 
     listing = commands.add_parser("history", help="list the saved runs of each device")
@@ -66,6 +67,20 @@ def parser() -> argparse.ArgumentParser:
                            "standard output, instead of the table)")
     comparing.set_defaults(run=_compare)
 
+    timing = commands.add_parser(
+        "durations", help="write each test's duration from the saved runs, for pytest-split",
+        description="Each test's duration (setup + call + teardown, seconds) from the newest "
+                    "saved run that holds it (runs of --device first), as pytest-split's "
+                    "--durations-path file: {node id: seconds}. A directory with no runs gives "
+                    "{} (pytest-split then splits by count).")
+    timing.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR",
+                        help=f"the history directory (default {history.DEFAULT_DIR})")
+    timing.add_argument("-o", "--output", default=".test_durations", metavar="FILE",
+                        help="the file to write ('-': standard output; default .test_durations)")
+    timing.add_argument("--device", help="prefer the runs of this device folder, or of the GPU "
+                                         "model it starts (e.g. H100-SXM); default: none first")
+    timing.set_defaults(run=_durations)
+
     trending = commands.add_parser(
         "trend", help="plot each test's median over the saved runs of one GPU model")
     trending.add_argument("directory", nargs="?", default=history.DEFAULT_DIR, metavar="DIR",
@@ -92,7 +107,9 @@ def _merge(args: argparse.Namespace) -> None:
     paths = []
     for name in args.files:
         path = Path(name)
-        paths.extend(sorted(path.glob("*.json")) if path.is_dir() else [path])
+        # a folder of runs, or a history directory (its runs are in a folder per device)
+        paths.extend(sorted(path.glob("*.json")) + sorted(path.glob("*/*.json"))
+                     if path.is_dir() else [path])
     if not paths:
         raise history.HistoryError(f"no .json files in {', '.join(args.files)}")
     doc = shards.merge([history.load(p, allow_report=True) for p in paths])
@@ -164,6 +181,18 @@ def _compare(args: argparse.Namespace) -> int:
         print("\n".join(regression.lines(out, fail_on, "--fail-on")))
     return 1 if out.failing(fail_on) else 0
 
+
+
+def _durations(args: argparse.Namespace) -> None:
+    prefer = expected.of_model(args.device) if args.device else (lambda key: False)
+    found = expected.saved(args.directory, prefer)
+    text = json.dumps(found, indent=1, sort_keys=True) + "\n"
+    if args.output == "-":
+        sys.stdout.write(text)
+        return
+    Path(args.output).write_text(text)
+    print(f"{len(found)} tests' durations from {args.directory} into {args.output}",
+          file=sys.stderr)
 
 
 def _trend(args: argparse.Namespace) -> None:

@@ -140,6 +140,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_perf_history", "string", ".pytest-triton/history",
            "where runs are saved and looked up, a folder per device (under the rootdir)",
            metavar="DIR"),
+    Option("triton_order", "string", "auto",
+           "the order tests are handed out in: longest-first (by the durations the saved runs in "
+           "--triton-perf-history hold, else an estimate from each test's perf target; under "
+           "pytest-xdist laid out so that no worker is left with the long tail) or collection "
+           "(the order pytest collected). auto: longest-first under pytest-xdist, collection in "
+           "a run of one process", metavar="auto|longest-first|collection",
+           choices=("auto", "longest-first", "collection")),
     Option("triton_perf_compare", "string", None,
            "compare each measurement with a saved run: latest (this device's newest), a name "
            "saved with --triton-perf-save, or a file: FAST, SLOW, SAME or UNCERTAIN", metavar="REF"),

@@ -84,6 +84,12 @@ def regression_gate(config: pytest.Config) -> bool:  # --triton-perf-save, --tri
                                 for name in ("triton_perf_save", "triton_perf_compare"))
 
 
+def ordering(config: pytest.Config) -> bool:  # --triton-order: longest first, or auto under xdist
+    chosen = options.get(config, "triton_order")
+    return chosen == "longest-first" or chosen == "auto" and (
+        hasattr(config, "workerinput") or runtime.xdist_controller(config))
+
+
 def benchmarking(config: pytest.Config) -> bool:  # pytest-benchmark is active
     return perf(config) and hasattr(config.hook, "pytest_benchmark_update_machine_info")
 
@@ -131,6 +137,8 @@ FEATURES = (
     ("triton-ncu-child", ncu_child, "pytest_triton.diagnose.ncu", "NcuChild"),
     ("triton-perf-plot", plotting, "pytest_triton.report.plot", "Plot"),
     ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
+    ("triton-durations", perf, "pytest_triton.report.durations", "Durations"),
+    ("triton-order", ordering, "pytest_triton.report.order", "LongestFirst"),
     ("triton-perf-regression", regression_gate, "pytest_triton.report.gate", "RegressionGate"),
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),

@@ -291,10 +291,10 @@ def order(items: list[pytest.Item]) -> None:
     behind: on the H100 at bf866f6 a test's setup waited 55.9 s. (xdist's first batch once gave
     the tests alone throughout to one worker, and the others waited 86 s: under the lock it sends
     tests two to a worker first, then one at a time; see GPULock.)"""
-    if not items or _wanted(items[0]) is None:
-        return
-    rank = {"test": 0, "shared": 1, "none": 2, "timing": 3}
-    items.sort(key=lambda it: rank[_wanted(it)[1]])  # stable: each group keeps its order
+    items.sort(key=rank)  # stable: each group keeps its order (one group where no lock is taken)
+
+def rank(item: pytest.Item) -> int:  # order()'s group: alone (or no lock), shared, none, timing
+    return {None: 0, "test": 0, "shared": 1, "none": 2, "timing": 3}[(_wanted(item) or ("", None))[1]]
 
 
 def acquire(item: pytest.Item) -> None:

@@ -3,13 +3,14 @@ saved run: `python -m pytest_triton merge`."""
 
 from __future__ import annotations
 
-from . import summary
+from . import durations, summary
 from .history import HistoryError, SavedRun, run_device, sku_of
 
 
 def merge(runs: list[SavedRun]) -> dict:
     """One saved-run document from the shards of one CI run (several hosts or GPUs): the same
-    commit and SKU, each test in one shard only; "shards" lists each file merged in."""
+    commit and SKU, each test in one shard only; "shards" lists each file merged in, and
+    "durations" holds every shard's tests."""
     if not runs:
         raise HistoryError("nothing to merge")
 
@@ -44,6 +45,7 @@ def merge(runs: list[SavedRun]) -> dict:
     rest = {**first.rest, **summary.verdict_counts(records)}
     for k in ("unchecked", "faults", "configs_checked"):
         rest[k] = [x for r in runs for x in r.rest.get(k) or []]
+    rest["durations"] = durations.union([r.rest.get("durations") for r in runs])
     merged = SavedRun(
         name=first.name, commit=first.commit, branch=first.branch,
         dirty=any(dirty) if dirty else None, versions=first.versions, host=first.host,

@@ -18,7 +18,7 @@ from ..env.seeding import fixed_seed
 from ..perf.record import PerfRecord, Verdict
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
-from . import busy, work_table
+from . import busy, durations, work_table
 
 JSON_SCHEMA = "pytest-triton-perf/1"
 
@@ -237,6 +237,8 @@ def document(config: pytest.Config) -> dict:
         # assert_every_config: how many of each kernel's configs each test checked, and where
         "configs_checked": configs.records(config),
         "workers": busy.rows(config),  # each xdist worker's busy and idle time (report/busy.py)
+        # each test's setup + call + teardown, seconds: what a later run orders and splits by
+        "durations": durations.of(config),
         **verdict_counts(ps.records),
     }
 

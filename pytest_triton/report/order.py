@@ -1,0 +1,122 @@
+"""--triton-order: under pytest-xdist, the tests go out longest first (their expected durations,
+expected.py), so that no worker is left running the long tail alone while the others idle.
+
+xdist's load scheduling (--dist load, the default of -n) gives each worker one block of
+consecutive tests first, then refills a worker from the front of the queue as it frees. The
+order is laid out for that: the first blocks are filled as longest-processing-time-first fills
+bins (each next-longest test to the block with the least time in it), and every test after them
+follows longest first; --maxschedchunk 1 is set where it was not given (as GPULock does on a
+GPU), so the blocks hold two tests each and a refill is one test, handed to whichever worker
+frees first. Within the GPU lock's groups (tests alone throughout, shared, no lock, timing:
+gpulock.order) each group is ordered this way, the groups keeping their order.
+
+The order is computed once, on the controller (the saved durations it reads are handed to every
+worker in its workerinput): xdist aborts a run whose workers collected different orders. Ties
+keep the collection order. In a run of one process the collection order stays unless
+--triton-order=longest-first asks otherwise: its verdicts are those of the order the user wrote.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .. import options, state
+from ..env import runtime
+from ..process import gpulock
+from . import expected
+
+WORKERINPUT_KEY = "pytest_triton_order"  # {"durations", "dist", "maxschedchunk"}
+
+
+def lay_out(items: list[pytest.Item], seconds: list[float], workers: int,
+            first_block: int) -> list[pytest.Item]:
+    """`items` longest first, where the first `workers` x `first_block` go to the workers' first
+    blocks (worker k takes positions k*first_block ...) filled as LPT fills bins. Stable: ties
+    keep their order in `items`."""
+    ranked = sorted(range(len(items)), key=lambda i: -seconds[i])
+    head = workers * first_block if workers > 1 else 0
+    if head == 0 or len(ranked) < head:
+        return [items[i] for i in ranked]
+    blocks: list[list[int]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for i in ranked[:head]:
+        k = min((k for k in range(workers) if len(blocks[k]) < first_block),
+                key=lambda k: (load[k], k))
+        blocks[k].append(i)
+        load[k] += seconds[i]
+    return [items[i] for b in blocks for i in b] + [items[i] for i in ranked[head:]]
+
+
+def first_block(n_items: int, workers: int, maxschedchunk: int | None) -> int:
+    """How many tests xdist's LoadScheduling.schedule sends each worker at first: one each,
+    round robin, where there are fewer than two per worker; else a quarter of a worker's share,
+    at most --maxschedchunk, at least 2."""
+    if n_items < 2 * workers:
+        return 1
+    chunk = n_items if maxschedchunk is None else maxschedchunk
+    return max(min(n_items // workers // 4, chunk), 2)
+
+
+class LongestFirst:
+    """The order, in the process that collects (an xdist worker, or a run of its own); the
+    saved durations, read on the controller and handed to its workers. Registered where the
+    order is longest first (plugin.ordering)."""
+
+    def __init__(self, config: pytest.Config):
+        self._config = config
+        self._known: dict[str, float] | None = None
+        opt = config.option
+        if runtime.xdist_controller(config) and getattr(opt, "dist", "no") == "load" \
+                and getattr(opt, "maxschedchunk", 0) is None:
+            opt.maxschedchunk = 1
+
+    def known(self) -> dict[str, float]:
+        """The saved durations: those the controller handed over, else read here."""
+        if self._known is None:
+            handed = getattr(self._config, "workerinput", {}).get(WORKERINPUT_KEY)
+            if handed is not None:
+                self._known = handed["durations"]
+            else:
+                gpu = not state.get(self._config).runtime.interpret
+                directory = Path(self._config.rootpath,
+                                 options.get(self._config, "triton_perf_history"))
+                self._known = expected.saved(directory, expected.of_kind(gpu))
+        return self._known
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:  # pytest-xdist's controller, per worker
+        # a worker's own options do not hold what the controller decided (--maxschedchunk set
+        # here or by GPULock, the --dist -n implies), and its first blocks follow them
+        opt = self._config.option
+        node.workerinput[WORKERINPUT_KEY] = {
+            "durations": self.known(), "dist": getattr(opt, "dist", "no"),
+            "maxschedchunk": getattr(opt, "maxschedchunk", None)}
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
+        # around every other implementation: the deselections (-m, -k, pytest-split's shard)
+        # and the GPU lock's groups are in place
+        result = yield
+        if items:
+            known = self.known()
+            workerinput = getattr(config, "workerinput", {})
+            workers = int(workerinput.get("workercount", 1))
+            handed = workerinput.get(WORKERINPUT_KEY) or {}
+            block = first_block(len(items), workers, handed.get("maxschedchunk")) \
+                if workers > 1 and handed.get("dist") == "load" else 0
+            ordered: list[pytest.Item] = []
+            for group in _groups(items):
+                seconds = [expected.expected(it, known) for it in group]
+                ordered.extend(lay_out(group, seconds, workers, block if not ordered else 0))
+            items[:] = ordered
+        return result
+
+
+def _groups(items: list[pytest.Item]) -> list[list[pytest.Item]]:
+    """The GPU lock's groups, in its order (one group where it takes no lock)."""
+    out: dict[int, list[pytest.Item]] = {}
+    for it in items:
+        out.setdefault(gpulock.rank(it), []).append(it)
+    return [out[k] for k in sorted(out)]
