@@ -36,7 +36,10 @@ def pytest_collection_finish(session):
         f.write(" ".join(i.name for i in session.items))
 """
 
-DRY = ("-p", "no:cacheprovider", "--triton-perf", "--triton-perf-allow-unchecked")
+# Every nested run is a CPU machine's, on a GPU machine too (--triton-interpret): the perf test is
+# a dry run there, skipped, wherever this suite runs.
+CPU = ("-p", "no:cacheprovider", "--triton-interpret")
+DRY = (*CPU, "--triton-perf", "--triton-perf-allow-unchecked")
 
 
 def _project(pytester):
@@ -76,7 +79,7 @@ def test_the_preferred_runs_speak_first(tmp_path):
 def test_longest_first_under_xdist(pytester):
     _project(pytester)
     _saved(pytester, "main", ".pytest-triton/history")
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2").assert_outcomes(
+    pytester.runpytest_subprocess(*CPU, "-n", "2").assert_outcomes(
         passed=4, skipped=1)
     orders = {p.read_text() for p in pytester.path.glob("order-gw*.txt")}
     # the dry-run perf test and the 0.3 s sleep go first, each to a worker's first block of two
@@ -92,12 +95,12 @@ def test_collection_order_when_off_and_in_one_process(pytester):
     _project(pytester)
     _saved(pytester, "main", ".pytest-triton/history")
     collected = "test_sleep[0.01] test_sleep[0.02] test_sleep[0.3] test_sleep[0.03] test_perf"
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-n", "2",
+    pytester.runpytest_subprocess(*CPU, "-n", "2",
                                   "--triton-order=collection").assert_outcomes(passed=4, skipped=1)
     assert {p.read_text() for p in pytester.path.glob("order-gw*.txt")} == {collected}
-    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=4, skipped=1)
+    pytester.runpytest_subprocess(*CPU).assert_outcomes(passed=4, skipped=1)
     assert (pytester.path / "order-main.txt").read_text() == collected
-    pytester.runpytest_subprocess("-p", "no:cacheprovider", "--triton-order=longest-first"
+    pytester.runpytest_subprocess(*CPU, "--triton-order=longest-first"
                                   ).assert_outcomes(passed=4, skipped=1)
     assert (pytester.path / "order-main.txt").read_text().split()[0] in ("test_perf",
                                                                         "test_sleep[0.3]")

@@ -18,7 +18,8 @@ def test_each_worker_shows_its_busy_idle_and_tail_time(pytester):
     out = result.stdout.str()
     assert busy.TITLE in out
     lines = {m[0]: (float(m[1]), float(m[2]), float(m[3])) for m in re.findall(
-        r"^(gw\d): \d+ tests?, busy ([\d.]+) s, idle ([\d.]+) s, .* ([\d.]+) s after its last$",
+        r"^(gw\d)(?: \(GPU [^)]*\))?: \d+ tests?, busy ([\d.]+) s, idle ([\d.]+) s, .* ([\d.]+) s "
+        r"after its last$",
         out, re.M)}
     assert sorted(lines) == ["gw0", "gw1"]
     sleeper = max(lines.values())
