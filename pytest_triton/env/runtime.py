@@ -127,6 +127,28 @@ def _visible_gpu_ids() -> list[str]:
     return []
 
 
+CONTROLLER_WHY = "pytest-xdist's controller: each worker takes a GPU"
+
+
+def _xdist_controller_early(early_config: pytest.Config) -> bool:
+    """Whether this process will be pytest-xdist's controller, as its command line says before
+    xdist has decided (xdist_controller() is reliable only from pytest_configure on)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return False
+    ns = early_config.known_args_namespace
+    if getattr(ns, "collectonly", False):
+        return False
+    workers = getattr(ns, "numprocesses", None)
+    return bool(getattr(ns, "tx", None)) or workers not in (None, 0, "0")
+
+
+def _gpus_without_torch() -> bool:
+    """A torch built for CUDA and at least one GPU that NVML (or nvidia-smi) sees, found without
+    importing torch or starting CUDA."""
+    build = versions.torch_build() or {}
+    return build.get("cuda") is not None and bool(_visible_gpu_ids())
+
+
 def _xdist_worker() -> tuple[int, int] | None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     count = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
@@ -140,7 +162,7 @@ def decide(early_config: pytest.Config) -> Runtime:
     before = {k: os.environ.get(k) for k in (INTERPRET_ENV, "CUDA_VISIBLE_DEVICES")}
     rt = _decide(early_config)
     rt = replace(rt, env_before={k: v for k, v in before.items() if os.environ.get(k) != v})
-    if not rt.interpret:
+    if not rt.interpret and rt.why != CONTROLLER_WHY:
         # On a GPU torch is imported already; Triton is imported here too, in the outermost run
         # (see import_for_nested_runs).
         import triton  # noqa: F401
@@ -206,6 +228,11 @@ def _decide(early_config: pytest.Config) -> Runtime:
                 f"(--triton-interpret or {INTERPRET_ENV}=1), which runs kernels on cpu")
         os.environ[INTERPRET_ENV] = "1"
         return Runtime("cpu", True, "interpreter requested")
+
+    if not requested and _xdist_controller_early(early_config) and _gpus_without_torch():
+        # The controller runs no test; its workers each take a GPU (below). It neither imports
+        # torch nor starts CUDA here: that would hold back the start of every worker.
+        return Runtime("cuda", False, CONTROLLER_WHY)
 
     gpu_id = None
     worker = _xdist_worker()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from .. import state
-from ..env import launches, seeding
+from ..env import launches, runtime, seeding
 
 # CUDA errors after which the context is unusable: the driver returns them from every later call.
 # Code: (short name, the driver's text, which torch and Triton put in their messages).
@@ -151,7 +151,8 @@ class FaultWatch:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.launches = LaunchRecorder()
-        self.real_gpu = not state.get(config).runtime.interpret
+        # pytest-xdist's controller launches nothing (its workers do): no hook, no import of Triton
+        self.real_gpu = not state.get(config).runtime.interpret and not runtime.xdist_controller(config)
         self.outermost = _SESSIONS[0] == 0
         self.session: pytest.Session | None = None
         _SESSIONS[0] += 1

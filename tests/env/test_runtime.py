@@ -1,6 +1,10 @@
 """Where kernels run: the interpreter switch, the device fixture, options and their ini twins."""
 
+import os
+
 import pytest
+
+from pytest_triton.env import runtime
 
 
 def test_kernels_imported_from_conftest_and_modules_are_interpreted(pytester, run_interpreted):
@@ -90,3 +94,49 @@ def test_a_nested_interpreted_run_leaves_the_environment_as_it_found_it(pytester
     monkeypatch.delenv("TRITON_INTERPRET")
     pytester.runpytest("--triton-interpret", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert "TRITON_INTERPRET" not in os.environ
+
+
+_FAKE_GPU_HOST = """
+# Loaded with -p before the plugin decides: a torch built for CUDA and one GPU that NVML sees, so
+# the controller takes its path without a GPU; torch.cuda finds none here, so workers interpret.
+import json, os, sys
+from pytest_triton.env import runtime, versions
+
+versions.torch_build = lambda: {"__version__": "0", "cuda": "13.0", "hip": None}
+runtime._visible_gpu_ids = lambda: ["0"]
+runtime.surely_no_gpu = lambda: False  # torch is asked, as on a machine with a GPU driver
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        from pytest_triton import state
+        with open(os.environ["FAKE_GPU_OUT"], "w") as f:
+            json.dump({"torch": "torch" in sys.modules, "triton": "triton" in sys.modules,
+                       "why": state.get(config).runtime.why}, f)
+"""
+
+
+def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytester, monkeypatch):
+    """The controller runs no test: on a host with a GPU it decides without importing torch or
+    Triton (seconds before its workers can start); negative control: without -n the same process
+    asks torch."""
+    import json
+
+    pytester.makepyfile(fakegpu=_FAKE_GPU_HOST)
+    pytester.makepyfile(test_a="def test_a(): pass")
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path), prepend=os.pathsep)
+    out = pytester.path / "out.json"
+    monkeypatch.setenv("FAKE_GPU_OUT", str(out))
+    # an outer xdist worker's variables would make the inner controller a worker
+    for name in ("TRITON_INTERPRET", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    result = pytester.runpytest_subprocess("-p", "fakegpu", "-n", "2", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    seen = json.loads(out.read_text())
+    assert seen == {"torch": False, "triton": False, "why": runtime.CONTROLLER_WHY}, seen
+    result.stdout.fnmatch_lines(["*pytest-triton: cuda (pytest-xdist's controller*"])
+
+    result = pytester.runpytest_subprocess("-p", "fakegpu", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    seen = json.loads(out.read_text())
+    assert seen["torch"] and seen["why"] != runtime.CONTROLLER_WHY, seen
