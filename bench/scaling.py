@@ -13,8 +13,10 @@ cold: a Triton cache (TRITON_CACHE_DIR) and a pytest-triton cache (PYTEST_TRITON
 measured ceilings) of its own, empty, shared by that configuration's workers.
 
 Per configuration it keeps the wall time (the pytest process's), the speedup over the one-GPU
-run and its fraction of linear, each worker's busy, idle and tail time (the report's "workers",
-pytest_triton/report/busy.py), and compares every test's outcome (its JUnit XML) and every
+run and its fraction of linear, the process's time before and after pytest's session (the
+report's "session": start-up and collection, then summaries and the workers' exit), each
+worker's busy, idle and tail time and the part of busy spent on its GPU's measured ceilings (the
+report's "workers", pytest_triton/report/busy.py), and compares every test's outcome (its JUnit XML) and every
 target's verdict (its --triton-perf-json) with the one-GPU run's: the differences are listed by
 name. With --budget, a configuration that would not end within what is left (the one-GPU run's
 wall time over its GPUs, plus a quarter and the start-up) is not started, and says so; the
@@ -142,8 +144,9 @@ def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: flo
     finally:
         shutil.rmtree(cold, ignore_errors=True)
         shutil.rmtree(cwd, ignore_errors=True)
-    return {"gpus": n, "workers": n if n > 1 else 0, "rc": rc, "wall_s": round(time.time() - t0, 1),
-            "report": str(report), "junit": str(junit)}
+    t1 = time.time()
+    return {"gpus": n, "workers": n if n > 1 else 0, "rc": rc, "wall_s": round(t1 - t0, 1),
+            "launched": t0, "exited": t1, "report": str(report), "junit": str(junit)}
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -190,6 +193,12 @@ def read_one(cfg: dict) -> dict:
     cfg["outcomes"] = outcomes(Path(cfg["junit"]))
     cfg["verdicts"] = verdicts(doc)
     cfg["worker_times"] = doc.get("workers", [])
+    # the process's wall time outside pytest's session: start-up and collection (on the xdist
+    # controller: before its workers start), and the end (summaries, report, workers' exit)
+    times = doc.get("session") or {}
+    if times and "launched" in cfg:
+        cfg["before_s"] = round(times["start"] - cfg["launched"], 1)
+        cfg["after_s"] = round(cfg["exited"] - times["end"], 1)
     cfg["device"] = (doc.get("device") or {}).get("name") or next(
         (d.get("name") for d in (doc.get("environment") or {}).get("devices", [])), None)
     counts: dict[str, int] = {}
@@ -223,16 +232,18 @@ def markdown(configs: list[dict], dry: bool) -> str:
            f"On {device}; each configuration cold (an empty Triton cache and ceilings cache of its "
            "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
            "GPU. Speedup: the one-GPU run's wall time over this one's.", "",
-           "| GPUs | wall s | speedup | of linear | tests | pytest rc | same outcomes and verdicts |",
-           "|---|---|---|---|---|---|---|"]
+           "| GPUs | wall s | speedup | of linear | before session s | after session s | tests | "
+           "pytest rc | same outcomes and verdicts |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         if c.get("skipped"):
-            out.append(f"| {c['gpus']} | not run: {c['skipped']} | | | | | |")
+            out.append(f"| {c['gpus']} | not run: {c['skipped']} | | | | | | | |")
             continue
         tests = ", ".join(f"{n} {k}" for k, n in sorted(c["counts"].items()))
         same = "yes" if not c["differences"] else f"**no, {len(c['differences'])} differ**"
+        outside = " | ".join("" if c.get(k) is None else f"{c[k]:.1f}" for k in ("before_s", "after_s"))
         out.append(f"| {c['gpus']} | {c['wall_s']:.1f} | {c['speedup']:.2f}x | "
-                   f"{c['of_linear']:.0%} | {tests or 'none'} | {c['rc']} | {same} |")
+                   f"{c['of_linear']:.0%} | {outside} | {tests or 'none'} | {c['rc']} | {same} |")
     for c in ran:
         if c["differences"]:
             out += ["", f"What differs on {c['gpus']} GPUs from one:", ""]
@@ -241,16 +252,18 @@ def markdown(configs: list[dict], dry: bool) -> str:
                 out.append(f"- ... and {len(c['differences']) - 40} more (scaling.json)")
     out += ["", "Each worker's time (the JSON report's `workers`: busy = its tests' setup, call and "
             "teardown; idle = the session's wall time less busy; start = until its first test; "
-            "tail = after its last test):", "",
-            "| GPUs | worker | GPU | tests | busy s | idle s | start s | tail s | busy |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "tail = after its last test; ceilings = of busy, looking for its GPU's measured "
+            "ceilings, measuring them in a cold run):", "",
+            "| GPUs | worker | GPU | tests | busy s | ceilings s | idle s | start s | tail s | busy |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for c in ran:
         for w in c["worker_times"]:
             def s(key, w=w):
                 return "" if w.get(key) is None else f"{w[key]:.1f}"
             busy = "" if w.get("busy_frac") is None else f"{w['busy_frac']:.0%}"
             out.append(f"| {c['gpus']} | {w['worker']} | {w.get('gpu') or ''} | {w['tests']} | "
-                       f"{s('busy_s')} | {s('idle_s')} | {s('start_s')} | {s('tail_s')} | {busy} |")
+                       f"{s('busy_s')} | {s('calibration_s')} | {s('idle_s')} | {s('start_s')} | "
+                       f"{s('tail_s')} | {busy} |")
     return "\n".join(out) + "\n"
 
 

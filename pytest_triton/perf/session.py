@@ -3,6 +3,7 @@ whether this process times perf bodies, dry-runs or skips them, and the gate on 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -28,6 +29,7 @@ class PerfSession:
     unchecked: list = field(default_factory=list)  # perf tests skipped for want of a GPU
     controller: bool = True  # writes the table and JSON (False on xdist workers)
     calibration: str = ""  # where the device's measured ceilings came from, once looked for
+    calibration_s: float = 0.0  # seconds this process spent looking for them (measuring, mostly)
 
 
 SESSION_KEY = pytest.StashKey[PerfSession]()  # config: made when --triton-perf is on
@@ -102,10 +104,12 @@ def ensure_ceilings(config: pytest.Config, *, force: bool = False) -> None:
     def measure():
         return config.hook.pytest_triton_calibrate(config=config, device=info)
 
+    began = time.perf_counter()
     try:
         found, how = calibrate.ceilings(info.fingerprint or info.name, measure, force=force)
     except Exception as exc:  # noqa: BLE001 - a failed calibration must not lose the run
         found, how = None, f"calibration failed: {type(exc).__name__}: {exc}"
+    ps.calibration_s += time.perf_counter() - began
     ps.calibration = how
     ps.device = with_calibration(info, found, info.use_measured)
 

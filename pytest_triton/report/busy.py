@@ -21,9 +21,11 @@ from dataclasses import asdict, dataclass
 import pytest
 
 from .. import state
+from ..perf.session import session as perf_session
 
 TITLE = "pytest-triton: each worker's busy and idle time (pytest-xdist)"
 GPU_OUTPUT = "pytest_triton_gpu"  # the worker's workeroutput key: the GPU it ran on
+CALIBRATION_OUTPUT = "pytest_triton_calibration_s"  # its key: seconds spent on the ceilings
 THIS_PROCESS = "this process"
 
 
@@ -37,6 +39,7 @@ class WorkerTime:
     busy_s: float = 0.0  # setup + call + teardown of its tests
     first_start: float | None = None  # epoch seconds: its first test's setup began
     last_stop: float | None = None  # epoch seconds: its last test's teardown ended
+    calibration_s: float | None = None  # of busy: looking for its GPU's ceilings (measuring them)
 
     def row(self, start: float, end: float) -> dict:
         """The JSON entry: busy, idle (wall less busy), start (until its first test) and tail
@@ -50,6 +53,8 @@ class WorkerTime:
         out["start_s"] = round(self.first_start - start, 3) if self.first_start else None
         out["tail_s"] = round(end - self.last_stop, 3) if self.last_stop else None
         out["busy_frac"] = round(self.busy_s / wall, 4) if wall > 0 else None
+        if self.calibration_s is not None:
+            out["calibration_s"] = round(self.calibration_s, 3)
         return out
 
 
@@ -103,6 +108,7 @@ class WorkerTimes:
         worker = getattr(getattr(node, "gateway", None), "id", None)
         if worker:
             self._entry(worker).gpu = out.get(GPU_OUTPUT)
+            self._entry(worker).calibration_s = out.get(CALIBRATION_OUTPUT)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -124,6 +130,7 @@ class WorkerTimes:
         if not self.xdist:
             rt = state.get(self._config).runtime
             self._entry(THIS_PROCESS).gpu = rt.gpu_id or rt.device
+            self._entry(THIS_PROCESS).calibration_s = _calibration_s(self._config)
         return [self.by_worker[w].row(self.start, end)
                 for w in sorted(self.by_worker, key=lambda w: (len(w), w))]
 
@@ -145,6 +152,15 @@ def summary_lines(rows: list[dict], wall_s: float) -> list[str]:
     return lines
 
 
+def session_times(config: pytest.Config) -> dict | None:
+    """The session's start and end, epoch seconds, where a tally is kept: a script that timed the
+    whole process finds what came before the session (start-up, collection) and after it."""
+    tally = config.stash.get(BUSY_KEY, None)
+    if tally is None:
+        return None
+    return {"start": round(tally.start, 3), "end": round(tally.end or time.time(), 3)}
+
+
 def rows(config: pytest.Config) -> list[dict]:
     """The run's "workers" entries for the JSON document; [] where no tally is kept (a worker, a
     supervised child)."""
@@ -157,5 +173,15 @@ class WorkerGpu:
     the worker finishes."""
 
     def __init__(self, config: pytest.Config):
+        self._config = config
         rt = state.get(config).runtime
         config.workeroutput[GPU_OUTPUT] = rt.gpu_id or rt.device
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self._config.workeroutput[CALIBRATION_OUTPUT] = _calibration_s(self._config)
+
+
+def _calibration_s(config: pytest.Config) -> float | None:
+    """Seconds this process spent on its GPU's ceilings; None without --triton-perf."""
+    ps = perf_session(config)
+    return None if ps is None else ps.calibration_s

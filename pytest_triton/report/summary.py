@@ -237,6 +237,7 @@ def document(config: pytest.Config) -> dict:
         # assert_every_config: how many of each kernel's configs each test checked, and where
         "configs_checked": configs.records(config),
         "workers": busy.rows(config),  # each xdist worker's busy and idle time (report/busy.py)
+        "session": busy.session_times(config),  # its start and end, epoch seconds
         # each test's setup + call + teardown, seconds: what a later run orders and splits by
         "durations": durations.of(config),
         **verdict_counts(ps.records),
