@@ -89,9 +89,11 @@ def test_fails(triton_bench):
 '''
 
 
-def configurations(gpus: int) -> list[int]:
-    """1, 2 and `gpus` GPUs (each once, none over `gpus`)."""
-    return sorted({n for n in (1, 2, gpus) if 1 <= n <= gpus})
+def configurations(gpus: int, chosen: str | None = None) -> list[int]:
+    """1, 2 and `gpus` GPUs, or those `chosen` names ("1,4"); each once, none over `gpus`, and
+    always the one-GPU run the others compare with."""
+    wanted = {1, 2, gpus} if not chosen else {1, *(int(n) for n in chosen.split(",") if n.strip())}
+    return sorted(n for n in wanted if 1 <= n <= gpus)
 
 
 def visible_gpus() -> int:
@@ -271,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--gpus", type=int, help="GPUs of the host to scale to (default: those "
                    "nvidia-smi lists; 2 with --dry)")
+    p.add_argument("--configs", help="the GPU counts to run, as 1,4 (default: 1, 2 and --gpus; "
+                   "the one-GPU run is always made)")
     p.add_argument("--budget", type=float, help="seconds the configurations may take: one that "
                    "would not end within what is left is not run")
     p.add_argument("--dir", type=Path, help="where each configuration's report, XML and log go "
@@ -287,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     suite = _dry_suite() if args.dry else None
     start, configs = time.time(), []
-    for n in configurations(gpus):
+    for n in configurations(gpus, args.configs):
         # the one-GPU run always starts (bounded by the budget): the others compare with it
         estimate = configs[0]["wall_s"] / n * 1.25 + START_S if configs else 0.0
         left = None if args.budget is None else args.budget - (time.time() - start)
