@@ -331,7 +331,7 @@ def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     wait for one that runs after it.
     softmax_persistent's rows wider than SINGLE_PASS_MAX_COLS take softmax's split rows too (no
     persistent grid: a row's chunks exchange their statistics). Its looped path (one program per
-    row, two passes; config SPLIT=False, or BLOCK_N below the row) was the straggler of issue 23:
+    row, two passes; config SPLIT=False, or BLOCK_N below the row) was the straggler:
     64K 16-bit columns at 0.66 of the copy ceiling on the H100, 0.54 on the H200, the loop's few
     bytes in flight per SM. Measured at 2048 x 65536 fp16 (bench/sweep_final.py, H100,
     2026-11-25, Triton 3.6, fraction of a copy of x): the looped path 0.696 (NUM_STAGES 2: 0.468,

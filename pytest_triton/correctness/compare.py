@@ -32,7 +32,7 @@ MAX_LISTED = 8
 # term of a 4096-term fp16 sum measured 103, of a bf16 one 10. float32: torch's own float32
 # results of functions built on transcendentals (GELU erf and tanh, SiLU, exp, softmax,
 # layernorm) measured up to 20 units on CPU, a float32 matmul 33, and a correct library GeGLU
-# (tanh) on both GPUs up to about 500 (issue 32: errors 1e-5 to 4e-5); a GELU with an fp16
+# (tanh) on both GPUs up to about 500 (errors 1e-5 to 4e-5); a GELU with an fp16
 # intermediate measured 11,000, a matmul of 10-bit-mantissa (tf32-like) inputs 18,000, a bf16
 # intermediate 99,000 (2026-11-26, CPU).
 ARITHMETIC_UNITS = {torch.float16: 8.0, torch.bfloat16: 8.0, torch.float32: 1024.0}

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from .. import options, state
+from ..env import torch_ops
 
 MARKER = "poison_allocations"
 MARKER_HELP = (
@@ -102,18 +103,11 @@ def _fill(t, first_element: int, record: Record, op: str) -> None:
 
 def _mode(record: Record):
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     factories = {getattr(torch.ops.aten, name) for name in _FACTORIES}
     resize = torch.ops.aten.resize_
 
-    class _PoisonMode(TorchDispatchMode):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            # torch wraps a mode's handler in torch._disable_dynamo, whose first call imports
-            # torch._dynamo (900 modules, over a second): nothing here is compiled
-            return False
-
+    class _PoisonMode(torch_ops.uncompiled_mode()):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             packet = func.overloadpacket

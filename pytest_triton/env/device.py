@@ -122,7 +122,7 @@ class DeviceInfo:
     measured: dict | None = None  # {"dram_gbps": ..., "tflops": {...}} from --triton-perf-calibrate
     use_measured: bool = False  # take fractions against `measured`
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # Per-SM limits that bound occupancy (issue 10: --triton-perf-explain); None where unknown.
+    # Per-SM limits that bound occupancy (--triton-perf-explain); None where unknown.
     regs_per_sm: int | None = None  # 32-bit registers per SM
     smem_per_sm: int | None = None  # shared memory per SM, bytes
     smem_per_block: int | None = None  # the most one block may opt in to, bytes

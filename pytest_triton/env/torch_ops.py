@@ -10,6 +10,7 @@ kin) and reading one scalar move nothing. Counted through a TorchDispatchMode.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 
 # aten ops that move no data: uninitialised allocations, a scalar read to the host, and ops on a
@@ -17,7 +18,7 @@ from collections.abc import Callable
 _NO_DATA = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
             "empty_permuted", "_local_scalar_dense", "detach", "alias", "lift_fresh", "set_",
             "resize_", "_reshape_alias", "is_same_size", "_has_compatible_shallow_copy_type",
-            "record_stream", "_to_copy_if_needed"}
+            "record_stream"}
 # in-place ops that overwrite what they change without reading it
 _OVERWRITE = {"fill_", "zero_", "copy_", "normal_", "uniform_", "random_", "bernoulli_",
               "exponential_", "geometric_", "cauchy_", "log_normal_"}
@@ -56,21 +57,32 @@ def _op_bytes(func, args, kwargs, out) -> tuple[int, int]:
     return read, written
 
 
+@functools.cache
+def uncompiled_mode() -> type:
+    """torch's TorchDispatchMode, less one cost: torch wraps a mode's handler in
+    torch._disable_dynamo, whose first call imports torch._dynamo (900 modules, over a second).
+    Nothing a plugin's mode does is compiled, so the wrapping is skipped."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class UncompiledMode(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+    return UncompiledMode
+
+
 @contextlib.contextmanager
 def counting(work, counted: Callable[[], bool]):
     """Count torch's ops into `work` (its torch_loaded, torch_stored and torch_ops) while
     counted() says its scope is the one counted (not inside a launch)."""
     try:
-        from torch.utils._python_dispatch import TorchDispatchMode
+        base = uncompiled_mode()
     except ImportError:  # no torch: nothing of torch's to count
         yield
         return
 
-    class _Count(TorchDispatchMode):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return False  # as poison.py's mode: nothing here is compiled
-
+    class _Count(base):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)

@@ -43,7 +43,7 @@ RESNET50 = [(64, 64, 56, 3), (128, 128, 28, 3), (256, 256, 14, 3), (512, 512, 7,
 # (B, H, S) of the attention sweep: one token budget (B*S = 32K) spread over three lengths.
 ATTENTION_BHS = [(32, 16, 1024), (8, 16, 4096), (2, 16, 16384)]
 
-# The markers, against torch in the same run, cold L2. Issue 23 asked for matmul at 0.98x cuBLAS
+# The markers, against torch in the same run, cold L2. The aim was matmul at 0.98x cuBLAS
 # (every LLM shape 0.90x), conv2d 0.95x cuDNN, attention 1.0x SDPA. What holds on both lent GPUs
 # (BENCHMARKS.md, H100 and H200, Triton 3.6) is stated, with a few percent for run-to-run noise:
 # - matmul LLM shapes: geomean 0.97-0.98x on both, worst shape (M=128, N=K=4096, bandwidth-bound,

@@ -51,7 +51,7 @@ FWD_PATHS = [pytest.param(None, id="single"), pytest.param(LATE_WB, id="single-l
              pytest.param(SPLIT_ONE_FWD, id="split-one-chunk"),
              pytest.param({**SPLIT_ONE_FWD, **LATE_WB, "RELOAD": True},
                           id="split-one-chunk-late-wb-reload")]
-# The straggler candidates (issue 23): row loops pipelined through shared memory (a no-op for
+# The straggler candidates: row loops pipelined through shared memory (a no-op for
 # the interpreter, which runs them in order), and the split path band by band: bands of
 # 2 chunks of 8 rows (x and dy of 16 rows x 129 fp32 columns in 16.5 KB), so that 37 rows
 # take 3 bands, the last one short.
