@@ -130,7 +130,7 @@ def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: flo
         env["TRITON_INTERPRET"] = "1"
     job = [str(suite), "--triton-perf", "-m", "perf_target"] if dry else MAIN_JOB
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-           "--benchmark-disable", "--durations=15", *job, "--triton-perf-json", str(report),
+           "--benchmark-disable", "--durations=40", *job, "--triton-perf-json", str(report),
            "--junitxml", str(junit), *(["-n", str(n)] if n > 1 else [])]
     cwd = tempfile.mkdtemp(prefix="scaling-cwd-")  # not the checkout: the installed package
     t0 = time.time()
@@ -253,18 +253,21 @@ def markdown(configs: list[dict], dry: bool) -> str:
             if len(c["differences"]) > 40:
                 out.append(f"- ... and {len(c['differences']) - 40} more (scaling.json)")
     out += ["", "Each worker's time (the JSON report's `workers`: busy = its tests' setup, call and "
-            "teardown; idle = the session's wall time less busy; start = until its first test; "
+            "teardown, the setups' and teardowns' part shown apart; idle = the session's wall time "
+            "less busy; start = until its first test; "
             "tail = after its last test; ceilings = of busy, looking for its GPU's measured "
             "ceilings, measuring them in a cold run):", "",
-            "| GPUs | worker | GPU | tests | busy s | ceilings s | idle s | start s | tail s | busy |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "| GPUs | worker | GPU | tests | busy s | setups s | teardowns s | ceilings s | idle s | "
+            "start s | tail s | busy |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in ran:
         for w in c["worker_times"]:
             def s(key, w=w):
                 return "" if w.get(key) is None else f"{w[key]:.1f}"
             busy = "" if w.get("busy_frac") is None else f"{w['busy_frac']:.0%}"
             out.append(f"| {c['gpus']} | {w['worker']} | {w.get('gpu') or ''} | {w['tests']} | "
-                       f"{s('busy_s')} | {s('calibration_s')} | {s('idle_s')} | {s('start_s')} | "
+                       f"{s('busy_s')} | {s('setup_s')} | {s('teardown_s')} | {s('calibration_s')} | "
+                       f"{s('idle_s')} | {s('start_s')} | "
                        f"{s('tail_s')} | {busy} |")
     return "\n".join(out) + "\n"
 

@@ -37,6 +37,8 @@ class WorkerTime:
     gpu: str | None = None  # the physical GPU (CUDA_VISIBLE_DEVICES' id), or "cpu"
     tests: int = 0  # tests run to their teardown
     busy_s: float = 0.0  # setup + call + teardown of its tests
+    setup_s: float = 0.0  # of busy: its tests' setups (fixtures, the GPU lock's wait)
+    teardown_s: float = 0.0  # of busy: their teardowns
     first_start: float | None = None  # epoch seconds: its first test's setup began
     last_stop: float | None = None  # epoch seconds: its last test's teardown ended
     calibration_s: float | None = None  # of busy: looking for its GPU's ceilings (measuring them)
@@ -48,7 +50,8 @@ class WorkerTime:
         out = asdict(self)
         for key in ("first_start", "last_stop"):
             out.pop(key)
-        out["busy_s"] = round(self.busy_s, 3)
+        for key in ("busy_s", "setup_s", "teardown_s"):
+            out[key] = round(out[key], 3)
         out["idle_s"] = round(max(wall - self.busy_s, 0.0), 3)
         out["start_s"] = round(self.first_start - start, 3) if self.first_start else None
         out["tail_s"] = round(end - self.last_stop, 3) if self.last_stop else None
@@ -93,6 +96,8 @@ class WorkerTimes:
         self.xdist = self.xdist or worker != THIS_PROCESS
         entry = self._entry(worker)
         entry.busy_s += report.duration
+        if report.when in ("setup", "teardown"):
+            setattr(entry, f"{report.when}_s", getattr(entry, f"{report.when}_s") + report.duration)
         start, stop = getattr(report, "start", None), getattr(report, "stop", None)
         if start is not None:
             entry.first_start = start if entry.first_start is None else min(entry.first_start, start)
