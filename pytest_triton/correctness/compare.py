@@ -28,13 +28,13 @@ MAX_LISTED = 8
 
 # A failure whose every error is at most this many units of roundoff (of |expected| + the rms of
 # expected) is of the size the output dtype's own arithmetic gives. 16-bit: torch's own fp16/bf16
-# results measured 1.0-3.9 such units on reductions and RMSNorm gradients (2026-11-25); a dropped
+# results measured 1.0-3.9 such units on reductions and RMSNorm gradients; a dropped
 # term of a 4096-term fp16 sum measured 103, of a bf16 one 10. float32: torch's own float32
 # results of functions built on transcendentals (GELU erf and tanh, SiLU, exp, softmax,
 # layernorm) measured up to 20 units on CPU, a float32 matmul 33, and a correct library GeGLU
 # (tanh) on both GPUs up to about 500 (errors 1e-5 to 4e-5); a GELU with an fp16
 # intermediate measured 11,000, a matmul of 10-bit-mantissa (tf32-like) inputs 18,000, a bf16
-# intermediate 99,000 (2026-11-26, CPU).
+# intermediate 99,000 (on CPU).
 ARITHMETIC_UNITS = {torch.float16: 8.0, torch.bfloat16: 8.0, torch.float32: 1024.0}
 # The keyword that judges such a kernel against torch at its own precision, named in that
 # failure's note; None: no note (assert_grads_close measures torch's error itself and says so).

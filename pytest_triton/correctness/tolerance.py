@@ -38,7 +38,7 @@ class Tolerance:
 # integers and bool: exact.
 # The third column is the atol of a K-term reduction, divided by sqrt(K). For 16-bit operands it
 #   is set by the tensor cores, whose float32 accumulation is not IEEE float32: on an H100
-#   (2026-11-22) the largest error over 16.7M fp16 outputs of a K=4096 matmul was 6.7e-4 =
+#   the largest error over 16.7M fp16 outputs of a K=4096 matmul was 6.7e-4 =
 #   1.05e-5*sqrt(K); 3e-5 leaves a 3x margin and still fails a matmul that drops a 64-wide K tile
 #   (errors near sqrt(64) = 8). Elsewhere it is the elementwise atol.
 TOLERANCES: dict[str, tuple[float, float, float]] = {
