@@ -279,7 +279,7 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
         if d is None:
             continue
         texts.append(render(d))
-        prefix = f"triton[{m.name}]." if m.name else "triton."
+        prefix = m.junit_prefix
         item.user_properties.append((prefix + "explain.hints",
                                      ",".join(h.code for h in d.hints) or "none"))
         for k in d.kernels[:1]:

@@ -137,6 +137,11 @@ class Measurement:
         return label(self.nodeid, self.name)
 
     @property
+    def junit_prefix(self) -> str:
+        """What its JUnit properties' names start with: 'triton.', or 'triton[name].'."""
+        return f"triton[{self.name}]." if self.name else "triton."
+
+    @property
     def median_ms(self) -> float:
         return self.time.median
 
