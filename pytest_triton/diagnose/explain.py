@@ -27,8 +27,8 @@ from dataclasses import replace
 import pytest
 
 from ..env.occupancy import occupancy
-from ..perf import record as perf_record
 from ..perf import rates, roofline
+from ..perf import record as perf_record
 from ..perf import session as perf_session
 from ..perf.diagnosis import Against, Diagnosis, Roofline
 from ..perf.peaks import SOURCES
