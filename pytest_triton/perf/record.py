@@ -23,7 +23,7 @@ from ..env.device import ceiling_kind
 from ..env.work import Work
 from .diagnosis import Diagnosis
 from .markers import PerfTarget
-from .peaks import DeviceId, Fractions, Peaks, known
+from .peaks import DeviceId, Fractions, Peaks
 from .stats import Summary
 from .timing import Timings
 
@@ -209,14 +209,11 @@ class Measurement:
     def from_dict(cls, d: dict) -> Measurement:
         """A measurement read back from to_dict(): its nodeid and time_ms are required; every
         other key it lacks takes the field's default, and keys it does not know are ignored."""
-        timings = Timings(**known(Timings, {
-            "ms": d.get("samples_ms") or [], "baseline_ms": d.get("baseline_samples_ms"),
-            **{k: d[k] for k in ("method", "l2", "calls_per_sample", "gpu_before", "gpu_after",
-                                 "notes") if d.get(k) is not None}}))
-        plain = known(cls, {k: v for k, v in d.items() if k in _PLAIN and v is not None})
+        timings = Timings(ms=d.get("samples_ms") or [], baseline_ms=d.get("baseline_samples_ms"),
+                          **{k: d[k] for k in _TIMINGS if d.get(k) is not None})
+        plain = {k: d[k] for k in _PLAIN if d.get(k) is not None}
         return cls(nodeid=d["nodeid"], name=d.get("name"), time=Summary.from_dict(d["time_ms"]),
-                   timings=timings,
-                   baseline=Summary.from_dict(d.get("baseline_ms")),
+                   timings=timings, baseline=Summary.from_dict(d.get("baseline_ms")),
                    speedup=Summary.from_dict(d.get("speedup")),
                    device=DeviceId.from_dict(d.get("device")), peaks=Peaks.from_dict(d.get("peaks")),
                    checks=[Check.from_dict(c) for c in d.get("checks") or ()],
@@ -224,9 +221,10 @@ class Measurement:
                    explain=Diagnosis.from_dict(d.get("explain")), **plain)
 
 
-# The measurement's keys read as they are written (the others have a type of their own).
-_PLAIN = ("bytes", "flops", "dtype", "config", "roofline", "rounds", "gbps", "tflops",
-          "trace")
+# The measurement's and its Timings' keys read as they are written (the others have a type or a
+# name of their own); one missing or null takes the field's default.
+_PLAIN = ("bytes", "flops", "dtype", "config", "roofline", "rounds", "gbps", "tflops", "trace")
+_TIMINGS = ("method", "l2", "calls_per_sample", "gpu_before", "gpu_after", "notes")
 
 
 @dataclass
