@@ -3,7 +3,8 @@ datasheet's and the measured ceilings), and the fraction of each that it achieve
 
 Frozen: perf/verdict.py makes them once per measurement and everything after reads them by
 name. to_dict() writes the JSON report's keys and from_dict() reads them back, ignoring keys it
-does not know and leaving out of the dataclass none it does (a file from a later version loads).
+does not know (a file from a later version loads) and giving a field the file lacks its default
+(as does a file from an earlier one).
 """
 
 from __future__ import annotations
