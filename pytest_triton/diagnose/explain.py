@@ -14,22 +14,25 @@ Two kinds of hint:
   kernel at 90% of the copy ceiling is not slow, whatever its occupancy): register- or
   block-limited occupancy, small blocks, too few programs or a large last-wave tail, num_stages
   outside 2-4 on a loop kernel, a fixed config (no autotune) or a single one.
-Pure logic on JSON-ready dicts: the CPU suite drives it with fake launches and injected timings.
+Pure logic on the launches' JSON-ready dicts, into a Diagnosis (perf/diagnosis.py): the CPU suite
+drives it with fake launches and injected timings.
 """
 
 from __future__ import annotations
 
 # capture's names, not its module: a module that pytester's in-process runs drop from sys.modules
 # and import again is then one module here (the package's attribute would be the old one)
-from dataclasses import asdict
+from dataclasses import replace
 
 import pytest
 
 from ..env.occupancy import occupancy
+from ..perf import rates, roofline
 from ..perf import record as perf_record
-from ..perf import roofline
 from ..perf import session as perf_session
-from ..perf.record import Measurement, PerfRecord, Verdict
+from ..perf.diagnosis import Against, Diagnosis, Roofline
+from ..perf.peaks import SOURCES
+from ..perf.record import Measurement, PerfRecord, Verdict, label
 from . import breakdown
 from .capture import CAPTURES_KEY, after_measure, mode, timed_launches
 from .hints import Hint, blocks_text, compile_time, fusion, kb, speed, structural
@@ -39,38 +42,37 @@ NCU_KEY = pytest.StashKey[dict]()  # per item: measurement index -> ncu result
 
 # --- the roofline position ---------------------------------------------------------------------
 
-def roofline_position(m: Measurement, operand_bytes: int | None = None) -> dict:
+def roofline_position(m: Measurement, operand_bytes: int | None = None) -> Roofline:
     """Arithmetic intensity, the bound, and the achieved fraction of the binding ceiling, against
     the datasheet and the measured ceilings. Without bytes=, the intensity is taken over the
     operands' sizes (each tensor passed at launch moved once: the least traffic the kernel
     needs), where the launches were read. The fractions are the record's (perf/verdict.py took
     them), except a bandwidth over the operands' sizes, which only this diagnosis knows."""
-    peaks = m.peaks or {}
     fl, by = m.flops, m.bytes
-    gbps = m.gbps
     source = "bytes=" if by else None
     from_operands = bool(fl and not by and operand_bytes)
     if from_operands:
         by, source = operand_bytes, "operands"
-        gbps = by / m.median_ms / 1e6 if m.median_ms else None
-    out = {"intensity": fl / by if fl and by else None, "intensity_from": source if fl else None,
-           "bound": None, "datasheet": None, "measured": None}
-    for src in ("datasheet", "measured"):
-        pos = roofline.position(flops=fl, bytes=by, gbps=gbps, tflops=m.tflops,
-                                peak_gbps=peaks.get(f"dram_gbps_{src}"),
-                                peak_tflops=peaks.get(f"tflops_{src}"))
-        if pos is not None:
-            pos.pop("intensity")
-            if not (from_operands and pos["bound"] == "memory"):
-                kind = "bandwidth" if pos["bound"] == "memory" else "tflops"
-                pos["fraction"] = (m.fractions.get(kind) or {}).get(src)
-        out[src] = pos
-        if pos and out["bound"] is None:
-            out["bound"] = pos["bound"]
-    binding = out["measured"] or out["datasheet"]
-    out["binding"] = "measured" if out["measured"] else ("datasheet" if binding else None)
-    out["fraction"] = binding["fraction"] if binding else None
-    return out
+    against = {}
+    for src in SOURCES:
+        peak_gbps = m.peaks.of_kind("bandwidth", src)
+        pos = roofline.position(flops=fl, bytes=by, peak_gbps=peak_gbps,
+                                peak_tflops=m.peaks.of_kind("tflops", src))
+        if pos is None:
+            against[src] = None
+            continue
+        if pos.bound == "compute":
+            fraction = m.fraction("tflops", src)
+        elif from_operands:
+            fraction = rates.gbps(by, m.median_ms) / peak_gbps if m.median_ms else None
+        else:
+            fraction = m.fraction("bandwidth", src)
+        against[src] = Against(pos.bound, pos.ridge, pos.ceiling, fraction)
+    binding = "measured" if against["measured"] else ("datasheet" if against["datasheet"] else None)
+    bound = next((a.bound for a in against.values() if a is not None), None)
+    return Roofline(intensity=fl / by if fl and by else None,
+                    intensity_from=source if fl else None, bound=bound, **against,
+                    binding=binding, fraction=against[binding].fraction if binding else None)
 
 # --- one measurement's diagnosis -----------------------------------------------------------------
 
@@ -99,7 +101,7 @@ def diagnose(m: Measurement, record: dict | None, device, ncu: dict | None = Non
     record = record or {}
     timed = timed_launches(record)
     pos = roofline_position(m, _operand_bytes(timed))
-    slow = pos["fraction"] is None or pos["fraction"] < roofline.NEAR_CEILING
+    slow = pos.fraction is None or pos.fraction < roofline.NEAR_CEILING
     tuners = record.get("autotune") or []
     tuned = bool(tuners)
     n_configs = max((t.get("configs") or 0 for t in tuners), default=None) if tuners else None
@@ -119,46 +121,44 @@ def diagnose(m: Measurement, record: dict | None, device, ncu: dict | None = Non
     for h in hints:  # one hint of a kind; the same advice for several kernels lists each one's evidence
         same = next((u for u in unique if u.code == h.code and u.message == h.message), None)
         if same is None:
-            unique.append(Hint(h.code, h.message, h.evidence, h.kernel))
+            unique.append(h)
         elif h.evidence not in same.evidence:
-            same.evidence += "; " + h.evidence
-    return {"nodeid": m.nodeid, "name": m.name, "verdict": m.verdict.value,
-            "roofline": pos, "near_ceiling": not slow, "kernels": kernels,
-            "all_launches": len(record.get("launches") or []), "autotune": tuners,
-            "compiles": record.get("compiles"), "errors": record.get("errors") or [],
-            "note": record.get("note") or "", "ncu": ncu, "cost_s": record.get("cost_s", 0.0),
-            "timed_call": call,
-            "hints": [asdict(h) for h in unique]}
+            unique[unique.index(same)] = replace(same, evidence=same.evidence + "; " + h.evidence)
+    return Diagnosis(nodeid=m.nodeid, name=m.name, verdict=m.verdict.value, roofline=pos,
+                     near_ceiling=not slow, kernels=kernels,
+                     all_launches=len(record.get("launches") or []), autotune=tuners,
+                     compiles=record.get("compiles"), errors=record.get("errors") or [],
+                     note=record.get("note") or "", ncu=ncu, cost_s=record.get("cost_s", 0.0),
+                     timed_call=call, hints=tuple(unique))
 
 
 # --- text --------------------------------------------------------------------------------------
 
-def _frac_text(pos: dict, src: str) -> str:
-    p = pos.get(src)
+def _frac_text(pos: Roofline, src: str) -> str:
+    p = getattr(pos, src)
     if not p:
         return f"{src}: none"
-    return f"{100 * p['fraction']:.1f}% of {src} {p['ceiling']}"
+    return f"{100 * p.fraction:.1f}% of {src} {p.ceiling}"
 
 
-def render(d: dict) -> str:
+def render(d: Diagnosis) -> str:
     """The diagnosis as the report section shows it."""
-    label = d["nodeid"].split("::", 1)[-1] + (f" [{d['name']}]" if d.get("name") else "")
-    lines = [f"{label}: {d['verdict']}"]
-    pos = d["roofline"]
-    if pos.get("bound"):
-        over = " over the operands' sizes" if pos.get("intensity_from") == "operands" else ""
-        ai = f"{pos['intensity']:.3g} FLOP/byte{over}" if pos.get("intensity") else (
-            "no flops= given" if pos["bound"] == "memory" else "no bytes= given")
-        ridge = (pos.get("measured") or pos.get("datasheet") or {}).get("ridge")
+    lines = [f"{label(d.nodeid, d.name, short=True)}: {d.verdict}"]
+    pos = d.roofline
+    if pos.bound:
+        over = " over the operands' sizes" if pos.intensity_from == "operands" else ""
+        ai = f"{pos.intensity:.3g} FLOP/byte{over}" if pos.intensity else (
+            "no flops= given" if pos.bound == "memory" else "no bytes= given")
+        ridge = (pos.measured or pos.datasheet).ridge if (pos.measured or pos.datasheet) else None
         ridge_text = f", ridge {ridge:.3g}" if ridge else ""
-        lines.append(f"  roofline: {pos['bound']}-bound ({ai}{ridge_text}): "
+        lines.append(f"  roofline: {pos.bound}-bound ({ai}{ridge_text}): "
                      f"{_frac_text(pos, 'datasheet')}, {_frac_text(pos, 'measured')}"
-                     + ("; near its ceiling: speed hints not raised" if d.get("near_ceiling") else ""))
-    lines += breakdown.lines(d.get("timed_call"))
-    if not d["kernels"]:
-        lines.append("  kernel: no Triton launch seen in fn (" + (d.get("note") or
+                     + ("; near its ceiling: speed hints not raised" if d.near_ceiling else ""))
+    lines += breakdown.lines(d.timed_call)
+    if not d.kernels:
+        lines.append("  kernel: no Triton launch seen in fn (" + (d.note or
                      "it launched none, or replayed a CUDA graph") + ")")
-    for k in d["kernels"][:6]:
+    for k in d.kernels[:6]:
         grid = tuple(k.get("grid") or ())
         times = f" x{k['launches']}" if k.get("launches", 1) > 1 else ""
         if k.get("source") == "hook only":  # a Triton whose launch frames could not be read
@@ -187,9 +187,9 @@ def render(d: dict) -> str:
                          f"limited by {occ['limiter']}{waves}")
         else:
             lines.append("    occupancy: not computed (the device's per-SM limits are unknown)")
-    if len(d["kernels"]) > 6:
-        lines.append(f"  ... {len(d['kernels']) - 6} more kernels")
-    for t in d["autotune"]:
+    if len(d.kernels) > 6:
+        lines.append(f"  ... {len(d.kernels) - 6} more kernels")
+    for t in d.autotune:
         head = (f"  autotune {t['kernel']} ({t['kind']}): {t['configs']} configs"
                 + (f", tuned in {t['bench_s']:.2f} s" if t.get("bench_s") else "")
                 + f"; chosen: {t['chosen']}")
@@ -201,20 +201,19 @@ def render(d: dict) -> str:
             lines.append(f"      ... {len(t['timings']) - 8} more")
         if not t["timings"]:
             lines.append("    (no timings: the choice was not timed in this process)")
-    comp = d.get("compiles") or {}
+    comp = d.compiles or {}
     if comp.get("count"):
         lines.append(f"  compiled: {comp['count']} kernels in {comp['seconds']:.2f} s during the "
                      f"measurement ({comp['wall_s']:.2f} s)")
-    ncu = d.get("ncu")
-    if ncu:
-        lines.extend("  " + line for line in ncu_lines(ncu))
-    for e in d.get("errors") or []:
+    if d.ncu:
+        lines.extend("  " + line for line in ncu_lines(d.ncu))
+    for e in d.errors or []:
         lines.append(f"  note: {e}")
-    if d["hints"]:
+    if d.hints:
         lines.append("  hints:")
-        for h in d["hints"]:
-            lines.append(f"    [{h['code']}] {h['message']}")
-            lines.append(f"        evidence: {h['evidence']}")
+        for h in d.hints:
+            lines.append(f"    [{h.code}] {h.message}")
+            lines.append(f"        evidence: {h.evidence}")
     else:
         lines.append("  hints: none")
     return "\n".join(lines)
@@ -280,17 +279,17 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
         if d is None:
             continue
         texts.append(render(d))
-        prefix = f"triton[{m.name}]." if m.name else "triton."
+        prefix = m.junit_prefix
         item.user_properties.append((prefix + "explain.hints",
-                                     ",".join(h["code"] for h in d["hints"]) or "none"))
-        for k in d["kernels"][:1]:
+                                     ",".join(h.code for h in d.hints) or "none"))
+        for k in d.kernels[:1]:
             for key in ("n_regs", "spill_bytes", "num_warps", "num_stages", "shared", "programs"):
                 if k.get(key) is not None:
                     item.user_properties.append((prefix + f"explain.{key}", str(k[key])))
             if k.get("occupancy"):
                 item.user_properties.append((prefix + "explain.occupancy",
                                              f"{k['occupancy']['occupancy']:.3g}"))
-        for k in (d.get("ncu") or {}).get("kernels") or []:
+        for k in (d.ncu or {}).get("kernels") or []:
             for key in ("dram_pct", "l2_pct", "sm_pct", "achieved_occupancy_pct"):
                 if k.get(key) is not None:
                     item.user_properties.append((prefix + f"ncu.{key}", f"{k[key]:.4g}"))
@@ -312,14 +311,13 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         tr.section("pytest-triton explain")
         tr.write_line(f"--triton-perf-explain: nothing diagnosed: {idle}", yellow=True, bold=True)
         return
-    spent_s = sum(d.get("cost_s", 0.0) for _, d in diagnosed)
+    spent_s = sum(d.cost_s for _, d in diagnosed)
     tr.section("pytest-triton explain")
     for _, d in diagnosed:
-        label = d["nodeid"] + (f" [{d['name']}]" if d.get("name") else "")
-        frac = d["roofline"].get("fraction")
-        at = f" ({100 * frac:.0f}% of {d['roofline']['binding']} ceiling)" if frac is not None else ""
-        codes = ", ".join(h["code"] for h in d["hints"]) or "no hints"
-        tr.write_line(f"{label}: {d['verdict']}{at}: {codes}")
+        frac = d.roofline.fraction
+        at = f" ({100 * frac:.0f}% of {d.roofline.binding} ceiling)" if frac is not None else ""
+        codes = ", ".join(h.code for h in d.hints) or "no hints"
+        tr.write_line(f"{label(d.nodeid, d.name, spaced=True)}: {d.verdict}{at}: {codes}")
     tr.write_line(f"{len(diagnosed)} measurement{'s' if len(diagnosed) != 1 else ''} diagnosed; "
                   f"reading their launches took "
                   f"{spent_s:.2f} s (full diagnoses: the 'pytest-triton explain' section of each "

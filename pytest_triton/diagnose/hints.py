@@ -5,9 +5,9 @@ offered only for a measurement below its ceiling (explain.diagnose decides)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from ..env import dtypes
+from ..perf.diagnosis import Hint
 
 LOW_OCCUPANCY = 0.5  # of the SM's warp slots: too few bytes in flight for a memory-bound kernel
 TAIL_IDLE = 0.25  # of the SM-time of the last wave left idle by a partial wave
@@ -15,13 +15,6 @@ STAGES = (2, 4)  # num_stages range the checklist asks loop kernels to be tuned 
 SMALL_TILE = 256  # elements per program below which per-program overhead dominates
 COMPILE_DOMINATES_S = 5.0  # seconds of compilation worth a hint, when they are most of the tuning
 
-@dataclass
-class Hint:
-    code: str  # spills, occupancy, block-size, small-block, waves, tail, num-stages, autotune,
-    #            single-config, compile-time, coalescing, fusion
-    message: str  # what to change
-    evidence: str  # what in the compiled kernel, launch or record shows it
-    kernel: str | None = None
 
 
 def _pow2(n) -> bool:

@@ -65,7 +65,7 @@ def annotate_report(item: pytest.Item, report: pytest.TestReport) -> None:
         return
     for m in rec.measurements:
         if m.trace is not None:
-            prefix = f"triton[{m.name}]." if m.name else "triton."
+            prefix = m.junit_prefix
             item.user_properties.append((prefix + "trace", m.trace))
 
 

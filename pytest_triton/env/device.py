@@ -106,6 +106,19 @@ _FP16_FLOP_PER_SM_CLK = {(8, 0): 2048, (8, 6): 1024, (8, 7): 1024, (8, 9): 1024,
                          (10, 0): 8192, (12, 0): 1024}
 
 
+# How peak_gbps and peak_tflops name a measured ceiling (--triton-perf-calibrate); every other
+# peak they return is the datasheet's (or an estimate standing for it).
+MEASURED_COPY = "measured copy ceiling"
+MEASURED_CUBLAS = "measured cuBLAS ceiling"
+
+
+def ceiling_kind(words: str | None) -> str:
+    """Which kind of peak the words peak_gbps or peak_tflops returned with it name: "measured"
+    or "datasheet". The words are what a saved record keeps of which peak it was judged on."""
+    return "measured" if (words or "").endswith((MEASURED_COPY, MEASURED_CUBLAS)) \
+        else "datasheet"
+
+
 @dataclass(frozen=True)
 class DeviceInfo:
     """What a perf verdict needs to know about the GPU. Construct one in a
@@ -146,9 +159,9 @@ class DeviceInfo:
         measured)."""
         if self._kind(peak) == "measured":
             if self.measured and self.measured.get("dram_gbps"):
-                return self.measured["dram_gbps"], f"{self.label} measured copy ceiling"
+                return self.measured["dram_gbps"], f"{self.label} {MEASURED_COPY}"
             if peak == "measured":
-                return None, f"{self.label} measured copy ceiling (not measured)"
+                return None, f"{self.label} {MEASURED_COPY} (not measured)"
         return self.dram_gbps, f"{self.label} {'datasheet' if self.sku else 'estimated'} peak"
 
     def peak_tflops(self, dtype: str, peak: str | None = None) -> tuple[float | None, str]:
@@ -157,9 +170,9 @@ class DeviceInfo:
         if self._kind(peak) == "measured":
             got = (self.measured or {}).get("tflops", {}).get(key)
             if got:
-                return got, f"{self.label} {key} measured cuBLAS ceiling"
+                return got, f"{self.label} {key} {MEASURED_CUBLAS}"
             if peak == "measured":
-                return None, f"{self.label} {key} measured cuBLAS ceiling (not measured)"
+                return None, f"{self.label} {key} {MEASURED_CUBLAS} (not measured)"
         kind = "datasheet" if self.sku else "estimated"
         return self.tflops.get(key), f"{self.label} {key} {kind} peak"
 

@@ -14,11 +14,13 @@ the plugin); the child's identity checks stand there.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
-from ..perf import stats
+from ..perf import rates, verdict
+from ..perf.record import Measurement, Verdict
 from . import identities
 
 RTOL = 1e-9  # recomputed in the same float arithmetic: any difference is not rounding
@@ -31,34 +33,39 @@ def _differs(a, b) -> bool:
 
 
 def recheck(m: dict) -> list[str]:
-    """What the report of one measurement says that its own samples do not."""
-    label = f"{m.get('nodeid')}[{m['name']}]" if m.get("name") else m.get("nodeid", "?")
-    samples = m.get("samples_ms")
-    if not samples:
+    """What the report of one measurement says that its own samples do not: the measurement is
+    read back (Measurement.from_dict) and built again from its samples (verdict.build), and
+    each figure of the two compared."""
+    try:
+        said = Measurement.from_dict(m)
+    except (KeyError, TypeError, ValueError) as e:
+        return [f"{m.get('nodeid', '?')}: its report cannot be read back ({e!r})"]
+    label = said.label
+    if not said.timings.ms:
         return [f"{label}: the report carries no raw samples to recompute its verdict from"]
+    timings = dataclasses.replace(said.timings, baseline_ms=said.timings.baseline_ms or None)
+    again = verdict.build(said.nodeid, said.name, timings, bytes=said.bytes, flops=said.flops,
+                          dtype=said.dtype, config=said.config, device=said.device,
+                          rounds=said.rounds)
     found = []
-    t = stats.summarize(list(samples))
-    said = m.get("time_ms") or {}
+    t = again.time
     for key in ("median", "ci_lo", "ci_hi"):
-        if _differs(getattr(t, key), said.get(key)):
-            found.append(f"{label}: the reported {key} {said.get(key)!r} ms is not its samples' "
-                         f"{getattr(t, key)!r} ms")
-    if m.get("bytes"):
-        gbps = m["bytes"] / t.median / 1e6
-        if _differs(gbps, m.get("gbps")):
-            found.append(f"{label}: the reported {m.get('gbps')!r} GB/s is not its samples' "
-                         f"{gbps:.6g} GB/s")
-        peak = (m.get("peaks") or {}).get("dram_gbps_datasheet")
-        if peak and m["bytes"] / t.ci_hi / 1e6 > peak and m.get("verdict") != "invalid":
+        if _differs(getattr(t, key), getattr(said.time, key)):
+            found.append(f"{label}: the reported {key} {getattr(said.time, key)!r} ms is not its "
+                         f"samples' {getattr(t, key)!r} ms")
+    if said.bytes:
+        if _differs(again.gbps, said.gbps):
+            found.append(f"{label}: the reported {said.gbps!r} GB/s is not its samples' "
+                         f"{again.gbps:.6g} GB/s")
+        peak = said.peaks.dram_gbps_datasheet
+        reported = m.get("verdict")  # what the report says, whatever its checks hold
+        if peak and rates.gbps(said.bytes, t.ci_hi) > peak and reported != Verdict.INVALID:
             found.append(f"{label}: its samples give more than the datasheet's {peak:.0f} GB/s "
-                         f"(invalid), and it was reported {m.get('verdict')!r}")
-    base = m.get("baseline_samples_ms")
-    if base and m.get("speedup"):
-        ratios = [b / a for b, a in zip(base, samples) if a > 0]
-        s = stats.summarize(ratios)
-        if _differs(s.median, m["speedup"].get("median")):
-            found.append(f"{label}: the reported speedup {m['speedup'].get('median')!r}x is not "
-                         f"its samples' {s.median:.6g}x")
+                         f"(invalid), and it was reported {reported!r}")
+    if again.speedup is not None and said.speedup is not None:
+        if _differs(again.speedup.median, said.speedup.median):
+            found.append(f"{label}: the reported speedup {said.speedup.median!r}x is not "
+                         f"its samples' {again.speedup.median:.6g}x")
     return found
 
 

@@ -23,6 +23,7 @@ import os
 import statistics
 from pathlib import Path
 
+from . import rates
 from .stats import positive_finite
 from .timing import Settings, measure
 
@@ -48,13 +49,13 @@ def measure_ceilings(device) -> dict:
         c = torch.empty_like(a)
         return median_ms(lambda: torch.matmul(a, b, out=c))
 
-    dram = 2 * COPY_BYTES / copy_ms() / 1e6
+    dram = rates.gbps(2 * COPY_BYTES, copy_ms())  # read and written once
     tflops = {}
     for key, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("tf32", torch.float32)):
         old = torch.backends.cuda.matmul.allow_tf32
         torch.backends.cuda.matmul.allow_tf32 = key == "tf32"
         try:
-            tflops[key] = 2 * MATMUL_N**3 / matmul_ms(dtype) / 1e9
+            tflops[key] = rates.tflops(2 * MATMUL_N**3, matmul_ms(dtype))
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
     torch.cuda.empty_cache()

@@ -91,7 +91,7 @@ class PerfTests:
 def junit_properties(record: PerfRecord) -> list[tuple[str, object]]:
     props = []
     for m in record.measurements:
-        prefix = f"triton[{m.name}]." if m.name else "triton."
+        prefix = m.junit_prefix
         props.append((prefix + "median_ms", f"{m.time.median:.6g}"))
         if m.gbps is not None:
             props.append((prefix + "gbps", f"{m.gbps:.6g}"))

@@ -7,7 +7,9 @@ item.stash[RECORD_KEY]. The terminal table, the JSON file, JUnit properties, pyt
 explain, profile and plot all read it; none recomputes what it holds. to_dict() is the JSON
 report's per-test entry and from_dict() reads one back, exactly: so the process that writes the
 results (an xdist controller, a supervised child's parent) rebuilds each record from its report,
-and an earlier run's file loads into the same type.
+and an earlier run's file loads into the same type. Reading ignores keys it does not know and
+gives a field the file lacks its default (where it has one), so a field added later does not
+break the files saved before it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,25 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from ..env.device import ceiling_kind
 from ..env.work import Work
+from .diagnosis import Diagnosis
 from .markers import PerfTarget
+from .peaks import DeviceId, Fractions, Peaks
 from .stats import Summary
 from .timing import Timings
+
+
+def label(nodeid: str, name: str | None = None, *, short: bool = False,
+          spaced: bool | None = None) -> str:
+    """A measurement's label: its test's id, and its triton_bench name= where it has one.
+    'tests/test_k.py::test_add[big]' is the key saved runs are compared by; short drops the
+    file ('test_add [big]', as the table and the diagnosis show it); spaced puts a space before
+    the name (short ones have it unless told otherwise)."""
+    test = nodeid.split("::", 1)[-1] if short else nodeid
+    if not name:
+        return test
+    return f"{test} [{name}]" if (short if spaced is None else spaced) else f"{test}[{name}]"
 
 
 class Verdict(str, enum.Enum):
@@ -77,7 +94,7 @@ class Check:
         if d is None:
             return None
         return cls(d["target"], d["asked"], d["achieved"], tuple(d["ci"]), Verdict(d["verdict"]),
-                   d["message"], d.get("short", ""))
+                   d.get("message", ""), d.get("short", ""))
 
 
 @dataclass
@@ -94,22 +111,35 @@ class Measurement:
     baseline: Summary | None = None
     speedup: Summary | None = None  # baseline / fn, paired per sample
     config: str | None = None
-    device: dict = field(default_factory=dict)  # name, sku, sms, driver, fingerprint
-    peaks: dict = field(default_factory=dict)
+    device: DeviceId = field(default_factory=DeviceId)
+    peaks: Peaks = field(default_factory=Peaks)  # filled when judged (perf/verdict.py)
     checks: list[Check] = field(default_factory=list)
     roofline: str = ""
     rounds: int = 1
     gbps: float | None = None
     tflops: float | None = None
-    # {"bandwidth": {"datasheet": f, "measured": f}, "tflops": {...}}: what was achieved as a
-    # fraction of each kind of peak (None where there is no such peak or no bytes=/flops=)
-    fractions: dict = field(default_factory=dict)
+    # what was achieved as a fraction of each kind of peak, filled when judged
+    fractions: Fractions = field(default_factory=Fractions)
     trace: str | None = None  # --triton-perf-profile: the Chrome trace's path
-    explain: dict | None = None  # the diagnosis (--triton-perf-explain, or a verdict not a pass)
+    explain: Diagnosis | None = None  # --triton-perf-explain, or a verdict not a pass
+
+    def __post_init__(self):
+        # a measurement made by hand (a test, a pytest_triton_measure user) may give these as the
+        # JSON report writes them
+        for name, kind in (("device", DeviceId), ("peaks", Peaks), ("fractions", Fractions)):
+            if isinstance(getattr(self, name), dict):
+                setattr(self, name, kind.from_dict(getattr(self, name)))
+        if isinstance(self.explain, dict):
+            self.explain = Diagnosis.from_dict(self.explain)
 
     @property
     def label(self) -> str:
-        return f"{self.nodeid}[{self.name}]" if self.name else self.nodeid
+        return label(self.nodeid, self.name)
+
+    @property
+    def junit_prefix(self) -> str:
+        """What its JUnit properties' names start with: 'triton.', or 'triton[name].'."""
+        return f"triton[{self.name}]." if self.name else "triton."
 
     @property
     def median_ms(self) -> float:
@@ -118,21 +148,19 @@ class Measurement:
     @property
     def bandwidth_frac(self) -> float | None:
         """Achieved fraction of the peak DRAM bandwidth fractions are taken against."""
-        return self.fraction("bandwidth", self.peaks.get("dram_gbps"))
+        p = self.peaks
+        return self.fraction("bandwidth", ceiling_kind(p.dram_source) if p.dram_gbps else None)
 
     @property
     def tflops_frac(self) -> float | None:
         """Achieved fraction of the dense tensor-core peak of the operands' dtype."""
-        return self.fraction("tflops", self.peaks.get("tflops"))
+        p = self.peaks
+        return self.fraction("tflops", ceiling_kind(p.tflops_source) if p.tflops else None)
 
-    def fraction(self, kind: str, peak: float | None) -> float | None:
-        """The fraction of `peak` (one of this measurement's peaks) achieved, as `fractions`
-        holds it: kind "bandwidth" or "tflops"."""
-        key = "dram_gbps" if kind == "bandwidth" else "tflops"
-        for src in ("datasheet", "measured"):
-            if peak and self.peaks.get(f"{key}_{src}") == peak:
-                return (self.fractions.get(kind) or {}).get(src)
-        return None
+    def fraction(self, kind: str, src: str | None) -> float | None:
+        """The fraction achieved of this measurement's `kind` ("bandwidth" or "tflops") peak
+        from `src` ("datasheet" or "measured"; None: no such peak), as `fractions` holds it."""
+        return self.fractions.of(kind, src)
 
     @property
     def verdict(self) -> Verdict:
@@ -142,10 +170,10 @@ class Measurement:
         """'85.8% bw, 95.9% of copy', as the table shows it: of the datasheet peak, then of the
         measured ceiling (when this device's were measured); TFLOP/s where flops= was given,
         else bandwidth."""
-        fr = self.fractions or {}
-        kind = "tflops" if self.tflops is not None and (fr.get("tflops") or {}).get("datasheet") \
+        fr = self.fractions
+        kind = "tflops" if self.tflops is not None and fr.of("tflops", "datasheet") \
             else "bandwidth"
-        ds, meas = ((fr.get(kind) or {}).get(k) for k in ("datasheet", "measured"))
+        ds, meas = (fr.of(kind, src) for src in ("datasheet", "measured"))
         if ds is None and meas is None:
             return ""
         unit, ceiling = ("bw", "copy") if kind == "bandwidth" else (self.dtype, "cuBLAS")
@@ -164,32 +192,39 @@ class Measurement:
             "l2": t.l2, "calls_per_sample": t.calls_per_sample,
             "rounds": self.rounds, "throttled": t.throttled,
             "gpu_before": t.gpu_before, "gpu_after": t.gpu_after,
-            "notes": t.notes, "peaks": self.peaks, "roofline": self.roofline,
-            "fractions": self.fractions,
+            "notes": t.notes, "peaks": self.peaks.to_dict(), "roofline": self.roofline,
+            "fractions": self.fractions.to_dict(),
             "baseline_ms": self.baseline.to_dict() if self.baseline else None,
             "speedup": self.speedup.to_dict() if self.speedup else None,
-            "checks": [c.to_dict() for c in self.checks], "device": self.device,
+            "checks": [c.to_dict() for c in self.checks], "device": self.device.to_dict(),
             "samples_ms": t.ms, "baseline_samples_ms": t.baseline_ms,
         }
         if self.trace is not None:
             d["trace"] = self.trace
         if self.explain is not None:
-            d["explain"] = self.explain
+            d["explain"] = self.explain.to_dict()
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Measurement:
-        timings = Timings(ms=d["samples_ms"], baseline_ms=d["baseline_samples_ms"],
-                          method=d["method"], l2=d["l2"], calls_per_sample=d["calls_per_sample"],
-                          gpu_before=d["gpu_before"], gpu_after=d["gpu_after"], notes=d["notes"])
-        return cls(nodeid=d["nodeid"], name=d["name"], time=Summary.from_dict(d["time_ms"]),
-                   timings=timings, bytes=d["bytes"], flops=d["flops"], dtype=d["dtype"],
-                   baseline=Summary.from_dict(d["baseline_ms"]),
-                   speedup=Summary.from_dict(d["speedup"]), config=d["config"],
-                   device=d["device"], peaks=d["peaks"],
-                   checks=[Check.from_dict(c) for c in d["checks"]], roofline=d["roofline"],
-                   rounds=d["rounds"], gbps=d["gbps"], tflops=d["tflops"],
-                   fractions=d["fractions"], trace=d.get("trace"), explain=d.get("explain"))
+        """A measurement read back from to_dict(): its nodeid and time_ms are required; every
+        other key it lacks takes the field's default, and keys it does not know are ignored."""
+        timings = Timings(ms=d.get("samples_ms") or [], baseline_ms=d.get("baseline_samples_ms"),
+                          **{k: d[k] for k in _TIMINGS if d.get(k) is not None})
+        plain = {k: d[k] for k in _PLAIN if d.get(k) is not None}
+        return cls(nodeid=d["nodeid"], name=d.get("name"), time=Summary.from_dict(d["time_ms"]),
+                   timings=timings, baseline=Summary.from_dict(d.get("baseline_ms")),
+                   speedup=Summary.from_dict(d.get("speedup")),
+                   device=DeviceId.from_dict(d.get("device")), peaks=Peaks.from_dict(d.get("peaks")),
+                   checks=[Check.from_dict(c) for c in d.get("checks") or ()],
+                   fractions=Fractions.from_dict(d.get("fractions")),
+                   explain=Diagnosis.from_dict(d.get("explain")), **plain)
+
+
+# The measurement's and its Timings' keys read as they are written (the others have a type or a
+# name of their own); one missing or null takes the field's default.
+_PLAIN = ("bytes", "flops", "dtype", "config", "roofline", "rounds", "gbps", "tflops", "trace")
+_TIMINGS = ("method", "l2", "calls_per_sample", "gpu_before", "gpu_after", "notes")
 
 
 @dataclass
@@ -208,7 +243,7 @@ class DryCall:
     @property
     def label(self) -> str:
         """As a measurement's: the test's id, and the call's name= where it has one."""
-        return f"{self.nodeid}[{self.name}]" if self.name else self.nodeid
+        return label(self.nodeid, self.name)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "baseline": self.baseline, "bytes": self.bytes,
@@ -253,9 +288,9 @@ class PerfRecord:
         return Verdict.worst(c.verdict for c in checks + ([self.geomean] if self.geomean else []))
 
     @property
-    def device(self) -> dict:
+    def device(self) -> DeviceId:
         """The device its measurements ran on (name, sku, SMs, driver, fingerprint)."""
-        return self.measurements[0].device if self.measurements else {}
+        return self.measurements[0].device if self.measurements else DeviceId()
 
     def payload(self) -> dict:
         """What the call report carries to the process that writes the results: JSON-ready."""

@@ -9,6 +9,8 @@ measured ceilings.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # How a fraction of the binding ceiling is graded in the one-line roofline: (good above, needs
 # work below). A memory-bound kernel rarely passes ~90% of DRAM bandwidth (refresh, row switches),
 # a compute-bound one ~85% of the tensor cores' peak (clock drop under load), so "good" starts
@@ -24,11 +26,21 @@ def ridge(peak_tflops: float, peak_gbps: float) -> float:
     return peak_tflops * 1e3 / peak_gbps
 
 
-def position(*, flops=None, bytes=None, gbps=None, tflops=None, peak_gbps=None,
-             peak_tflops=None) -> dict | None:
-    """{"bound", "ridge", "intensity", "ceiling", "fraction"} of one measurement against one pair
-    of ceilings, or None when neither ceiling applies. Without both flops and bytes the bound is
-    the one the measurement has a number for."""
+@dataclass(frozen=True)
+class Position:
+    """Where a measurement sits against one pair of ceilings: the bound that holds it, the ridge
+    and its intensity (None unless both flops= and bytes= were given), and the binding ceiling in
+    words. What it achieved of that ceiling is the record's (Measurement.fractions)."""
+    bound: str  # "memory" or "compute"
+    ridge: float | None
+    intensity: float | None  # FLOP/byte
+    ceiling: str  # '3352 GB/s', '989.4 TFLOP/s'
+
+
+def position(*, flops=None, bytes=None, peak_gbps=None, peak_tflops=None) -> Position | None:
+    """The position of one measurement against one pair of ceilings, or None when neither
+    ceiling applies. Without both flops and bytes the bound is the one the measurement has a
+    number for."""
     if flops and bytes and peak_gbps and peak_tflops:
         r, ai = ridge(peak_tflops, peak_gbps), flops / bytes
         bound = "compute" if ai >= r else "memory"
@@ -38,11 +50,8 @@ def position(*, flops=None, bytes=None, gbps=None, tflops=None, peak_gbps=None,
         r, ai, bound = None, None, "compute"
     else:
         return None
-    if bound == "memory":
-        return {"bound": bound, "ridge": r, "intensity": ai, "ceiling": f"{peak_gbps:.0f} GB/s",
-                "fraction": gbps / peak_gbps if gbps else None}
-    return {"bound": bound, "ridge": r, "intensity": ai, "ceiling": f"{peak_tflops:.1f} TFLOP/s",
-            "fraction": tflops / peak_tflops if tflops else None}
+    ceiling = f"{peak_gbps:.0f} GB/s" if bound == "memory" else f"{peak_tflops:.1f} TFLOP/s"
+    return Position(bound, r, ai, ceiling)
 
 
 def grade(bound: str, fraction: float) -> str:

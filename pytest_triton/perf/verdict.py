@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from ..env.device import DeviceInfo
+from ..env.device import DeviceInfo, ceiling_kind
 from . import roofline as _roofline
 from . import stats
 from .markers import PerfInconclusive, PerfInvalid, PerfTarget, PerfTargetError, PerfTargetMissed
+from .peaks import DeviceId, Fractions, Peaks
+from .rates import gbps as _gbps
+from .rates import tflops as _tflops
 from .record import Check, Measurement, Mode, PerfRecord, Verdict
 from .timing import Timings
 
@@ -36,67 +39,41 @@ def _pct(x: float) -> str:
 
 def roofline(m: Measurement, device: DeviceInfo) -> str:
     """Where the kernel sits, in one line (roofline.py: the bound, the fraction, its grade)."""
-    peak_bw, _ = device.peak_gbps()
-    peak_tf, _ = device.peak_tflops(m.dtype) if m.dtype else (None, "")
-    pos = _roofline.position(flops=m.flops, bytes=m.bytes, gbps=m.gbps, tflops=m.tflops,
-                             peak_gbps=peak_bw, peak_tflops=peak_tf)
+    peak_bw, bw_src = device.peak_gbps()
+    peak_tf, tf_src = device.peak_tflops(m.dtype) if m.dtype else (None, "")
+    pos = _roofline.position(flops=m.flops, bytes=m.bytes, peak_gbps=peak_bw,
+                             peak_tflops=peak_tf)
     if pos is None:
         return ""
-    if pos["ridge"] is not None:
-        where = f"{pos['intensity']:.3g} FLOP/byte, ridge {pos['ridge']:.3g}"
+    if pos.ridge is not None:
+        where = f"{pos.intensity:.3g} FLOP/byte, ridge {pos.ridge:.3g}"
     else:
-        where = "no bytes= given" if pos["bound"] == "compute" else "no flops= given"
-    memory = pos["bound"] == "memory"
-    frac = m.fraction("bandwidth", peak_bw) if memory else m.fraction("tflops", peak_tf)
+        where = "no bytes= given" if pos.bound == "compute" else "no flops= given"
+    memory = pos.bound == "memory"
+    frac = m.fraction("bandwidth", ceiling_kind(bw_src)) if memory \
+        else m.fraction("tflops", ceiling_kind(tf_src))
     of = "peak bandwidth" if memory else f"{m.dtype} peak"
-    return (f"roofline: {pos['bound']}-bound ({where}): {_pct(frac)} of {of}, "
-            f"{_roofline.grade(pos['bound'], frac)}")
-
-
-def _peaks(device: DeviceInfo, dtype: str | None) -> dict:
-    """The peaks a measurement is shown against: the run's (dram_gbps, tflops: what the roofline
-    and the table's first fraction use) and both kinds, datasheet and measured (None where this
-    device has no measured ceiling)."""
-    out = {}
-    out["dram_gbps"], out["dram_source"] = device.peak_gbps()
-    out["dram_gbps_datasheet"] = device.peak_gbps("datasheet")[0]
-    out["dram_gbps_measured"] = device.peak_gbps("measured")[0]
-    if dtype:
-        out["tflops"], out["tflops_source"] = device.peak_tflops(dtype)
-        out["tflops_datasheet"] = device.peak_tflops(dtype, "datasheet")[0]
-        out["tflops_measured"] = device.peak_tflops(dtype, "measured")[0]
-    return out
-
-
-def _fractions(m: Measurement) -> dict:
-    """What was achieved as a fraction of each kind of peak, datasheet and measured: computed
-    here, once; the table, the JSON, the checks, explain and plot read it."""
-    out = {}
-    for kind, achieved in (("bandwidth", m.gbps), ("tflops", m.tflops)):
-        key = "dram_gbps" if kind == "bandwidth" else "tflops"
-        out[kind] = {src: (achieved / m.peaks[f"{key}_{src}"]
-                           if achieved is not None and m.peaks.get(f"{key}_{src}") else None)
-                     for src in ("datasheet", "measured")}
-    return out
+    return f"roofline: {pos.bound}-bound ({where}): {_pct(frac)} of {of}, " \
+        f"{_roofline.grade(pos.bound, frac)}"
 
 
 def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
              checklist_note: str | None = None) -> None:
     """Fill m.peaks, m.fractions, m.checks and m.roofline for `target` on `device`."""
     t = m.time
-    m.peaks.update(_peaks(device, m.dtype))
-    m.fractions = _fractions(m)
+    m.peaks = Peaks.of(device, m.dtype)
+    m.fractions = Fractions.taken(m.peaks, m.gbps, m.tflops)
     m.roofline = roofline(m, device)
     m.checks = []
     note = f" [checklist {target.name!r}{': ' + checklist_note if checklist_note else ''}]" \
         if target is not None and target.name else ""
 
     if m.bytes:
-        gbps, lo, hi = m.gbps, m.bytes / t.ci_hi / 1e6, m.bytes / t.ci_lo / 1e6
+        gbps, lo, hi = m.gbps, _gbps(m.bytes, t.ci_hi), _gbps(m.bytes, t.ci_lo)
         datasheet = device.dram_gbps
         if lo > datasheet:
             m.checks.append(Check("bytes", datasheet, gbps, (lo, hi), INVALID,
-                f"invalid measurement: {gbps:.0f} GB/s = {_pct(m.fraction('bandwidth', datasheet))} of "
+                f"invalid measurement: {gbps:.0f} GB/s = {_pct(m.fraction('bandwidth', 'datasheet'))} of "
                 f"{device.label} peak {datasheet:.0f} GB/s, more than the DRAM can move: the data "
                 "stayed in L2, the kernel skipped work, or bytes= overcounts"))
             return
@@ -109,9 +86,9 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
             rates = [v for v in (device.tflops or {}).values() if v]
             peak_tf, what = (max(rates), f"{device.label} fastest tensor-core peak") if rates \
                 else (None, "")
-        lo_tf = m.flops / t.ci_hi / 1e9
+        lo_tf = _tflops(m.flops, t.ci_hi)
         if peak_tf and lo_tf > peak_tf:
-            m.checks.append(Check("flops", peak_tf, m.tflops, (lo_tf, m.flops / t.ci_lo / 1e9),
+            m.checks.append(Check("flops", peak_tf, m.tflops, (lo_tf, _tflops(m.flops, t.ci_lo)),
                                   INVALID,
                 f"invalid measurement: {m.tflops:.1f} TFLOP/s = {_pct(m.tflops / peak_tf)} of "
                 f"{what} {peak_tf:.1f} TFLOP/s, more than the tensor cores can do: flops= "
@@ -127,36 +104,40 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
 
     if target.bandwidth_frac is not None:
         peak_bw, bw_src = device.peak_gbps(target.peak)
-        f = m.fraction("bandwidth", peak_bw)
-        flo, fhi = m.bytes / t.ci_hi / 1e6 / peak_bw, m.bytes / t.ci_lo / 1e6 / peak_bw
+        f = m.fraction("bandwidth", ceiling_kind(bw_src) if peak_bw else None)
+        flo, fhi = _gbps(m.bytes, t.ci_hi) / peak_bw, _gbps(m.bytes, t.ci_lo) / peak_bw
         add("bandwidth_frac", target.bandwidth_frac, f, flo, fhi,
             f"{m.gbps:.0f} GB/s = {_pct(f)} of {bw_src} {peak_bw:.0f} GB/s; target "
             f"{_pct(target.bandwidth_frac)} = {target.bandwidth_frac * peak_bw:.0f} GB/s "
             f"(bandwidth_frac={target.bandwidth_frac:g}); 99% CI {_pct(flo)}-{_pct(fhi)}",
-            f"bw>={_pct(target.bandwidth_frac)}{' of copy' if 'measured' in bw_src else ''} "
+            f"bw>={_pct(target.bandwidth_frac)}"
+            f"{' of copy' if ceiling_kind(bw_src) == 'measured' else ''} "
             f"({target.bandwidth_frac * peak_bw:.0f} GB/s)")
     peak_bw, bw_src = device.peak_gbps()
     if target.gbps is not None:
-        lo, hi = m.bytes / t.ci_hi / 1e6, m.bytes / t.ci_lo / 1e6
+        lo, hi = _gbps(m.bytes, t.ci_hi), _gbps(m.bytes, t.ci_lo)
+        of_peak = _pct(m.fraction("bandwidth", ceiling_kind(bw_src)))
         add("gbps", target.gbps, m.gbps, lo, hi,
-            f"{m.gbps:.0f} GB/s = {_pct(m.fraction('bandwidth', peak_bw))} of {bw_src} {peak_bw:.0f} GB/s; "
+            f"{m.gbps:.0f} GB/s = {of_peak} of {bw_src} {peak_bw:.0f} GB/s; "
             f"target {target.gbps:g} GB/s (gbps={target.gbps:g}); 99% CI {lo:.0f}-{hi:.0f} GB/s",
             f">={target.gbps:g} GB/s")
     if target.tflops_frac is not None:
         peak_tf, tf_src = device.peak_tflops(m.dtype, target.peak)
         tf = m.tflops
-        f = m.fraction("tflops", peak_tf)
-        flo, fhi = m.flops / t.ci_hi / 1e9 / peak_tf, m.flops / t.ci_lo / 1e9 / peak_tf
+        f = m.fraction("tflops", ceiling_kind(tf_src) if peak_tf else None)
+        flo, fhi = _tflops(m.flops, t.ci_hi) / peak_tf, _tflops(m.flops, t.ci_lo) / peak_tf
         add("tflops_frac", target.tflops_frac, f, flo, fhi,
             f"{tf:.1f} TFLOP/s = {_pct(f)} of {tf_src} {peak_tf:.1f} TFLOP/s; target "
             f"{_pct(target.tflops_frac)} = {target.tflops_frac * peak_tf:.1f} TFLOP/s "
             f"(tflops_frac={target.tflops_frac:.4g}); 99% CI {_pct(flo)}-{_pct(fhi)}",
-            f"{m.dtype}>={_pct(target.tflops_frac)}{' of cuBLAS' if 'measured' in tf_src else ''} "
+            f"{m.dtype}>={_pct(target.tflops_frac)}"
+            f"{' of cuBLAS' if ceiling_kind(tf_src) == 'measured' else ''} "
             f"({target.tflops_frac * peak_tf:.1f} TFLOP/s)")
     peak_tf, tf_src = device.peak_tflops(m.dtype) if m.dtype else (None, "")
     if target.tflops is not None:
-        lo, hi = m.flops / t.ci_hi / 1e9, m.flops / t.ci_lo / 1e9
-        of_peak = f" = {_pct(m.fraction('tflops', peak_tf))} of {tf_src} {peak_tf:.1f}" if peak_tf else ""
+        lo, hi = _tflops(m.flops, t.ci_hi), _tflops(m.flops, t.ci_lo)
+        of_peak = f" = {_pct(m.fraction('tflops', ceiling_kind(tf_src)))} of {tf_src} " \
+            f"{peak_tf:.1f}" if peak_tf else ""
         add("tflops", target.tflops, m.tflops, lo, hi,
             f"{m.tflops:.1f} TFLOP/s{of_peak}; target {target.tflops:g} TFLOP/s "
             f"(tflops={target.tflops:g}); 99% CI {lo:.1f}-{hi:.1f}", f">={target.tflops:g} TFLOP/s")
@@ -189,7 +170,9 @@ def evaluate_geomean(measurements: list[Measurement], target: PerfTarget) -> Che
 
 
 def build(nodeid: str, name: str | None, timings: Timings, *, bytes=None, flops=None, dtype=None,
-          config=None, device: DeviceInfo, rounds: int = 1) -> Measurement:
+          config=None, device: DeviceInfo | DeviceId, rounds: int = 1) -> Measurement:
+    """A measurement of `timings`: its summaries and rates, on `device` (the judge rebuilds one
+    from a report, which names its device by a DeviceId). Judged by evaluate()."""
     time = stats.summarize(timings.ms)
     baseline = speedup = None
     if timings.baseline_ms is not None:
@@ -197,13 +180,12 @@ def build(nodeid: str, name: str | None, timings: Timings, *, bytes=None, flops=
         pairs = list(zip(timings.baseline_ms, timings.ms))
         speedup = stats.summarize([b / a for b, a in pairs if a > 0])
     # the rates, once: everything shown or judged is taken from these
-    gbps = bytes / time.median / 1e6 if bytes else None
-    tflops = flops / time.median / 1e9 if flops else None
+    gbps = _gbps(bytes, time.median) if bytes else None
+    tflops = _tflops(flops, time.median) if flops else None
     return Measurement(nodeid=nodeid, name=name, time=time, timings=timings, bytes=bytes,
                        flops=flops, dtype=dtype, baseline=baseline, speedup=speedup,
                        config=config, rounds=rounds, gbps=gbps, tflops=tflops,
-                       device={"name": device.name, "sku": device.sku, "sms": device.sms,
-                               "driver": device.driver, "fingerprint": device.fingerprint})
+                       device=device if isinstance(device, DeviceId) else DeviceId.of(device))
 
 
 # --- the test's outcome ---------------------------------------------------------------------------

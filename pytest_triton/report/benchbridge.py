@@ -61,7 +61,7 @@ def record(item: pytest.Item, m) -> None:
         "speedup": m.speedup.median if m.speedup else None,
         "baseline_median_s": m.baseline.median / 1e3 if m.baseline else None,
         "method": m.timings.method, "l2": m.timings.l2, "config": m.config,
-        "gpu": m.device.get("name"), "verdict": m.verdict.value,
+        "gpu": m.device.name, "verdict": m.verdict.value,
     })
     fixture.pedantic(clock.tick, rounds=len(m.timings.ms), iterations=1, warmup_rounds=0)
 

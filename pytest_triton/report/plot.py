@@ -21,7 +21,7 @@ from .. import options
 from ..env import dtypes
 from ..perf import roofline
 from ..perf import session as perf
-from ..perf.record import Measurement
+from ..perf.record import Measurement, label
 
 VERDICT_COLOURS = {"pass": "#2ca02c", "fail": "#d62728", "inconclusive": "#ff7f0e",
                    "invalid": "#9467bd", "measured": "#7f7f7f"}
@@ -95,7 +95,7 @@ def _title(config: pytest.Config, device, points: list[dict]) -> str:
     import triton
 
     name = device.name if device is not None else \
-        (points[0].device.get("name") or "no device")
+        (points[0].device.name or "no device")
     return (f"{name} — torch {torch.__version__}, triton {triton.__version__}"
             f" — L2 {perf.session(config).l2}")
 
@@ -106,7 +106,7 @@ def _short(m: Measurement) -> str:
     for suffix in ("_speed", "_is_fast"):
         test = test.replace(suffix + "[", "[")
         test = test.removesuffix(suffix)
-    return test + (f" [{m.name}]" if m.name else "")
+    return label(test, m.name, spaced=True)
 
 
 def _family(m: Measurement) -> str:
@@ -120,14 +120,14 @@ def _ceilings(device, dtypes: list[str], measurements: list[Measurement] = ()) -
     for src in ("datasheet", "measured"):
         value = device.peak_gbps(src)[0] if device else None
         for m in measurements:
-            value = value or m.peaks.get(f"dram_gbps_{src}")
+            value = value or m.peaks.of_kind("bandwidth", src)
         if value:
             bw[src] = value
         for dt in dtypes:
             value = device.peak_tflops(dt, src)[0] if device else None
             for m in measurements:
                 if (m.dtype or "float16") == dt:
-                    value = value or m.peaks.get(f"tflops_{src}")
+                    value = value or m.peaks.of_kind("tflops", src)
             if value:
                 tf[(dt, src)] = value
     return {"bw": bw, "tf": tf}
@@ -181,9 +181,9 @@ def intensity(m: Measurement) -> tuple[float | None, str | None]:
     --triton-perf-explain."""
     if m.flops and m.bytes:
         return m.flops / m.bytes, "bytes="
-    pos = (m.explain or {}).get("roofline") or {}
-    if m.flops and pos.get("intensity"):
-        return pos["intensity"], pos.get("intensity_from") or "operands"
+    pos = m.explain.roofline if m.explain is not None else None
+    if m.flops and pos is not None and pos.intensity:
+        return pos.intensity, pos.intensity_from or "operands"
     return None, None
 
 

@@ -82,8 +82,8 @@ def _kind(m: Measurement) -> str:
 
 
 def _peak(m: Measurement, both_measured: bool) -> float | None:
-    key = "tflops" if m.flops else "dram_gbps"
-    return m.peaks.get(f"{key}_{'measured' if both_measured else 'datasheet'}")
+    return m.peaks.of_kind("tflops" if m.flops else "bandwidth",
+                           "measured" if both_measured else "datasheet")
 
 
 def _scaled(m: Measurement, factor: float):

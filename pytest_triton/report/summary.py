@@ -7,6 +7,7 @@ import json
 import math
 import platform
 import sys
+from dataclasses import astuple, dataclass
 
 import pytest
 
@@ -15,7 +16,7 @@ from ..correctness import configs
 from ..env import nvml, seeding
 from ..env import versions as _versions
 from ..env.seeding import fixed_seed
-from ..perf.record import PerfRecord, Verdict
+from ..perf.record import PerfRecord, Verdict, label
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
 from . import busy, durations, work_table
@@ -85,27 +86,21 @@ def _fmt(x, spec: str) -> str:
     return "" if x is None else format(x, spec)
 
 
-def _rows(records: list[PerfRecord]) -> list[tuple]:
-    rows = []
-    for r in records:
-        for m in r.measurements:
-            t = m.timings
-            test = m.nodeid.split("::", 1)[-1] + (f" [{m.name}]" if m.name else "")
-            speed = f"{m.speedup.median:.3f}x" if m.speedup else ""
-            noise = f"{100 * m.time.noise:.1f}%"
-            if t.throttled:
-                noise += " THROTTLED"
-            targets = ", ".join(c.short for c in m.checks if c.target != "bytes")
-            rows.append((test, ms_text(m.median_ms), _fmt(m.gbps, ".0f"),
-                         _fmt(m.tflops, ".1f"), m.fractions_text(), speed, targets, m.verdict.value,
-                         noise, f"{t.method}x{t.calls_per_sample}" if t.method == "graph"
-                         else t.method, str(t.gpu_before.get("sm_clock_mhz", "")), m.config or ""))
-        if r.geomean is not None:
-            g = r.geomean
-            rows.append((r.nodeid.split("::", 1)[-1] + " [geomean]", "", "", "", "",
-                         f"{g.achieved:.3f}x", f"geomean>={g.asked:g}x baseline",
-                         g.verdict.value, "", "", "", ""))
-    return rows
+@dataclass(frozen=True)
+class Row:
+    """One line of the perf summary table, its cells as shown, in the columns' order."""
+    test: str
+    median_ms: str = ""
+    gbps: str = ""
+    tflops: str = ""
+    of_peak: str = ""
+    speedup: str = ""
+    target: str = ""
+    verdict: str = ""
+    noise: str = ""
+    method: str = ""
+    sm_mhz: str = ""
+    config: str = ""
 
 
 HEADERS = ("test", "median ms", "GB/s", "TFLOP/s", "of peak (datasheet, measured)", "speedup",
@@ -113,8 +108,33 @@ HEADERS = ("test", "median ms", "GB/s", "TFLOP/s", "of peak (datasheet, measured
            "noise", "method", "SM MHz", "config")
 
 
+def _rows(records: list[PerfRecord]) -> list[Row]:
+    rows = []
+    for r in records:
+        for m in r.measurements:
+            t = m.timings
+            noise = f"{100 * m.time.noise:.1f}%"
+            if t.throttled:
+                noise += " THROTTLED"
+            rows.append(Row(
+                test=label(m.nodeid, m.name, short=True), median_ms=ms_text(m.median_ms),
+                gbps=_fmt(m.gbps, ".0f"), tflops=_fmt(m.tflops, ".1f"),
+                of_peak=m.fractions_text(),
+                speedup=f"{m.speedup.median:.3f}x" if m.speedup else "",
+                target=", ".join(c.short for c in m.checks if c.target != "bytes"),
+                verdict=m.verdict.value, noise=noise,
+                method=f"{t.method}x{t.calls_per_sample}" if t.method == "graph" else t.method,
+                sm_mhz=str(t.gpu_before.get("sm_clock_mhz", "")), config=m.config or ""))
+        if r.geomean is not None:
+            g = r.geomean
+            rows.append(Row(test=label(r.nodeid, "geomean", short=True),
+                            speedup=f"{g.achieved:.3f}x",
+                            target=f"geomean>={g.asked:g}x baseline", verdict=g.verdict.value))
+    return rows
+
+
 def table(records: list[PerfRecord]) -> list[str]:
-    rows = _rows(records)
+    rows = [astuple(r) for r in _rows(records)]
     if not rows:
         return []
     widths = [max(len(str(r[i])) for r in rows + [HEADERS]) for i in range(len(HEADERS))]
@@ -130,7 +150,7 @@ def _environment(config: pytest.Config) -> dict:
     devices = {}
     for r in ps.records:
         for m in r.measurements:
-            devices[m.device.get("fingerprint", "")] = m.device
+            devices[m.device.fingerprint or ""] = m.device.to_dict()
     return {**versions(), "platform": platform.platform(), "argv": sys.argv,
             "devices": list(devices.values())}
 
@@ -148,10 +168,10 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         clocks = (f"SM {gpu.get('sm_clock_mhz', '?')} MHz, memory {gpu.get('mem_clock_mhz', '?')} "
                   f"MHz, {gpu.get('temperature_c', '?')} C" if gpu else "clocks unknown (no NVML)")
         peaks = first.peaks
-        measured = peaks.get("dram_gbps_measured")
+        measured = peaks.dram_gbps_measured
         tr.write_line(f"{dev['name']} ({dev['sms']} SMs), driver {dev['driver']}; torch "
                       f"{env['torch']}, triton {env['triton']}; {clocks}; L2 {ps.l2}; peaks: "
-                      f"{peaks.get('dram_source', '?')}"
+                      f"{peaks.dram_source or '?'}"
                       + (f"; measured copy ceiling {measured:.0f} GB/s" if measured else ""))
     if options.get(config, "triton_perf_peak") == "measured" and ps.device is not None \
             and not (ps.device.measured or {}).get("dram_gbps"):

@@ -542,9 +542,9 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
                     flops=flops, tflops=100.0,
                     peaks={"dram_gbps_datasheet": 3352.0, "tflops_datasheet": 989.4})
     pos = explain.roofline_position(m, explain._operand_bytes([la.to_dict()]))
-    assert pos["intensity_from"] == "operands"
-    assert pos["intensity"] == flops / (a.nbytes + b.nbytes + c.nbytes)
-    assert pos["bound"] == "memory" and pos["binding"] == "datasheet"  # 73 FLOP/byte < ridge 295
+    assert pos.intensity_from == "operands"
+    assert pos.intensity == flops / (a.nbytes + b.nbytes + c.nbytes)
+    assert pos.bound == "memory" and pos.binding == "datasheet"  # 73 FLOP/byte < ridge 295
 
 
 @pytest.mark.parametrize("given", ["7", "7:12345"])

@@ -127,10 +127,10 @@ def test_the_json_entry_reads_back_into_the_record_exactly(run):
     slow = PerfRecord.from_dict(next(r for r in doc["results"] if r["nodeid"].endswith("test_slow")))
     assert slow.verdict is Verdict.FAIL and slow.outcome == "failed"
     assert slow.target == PerfTarget(gbps=2000.0)
-    assert slow.device["fingerprint"] == "fake-record"
+    assert slow.device.fingerprint == "fake-record"
     m = slow.measurements[0]
     assert len(m.timings.ms) == 40 and m.timings.gpu_before == {"sm_clock_mhz": 1980}
-    assert m.explain["verdict"] == "fail"
+    assert m.explain.verdict == "fail"
     geo = PerfRecord.from_dict(next(r for r in doc["results"] if r["nodeid"].endswith("test_geo")))
     assert geo.geomean.verdict is Verdict.FAIL and geo.verdict is Verdict.FAIL
 
