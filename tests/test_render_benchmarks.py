@@ -153,12 +153,13 @@ def test_runs_of_one_gpu_get_no_comparison_across_gpus(tmp_path):
 def test_the_several_gpus_section_is_rendered_from_scaling_json(tmp_path):
     d = _run_dir(tmp_path, "h100x4", "abc1234", "NVIDIA H100 80GB HBM3")
     worker = {"worker": "gw1", "gpu": "1", "tests": 30, "busy_s": 70.25, "idle_s": 9.5,
-              "start_s": 6.0, "tail_s": 3.5, "busy_frac": 0.881}
+              "start_s": 6.0, "tail_s": 3.5, "busy_frac": 0.881, "setup_s": 1.5, "teardown_s": 0.3,
+              "calibration_s": 4.0}
     doc = {"dry": False, "gpus": 2, "configurations": [
         {"gpus": 1, "wall_s": 156.0, "rc": 0, "speedup": 1.0, "of_linear": 1.0,
          "counts": {"passed": 60}, "differences": [], "worker_times": [], "device": "H100"},
         {"gpus": 2, "wall_s": 84.0, "rc": 0, "speedup": 1.857, "of_linear": 0.929,
-         "counts": {"passed": 59, "failed": 1}, "worker_times": [worker], "device": "H100",
+         "before_s": 9.1, "after_s": 2.0, "counts": {"passed": 59, "failed": 1}, "worker_times": [worker], "device": "H100",
          "differences": ["outcome t.py::a: passed on 1 GPU, failed here"]}]}
     (d / "scaling.json").write_text(json.dumps(doc))
     (d / "scaling.md").write_text("### Several GPUs: a stale copy\n")
@@ -166,6 +167,7 @@ def test_the_several_gpus_section_is_rendered_from_scaling_json(tmp_path):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.count("### Several GPUs") == 1 and "a stale copy" not in text
-    assert "| 2 | 84.0 | 1.86x | 93% | 1 failed, 59 passed | 0 | **no, 1 differ** |" in text
+    assert "| 2 | 84.0 | 1.86x | 93% | 9.1 | 2.0 | 1 failed, 59 passed | 0 | **no, 1 differ** |" in text
+    assert "| 1 | 156.0 | 1.00x | 100% |  |  | 60 passed | 0 | yes |" in text  # a run before the split
     assert "- outcome t.py::a: passed on 1 GPU, failed here" in text
-    assert "| 2 | gw1 | 1 | 30 | 70.2 | 9.5 | 6.0 | 3.5 | 88% |" in text
+    assert "| 2 | gw1 | 1 | 30 | 70.2 | 1.5 | 0.3 | 4.0 | 9.5 | 6.0 | 3.5 | 88% |" in text
