@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from pytest_triton.perf import compare as cmp
-from pytest_triton.perf.compare import Change, Side
 from pytest_triton.perf.stats import summarize
+from pytest_triton.regress import change as cmp
+from pytest_triton.regress.change import Change, Side
 
 
 def draw(rng: random.Random, n: int, median: float, noise: float) -> list[float]:
