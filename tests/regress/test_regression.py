@@ -1,4 +1,4 @@
-"""The regression gate end to end (report/gate.py, report/regression.py): separate pytest runs on
+"""The regression gate end to end (regress/gate.py, regress/rows.py): separate pytest runs on
 a stand-in GPU save to the history and compare with it, as a CI job's main and pull-request runs
 do. The stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
 

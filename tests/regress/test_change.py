@@ -1,4 +1,4 @@
-"""The regression gate's statistics (perf/compare.py) on synthetic samples: two draws of one
+"""The regression gate's statistics (regress/change.py) on synthetic samples: two draws of one
 distribution are never SLOW (the negative control), a 5% shift in 1% noise is never missed
 (the positive one), and the rules around them."""
 
