@@ -139,10 +139,9 @@ def _merge(args: argparse.Namespace) -> None:
     else:
         tmp = jsonfile.write_temp(doc, out.parent, out.name)
         try:
-            os.link(tmp, out)  # unlike os.replace, fails where the name is taken
-        except FileExistsError:
-            raise storage.HistoryError(f"{out} exists: merge writes a new file, never over "
-                                       "one") from None
+            if not jsonfile.link_new(tmp, out):
+                raise storage.HistoryError(f"{out} exists: merge writes a new file, never over "
+                                           "one")
         finally:
             tmp.unlink(missing_ok=True)
         written = out

@@ -1,10 +1,11 @@
 """JSON files written whole or not at all, and read back (gzip where the name ends in .gz).
 
 A document is written to a temporary file in the folder it is bound for, flushed to the disk,
-then renamed into place (os.replace), or hard-linked to a name no file has yet (a saved run:
-storage.save). A reader never sees half a file, a failure midway (a value json cannot write, a
-full disk, a killed process) leaves the old file as it was, and the temporary is removed. Its
-name starts with a dot and ends in .part, so nothing looking for *.json finds it meanwhile.
+then renamed into place (write_atomic: --triton-perf-json, `upgrade`), or hard-linked to a name
+no file has yet (link_new: a saved run, `merge -o FILE`; neither writes over a file). A reader
+never sees half a file; a failure midway (a value json cannot write, a full disk, a killed
+process) leaves the old file as it was, and the temporary is removed. Its name starts with a
+dot and ends in .part, so nothing looking for *.json finds it meanwhile.
 """
 
 from __future__ import annotations
@@ -42,6 +43,21 @@ def write_atomic(doc, path: Path | str) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def link_new(tmp: Path, path: Path) -> bool:
+    """Give the written temporary `tmp` the name `path` where no file has it yet: False where one
+    does (a concurrent writer's, or a file a command must not write over). The caller removes
+    `tmp` afterwards."""
+    try:
+        os.link(tmp, path)  # unlike os.replace, fails where the name is taken
+    except FileExistsError:
+        return False
+    except OSError:  # a filesystem without hard links
+        if path.exists():
+            return False
+        os.replace(tmp, path)
+    return True
 
 
 def read_text(path: Path | str) -> str:

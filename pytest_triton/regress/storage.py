@@ -180,15 +180,8 @@ def save(doc: dict, directory: Path | str, *, when: datetime.datetime | None = N
     try:
         while True:
             final = folder / f"{stem}-{secrets.token_hex(4)}.json"
-            try:
-                os.link(tmp, final)  # unlike os.replace, fails where the name is taken
-            except FileExistsError:
-                continue
-            except OSError:  # a filesystem without hard links
-                if final.exists():
-                    continue
-                os.replace(tmp, final)
-            return final
+            if jsonfile.link_new(tmp, final):
+                return final
     finally:
         tmp.unlink(missing_ok=True)
 
