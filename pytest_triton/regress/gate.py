@@ -55,8 +55,8 @@ class RegressionGate:
         if self._ref:
             self._compare(session, ps, doc)
         if self._save:
-            saved = provenance.saved_document(self._config, None if self._save == "auto"
-                                           else self._save, doc)
+            name = None if self._save == "auto" else self._save
+            saved = provenance.saved_document(self._config, name, doc)
             self.saved = storage.save(saved, self._dir)
             if not timed(ps.records):  # kept: a pull request's run finds main's dry run (.ci/run)
                 self.saved_note = f" (nothing measured; {nothing_measured(doc)})"
