@@ -10,7 +10,7 @@ files or kernels whose code is the same in both) is compared three ways:
 - planted: B's samples made 3% slower (memory-bound kernels) and 10% slower (compute-bound:
   a flops= target): anything but SLOW is a miss;
 
-under four rules: this plugin's (perf/compare.py, with the prior run-to-run spread, as a
+under four rules: this plugin's (regress/change.py, with the prior run-to-run spread, as a
 first comparison has no history: by kind, and wider for kernels under 0.1 ms), asv's
 (Mann-Whitney U, p < 0.002, and a factor: 1.1 as asv
 ships and 1.03 as our threshold), nvbench's robust compare ([min, q3] intervals apart by at

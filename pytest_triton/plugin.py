@@ -139,7 +139,7 @@ FEATURES = (
     ("triton-perf-summary", perf, "pytest_triton.report.summary", "PerfSummary"),
     ("triton-durations", perf, "pytest_triton.report.durations", "Durations"),
     ("triton-order", ordering, "pytest_triton.report.order", "LongestFirst"),
-    ("triton-perf-regression", regression_gate, "pytest_triton.report.gate", "RegressionGate"),
+    ("triton-perf-regression", regression_gate, "pytest_triton.regress.gate", "RegressionGate"),
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under

@@ -14,7 +14,9 @@ import pytest
 PKG = Path(__file__).resolve().parent.parent / "pytest_triton"
 NAME = PKG.name
 
-# Lower layers never import higher ones: env <- correctness, perf, process <- diagnose, report.
+# Lower layers never import higher ones: env <- correctness, perf, process <- diagnose, report,
+# regress, judge. report and regress sit side by side: the run's document (report/summary) is
+# written in regress's schema, and the gate saves that document.
 # The top-level modules: options (and flags, how its optional values are written) and hookspec
 # below everything, state above env (it holds the Runtime), fixtures and plugin (wiring) and
 # __init__ (the public API) above everything.
@@ -23,7 +25,7 @@ LAYERS = {
     "env": 1,
     "state": 2,
     "correctness": 3, "perf": 3, "process": 3,
-    "diagnose": 4, "report": 4, "judge": 4,
+    "diagnose": 4, "report": 4, "regress": 4, "judge": 4,
     "fixtures": 5, "plugin": 5, "__init__": 5, "__main__": 5,
 }
 MAX_TOP_LEVEL = 8

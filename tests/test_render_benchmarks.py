@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from pytest_triton.report.history import HISTORY_SCHEMA
+from pytest_triton.regress import schema
 
 ROOT = pathlib.Path(__file__).parents[1]
 RENDER = ROOT / "bench" / "render_benchmarks.py"
@@ -108,7 +108,7 @@ def _with_saved_run(d, report):
     import tarfile
 
     doc = json.loads(gzip.decompress((DATA / report).read_bytes()))
-    doc["schema"] = HISTORY_SCHEMA
+    doc = schema.stamp(doc, schema.HISTORY)
     doc["run"] = {"name": "final", "commit": None, "branch": None, "dirty": None,
                   "versions": {}, "host": "vm", "shards": []}
     key = f"{doc['device']['sku'].replace(' ', '-')}-{doc['device']['fingerprint'][:8]}"

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_triton.env import runtime
 
-from .history._docs import H100, H200, report, run
+from .regress._docs import H100, H200, report, run
 
 # Where a GPU may be there, choosing the device asks torch (by design: nothing cheaper can tell),
 # so a run that needs no kernel imports it too and starts as slowly as before.
@@ -104,14 +104,15 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "
 """
 
 
-@pytest.mark.parametrize("command", ["history", "compare", "merge"])
+@pytest.mark.parametrize("command", ["history", "compare", "merge", "upgrade"])
 def test_the_saved_runs_command_line_imports_no_torch(tmp_path, command):
     saved = tmp_path / "runs"
     saved.mkdir()
     for name in ("main", "pr"):
         (saved / f"{name}.json").write_text(json.dumps(run(report(H100), name=name)))
     args = {"history": [saved], "compare": [H100, H200],
-            "merge": ["-o", tmp_path / "merged.json", saved / "main.json"]}[command]
+            "merge": ["-o", tmp_path / "merged.json", saved / "main.json"],
+            "upgrade": [saved]}[command]
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", CLI_MODULES, command, *map(str, args)],
                          capture_output=True, text=True)

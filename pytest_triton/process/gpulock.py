@@ -370,7 +370,7 @@ class GPULock:
 
     xdist's load scheduling hands a worker a quarter of its share at once: a file of slow tests
     ran on one worker to the session's end, beside the tests going alone (on the H100 the 15
-    tests of tests/history/test_regression.py). Unless --maxschedchunk is given, tests go out
+    tests of tests/regress/test_regression.py). Unless --maxschedchunk is given, tests go out
     one at a time as workers free (xdist keeps two queued): the order above holds."""
 
     def __init__(self, config: pytest.Config):

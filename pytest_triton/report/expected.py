@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ..perf import record
-from . import history
+from ..regress import storage
 
 READ_AT_MOST = 20
 
@@ -45,7 +45,7 @@ def saved(directory: Path | str, prefer: Callable[[str], bool] = lambda key: Fal
     directory = Path(directory)
     if not directory.is_dir():
         return {}
-    entries = [e for runs in history.saved_runs(directory).values() for e in runs]
+    entries = [e for runs in storage.saved_runs(directory).values() for e in runs]
     entries.sort(key=lambda e: e.path.name, reverse=True)  # names start with the time saved
     entries.sort(key=lambda e: not prefer(e.key))  # stable: each part stays newest first
     out: dict[str, float] = {}
@@ -73,12 +73,12 @@ def _durations(path: Path) -> dict[str, float]:
 def of_model(model: str) -> Callable[[str], bool]:
     """A `prefer` for saved(): the device folders of one GPU model, given as a folder or its
     start ("H100-SXM", "H100")."""
-    return lambda key: key == model or history.model_of(key).startswith(model)
+    return lambda key: key == model or storage.model_of(key).startswith(model)
 
 
 def of_kind(gpu: bool) -> Callable[[str], bool]:
     """A `prefer` for saved(): GPU runs (gpu=True) or the dry runs of a CPU (no-device)."""
-    return lambda key: (key != history.NO_DEVICE) == gpu
+    return lambda key: (key != storage.NO_DEVICE) == gpu
 
 
 def estimate(item: pytest.Item) -> float:

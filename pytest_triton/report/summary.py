@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import platform
 import sys
@@ -19,9 +18,8 @@ from ..env.seeding import fixed_seed
 from ..perf.record import PerfRecord, Verdict, label
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
+from ..regress import jsonfile, schema
 from . import busy, durations, work_table
-
-JSON_SCHEMA = "pytest-triton-perf/1"
 
 
 def versions() -> dict:
@@ -242,7 +240,8 @@ def document(config: pytest.Config) -> dict:
     ps = session(config)
     env = _environment(config)
     return {
-        "schema": JSON_SCHEMA,
+        "schema": schema.REPORT,
+        "schema_version": schema.VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "environment": env,
         "device": measured_device(config, env),
@@ -274,8 +273,8 @@ def verdict_counts(records: list[PerfRecord]) -> dict:
 
 
 def write_json(config: pytest.Config) -> None:
-    with open(session(config).json_path, "w") as f:
-        json.dump(document(config), f, indent=1, default=str)
+    """--triton-perf-json's file, replaced whole (a reader never sees half of it)."""
+    jsonfile.write_atomic(document(config), session(config).json_path)
 
 
 class Header:

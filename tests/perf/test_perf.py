@@ -337,7 +337,7 @@ def test_terminal_table_json_and_junit(perf, pytester):
         "2 measurements: 2 pass",
     ])
     doc = json.loads((pytester.path / "perf.json").read_text())
-    assert doc["schema"] == "pytest-triton-perf/1"
+    assert (doc["schema"], doc["schema_version"]) == ("pytest-triton-perf", 2)
     assert {"environment", "device", "settings", "results", "unchecked", "summary"} <= set(doc)
     assert doc["device"]["sku"] == "H100 SXM" and doc["summary"] == {"pass": 2}
     add = doc["results"][0]["measurements"][0]

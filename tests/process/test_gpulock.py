@@ -237,7 +237,7 @@ def test_a_test_marked_triton_no_gpu_takes_no_lock(pytester, gpu_held_elsewhere)
     (None, True, None),  # under the interpreter there is no lock: xdist's default
 ])
 def test_on_a_gpu_xdist_sends_tests_one_at_a_time(monkeypatch, given, interpret, expected):
-    # xdist's first batches gave tests/history/test_regression.py's 15 slow tests to one worker,
+    # xdist's first batches gave tests/regress/test_regression.py's 15 slow tests to one worker,
     # which ran them to the session's end beside the tests going alone
     from types import SimpleNamespace as NS
 

@@ -8,8 +8,8 @@ MORE-WORK: any of them grew; LESS-WORK: none grew and one fell; SAME-WORK: all e
 from __future__ import annotations
 
 from ..env.work import Work, gb, gflop
-from ..perf.compare import Change
 from ..perf.record import DryCall, PerfRecord
+from .change import Change
 
 # what is compared, as the row names it
 _TOTALS = (("GB moved", lambda w: w.bytes, gb), ("GFLOP", lambda w: w.flops, gflop),

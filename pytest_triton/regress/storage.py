@@ -1,45 +1,36 @@
 """Saved runs: one JSON file per run, in a directory per device, found again by name or as the
 latest (the shards of one CI run are merged into one by shards.py).
 
-A saved run is the run's JSON document (summary.document, what --triton-perf-json writes) with
-"schema" set to HISTORY_SCHEMA and a "run" block: the name, the git commit, branch and dirty flag,
-the versions, the host and the shards merged in. docs/regressions.md describes the layout.
+A saved run is the run's JSON document (report/summary.document, what --triton-perf-json
+writes) with "schema" set to schema.HISTORY and a "run" block (provenance.py): the name, the git
+commit, branch and dirty flag, the versions, the host and the shards merged in. Every document
+read passes through schema.upgrade first. docs/regressions.md describes the layout.
 
 Files are written once and never replaced: a temporary file in the same directory, then a hard
-link to a name no other file has (so a concurrent save cannot lose a file). Nothing here deletes.
+link to a name no other file has (so a concurrent save cannot lose a file; jsonfile.py). Nothing
+here deletes; `python -m pytest_triton upgrade` alone rewrites a file, at the same name.
 """
 
 from __future__ import annotations
 
 import datetime
-import gzip
 import json
 import os
-import platform
 import re
 import secrets
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
-
-import pytest_triton
-
 from ..perf.record import PerfRecord
-from . import summary
+from . import jsonfile, schema
+from .schema import HistoryError
 
-HISTORY_SCHEMA = "pytest-triton-history/1"
 DEFAULT_DIR = ".pytest-triton/history"
 NO_DEVICE = "no-device"  # runs that measured nothing on a GPU (dry runs on CPU, hand-made records)
 RUN_FIELDS = ("name", "commit", "branch", "dirty", "versions", "host", "shards")
 # <UTC stamp>-<commit or nocommit>-<name or run>-<random>.json; names may contain dashes
 _FILE = re.compile(r"^(\d{8}T\d{12}Z)-([0-9a-f]+|nocommit)-(.+)-([0-9a-f]{8})\.json$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
-class HistoryError(Exception):
-    """A history file or directory that cannot be used; the message names it and the reason."""
 
 
 @dataclass
@@ -71,19 +62,13 @@ class SavedRun:
         """Read a saved run (or, with allow_report, a plain --triton-perf-json report as a run of
         unknown commit); HistoryError names `path` and what is wrong."""
         where = str(path) if path is not None else "<document>"
-        if not isinstance(doc, dict):
-            raise HistoryError(f"{where}: a JSON {type(doc).__name__}, not a pytest-triton "
-                               "history document (a JSON object)")
-        schema = doc.get("schema")
-        if schema is None:
-            raise HistoryError(f"{where}: no \"schema\" field: not a pytest-triton history file")
+        doc, _ = schema.upgrade(doc, where)
+        kind = schema.read_version(doc, where)[0]
         for k in ("device", "settings", "environment"):
             if doc.get(k) is not None and not isinstance(doc[k], dict):
                 raise HistoryError(f"{where}: \"{k}\" is a JSON {type(doc[k]).__name__}, not an "
                                    "object")
-        kind, _, version = str(schema).partition("/")
-        reads = {"pytest-triton-history": HISTORY_SCHEMA, "pytest-triton-perf": summary.JSON_SCHEMA}
-        if schema == summary.JSON_SCHEMA:
+        if kind == schema.REPORT:
             if not allow_report:
                 raise HistoryError(
                     f"{where}: a --triton-perf-json report, not a saved run: it has no \"run\" "
@@ -93,13 +78,6 @@ class SavedRun:
                                                            "cuda")},
                                 "pytest_triton": None,
                                 "driver": (run_device(doc) or {}).get("driver")}}
-        elif kind in reads and schema != reads[kind]:
-            what = "history" if kind == "pytest-triton-history" else "perf report"
-            raise HistoryError(f"{where}: written by pytest-triton {what} schema {version}; this "
-                               f"version reads {reads[kind].rsplit('/', 1)[1]}")
-        elif schema != HISTORY_SCHEMA:
-            raise HistoryError(f"{where}: schema {schema!r}: not a pytest-triton history file "
-                               f"({HISTORY_SCHEMA})")
         else:
             run = doc.get("run")
             if not isinstance(run, dict):
@@ -118,7 +96,8 @@ class SavedRun:
                 nodeid = r.get("nodeid", "?") if isinstance(r, dict) else "?"
                 raise HistoryError(f"{where}: result {i} ({nodeid}) cannot be read: "
                                    f"{type(exc).__name__}: {exc}") from None
-        taken = {"schema", "run", "created", "device", "settings", "environment", "results"}
+        taken = {"schema", "schema_version", "run", "created", "device", "settings",
+                 "environment", "results"}
         return cls(name=run.get("name"), commit=run.get("commit"), branch=run.get("branch"),
                    dirty=run.get("dirty"), versions=run.get("versions") or {},
                    host=run.get("host"), shards=list(run.get("shards") or []),
@@ -129,54 +108,12 @@ class SavedRun:
 
     def to_document(self) -> dict:
         """The saved-run document (what save writes and from_document reads)."""
-        return {"schema": HISTORY_SCHEMA, "created": self.created,
+        return {"schema": schema.HISTORY, "schema_version": schema.VERSION,
+                "created": self.created,
                 "run": {k: getattr(self, k) for k in RUN_FIELDS},
                 "environment": self.environment, "device": self.device,
                 "settings": self.settings, **self.rest,
                 "results": [r.to_dict() for r in self.records]}
-
-
-def git_info(root: Path | str) -> dict:
-    """{"commit", "branch", "dirty"} of the git checkout holding `root`; each None outside git
-    (or without git installed), never an error."""
-    def git(*args) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(root), *args], capture_output=True,
-                                  text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return {"commit": None, "branch": None, "dirty": None}
-    branch = git("rev-parse", "--abbrev-ref", "HEAD")
-    if branch in (None, "HEAD"):
-        # a detached checkout, as CI makes one: GitHub Actions names the branch in its variables
-        branch = os.environ.get("GITHUB_HEAD_REF") or os.environ.get("GITHUB_REF_NAME") or None
-    # untracked files do not count: the history directory itself is usually one
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "branch": branch, "dirty": None if status is None else bool(status)}
-
-
-def run_block(config: pytest.Config, name: str | None, device: dict | None = None) -> dict:
-    """The "run" block of this run's saved document; `device`: the document's, where the caller
-    has it."""
-    if name is not None:
-        check_name(name)
-    if device is None and summary.session(config):
-        device = summary.measured_device(config)
-    return {"name": name, **git_info(config.rootpath),
-            "versions": {**summary.versions(), "pytest_triton": pytest_triton.__version__,
-                         "driver": (device or {}).get("driver")},
-            "host": platform.node() or None, "shards": []}
-
-
-def saved_document(config: pytest.Config, name: str | None, doc: dict | None = None) -> dict:
-    """This run's document (`doc`, where the caller built it) as a saved run (what save takes):
-    --triton-perf's only."""
-    doc = summary.document(config) if doc is None else doc
-    return {**doc, "schema": HISTORY_SCHEMA, "run": run_block(config, name, doc["device"])}
 
 
 def created_at(doc: dict) -> datetime.datetime | None:
@@ -231,6 +168,7 @@ def save(doc: dict, directory: Path | str, *, when: datetime.datetime | None = N
     never replaces or deletes a file. Returns the new file's path. `when` stamps the name (the
     order runs are found and plotted in); default now, the end of the run being saved."""
     run = SavedRun.from_document(doc)  # refuse to save what load would refuse
+    doc = schema.upgrade(doc, "<document>")[0]  # written at this version, whatever it was given
     if run.name is not None:
         check_name(run.name)
     folder = Path(directory) / device_key(run_device(doc))
@@ -238,24 +176,12 @@ def save(doc: dict, directory: Path | str, *, when: datetime.datetime | None = N
     when = when or datetime.datetime.now(datetime.timezone.utc)
     stamp = when.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     stem = f"{stamp}-{(run.commit or 'nocommit')[:12]}-{run.name or 'run'}"
-    # a dot-name that does not end in .json: find and list never see a file being written
-    tmp = folder / f".{stem}-{os.getpid()}-{secrets.token_hex(4)}.part"
+    tmp = jsonfile.write_temp(doc, folder, stem)
     try:
-        with open(tmp, "x") as f:
-            json.dump(doc, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
         while True:
             final = folder / f"{stem}-{secrets.token_hex(4)}.json"
-            try:
-                os.link(tmp, final)  # unlike os.replace, fails where the name is taken
-            except FileExistsError:
-                continue
-            except OSError:  # a filesystem without hard links
-                if final.exists():
-                    continue
-                os.replace(tmp, final)
-            return final
+            if jsonfile.link_new(tmp, final):
+                return final
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -264,10 +190,14 @@ def load(path: Path | str, *, allow_report: bool = False) -> SavedRun:
     """Read a saved run; allow_report=True also reads a --triton-perf-json report (a run of
     unknown commit). A file whose name ends in .gz is read through gzip (a run kept compressed).
     HistoryError names the file and the reason."""
+    return SavedRun.from_document(read_document(path), path, allow_report=allow_report)
+
+
+def read_document(path: Path | str) -> dict:
+    """A file's JSON document, as written (load upgrades it); HistoryError names the file."""
     path = Path(path)
     try:
-        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" \
-            else path.read_text()
+        text = jsonfile.read_text(path)
     except FileNotFoundError:
         raise HistoryError(f"{path}: no such file") from None
     except OSError as exc:
@@ -276,7 +206,7 @@ def load(path: Path | str, *, allow_report: bool = False) -> SavedRun:
         doc = json.loads(text)
     except ValueError as exc:
         raise HistoryError(f"{path}: not JSON ({exc})") from None
-    return SavedRun.from_document(doc, path, allow_report=allow_report)
+    return doc
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@ saved run: `python -m pytest_triton merge`."""
 
 from __future__ import annotations
 
-from . import durations, summary
-from .history import HistoryError, SavedRun, run_device, sku_of
+from ..report import durations, summary
+from .storage import HistoryError, SavedRun, run_device, sku_of
 
 
 def merge(runs: list[SavedRun]) -> dict:

@@ -6,7 +6,7 @@ import gzip
 import json
 import pathlib
 
-from pytest_triton.report.history import HISTORY_SCHEMA
+from pytest_triton.regress import schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Two real --triton-perf-json reports, of the H100 and the H200 at one commit, compressed (their
@@ -27,7 +27,7 @@ def run(doc: dict, name="main", commit="a" * 40, **run_fields) -> dict:
     """`doc` as a saved run."""
     block = {"name": name, "commit": commit, "branch": "main", "dirty": False,
              "versions": {"triton": "3.6.0"}, "host": "ci-1", "shards": [], **run_fields}
-    return {**doc, "schema": HISTORY_SCHEMA, "run": block}
+    return schema.stamp({**doc, "run": block}, schema.HISTORY)
 
 
 def small(device: dict | None, nodeids=("t.py::test_a",), **run_fields) -> dict:

@@ -1,4 +1,4 @@
-"""The regression gate end to end (report/gate.py, report/regression.py): separate pytest runs on
+"""The regression gate end to end (regress/gate.py, regress/rows.py): separate pytest runs on
 a stand-in GPU save to the history and compare with it, as a CI job's main and pull-request runs
 do. The stand-in's samples are seeded noise around each test's time, times the run's SLOWDOWN."""
 
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from pytest_triton.__main__ import main as cli
+from pytest_triton.regress.cli import main as cli
 
 pytest_plugins = ["pytester"]
 
@@ -253,17 +253,17 @@ def test_each_row_is_judged_at_the_level_of_the_comparisons_its_run_made():
     # _row reads the run's count from its Outcome: a row judged alone would use a narrower
     # interval than the run's 1 - 1%/made
     from pytest_triton import Measurement, Timings
-    from pytest_triton.perf import compare as cmp
     from pytest_triton.perf.stats import summarize
-    from pytest_triton.report import regression
+    from pytest_triton.regress import change as cmp
+    from pytest_triton.regress import rows
 
     def measured(ms):
         times = [ms * (1 + 0.002 * i) for i in range(-5, 6)]
         return Measurement(nodeid="t", name=None, time=summarize(times), timings=Timings(ms=times))
 
     ref, new = measured(1.0), measured(1.01)
-    out = regression.Outcome(ref=None, by="time", threshold=0.03, made=40)
-    row = regression._row("t", ref, new, out, same_gpu=True, medians=[1.0, 1.002, 0.998, 1.001])
+    out = rows.Outcome(ref=None, by="time", threshold=0.03, made=40)
+    row = rows._row("t", ref, new, out, same_gpu=True, medians=[1.0, 1.002, 0.998, 1.001])
     spread, src = cmp.spread_of([1.0, 1.002, 0.998, 1.001], "memory", 40)
     alone = cmp.compare(cmp.Side(ref.time), cmp.Side(new.time), spread=spread, spread_from=src,
                         comparisons=40)

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from pytest_triton.report import history
-from pytest_triton.report.history import HistoryError, SavedRun
-from pytest_triton.report.shards import merge
+from pytest_triton.regress import schema, storage
+from pytest_triton.regress.shards import merge
+from pytest_triton.regress.storage import HistoryError, SavedRun
 
 from ._docs import H100, H200, ROOT, device, report, run, small
 
@@ -23,7 +23,7 @@ def _shards(doc: dict, n: int, **run_fields) -> list[dict]:
 
 
 def _saved(docs, tmp_path) -> list[SavedRun]:
-    return [history.load(history.save(d, tmp_path)) for d in docs]
+    return [storage.load(storage.save(d, tmp_path)) for d in docs]
 
 
 def test_shards_merge_into_the_whole_run(tmp_path):
@@ -34,11 +34,11 @@ def test_shards_merge_into_the_whole_run(tmp_path):
         r["nodeid"] for r in whole["results"])
     assert merged["summary"] == whole["summary"]
     assert merged["geomean_summary"] == whole["geomean_summary"]
-    assert merged["schema"] == history.HISTORY_SCHEMA and merged["run"]["commit"] == "a" * 40
+    assert merged["schema"] == schema.HISTORY and merged["run"]["commit"] == "a" * 40
     assert [(s["file"], s["host"], s["device"], s["tests"]) for s in merged["run"]["shards"]] == [
         (str(s.path), f"ci-{i}", "H100-SXM-e53cef81", len(s.records)) for i, s in enumerate(shards)]
     # it saves and loads as any run, and a merged run merges again as its shards
-    again = history.load(history.save(merged, tmp_path / "merged"))
+    again = storage.load(storage.save(merged, tmp_path / "merged"))
     assert len(again.records) == 75
     extra = _saved([small(device(), nodeids=["t.py::new"])], tmp_path / "extra")
     twice = merge([again, *extra])
@@ -104,7 +104,7 @@ def test_the_merge_command_writes_a_file_or_saves_into_a_history(tmp_path):
     done = _cli("merge", "-o", out, shards / "shard0.json", shards / "shard1.json")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"merged 2 files (75 tests) into {out}"
-    assert len(history.load(out).records) == 75
+    assert len(storage.load(out).records) == 75
     refused = _cli("merge", "-o", out, shards)  # a directory of files; out exists
     assert refused.returncode == 2
     assert refused.stderr == (f"python -m pytest_triton merge: error: {out} exists: merge writes "
@@ -114,7 +114,7 @@ def test_the_merge_command_writes_a_file_or_saves_into_a_history(tmp_path):
     done = _cli("merge", "-o", hist, shards)
     assert done.returncode == 0, done.stderr
     [saved] = (hist / "H100-SXM-e53cef81").glob("*.json")
-    assert history.find("main", hist, device()) == saved
+    assert storage.find("main", hist, device()) == saved
 
 
 def test_the_merge_command_reads_plain_reports_and_names_a_bad_file(tmp_path):
@@ -126,12 +126,12 @@ def test_the_merge_command_reads_plain_reports_and_names_a_bad_file(tmp_path):
     assert done.stderr.startswith(f"python -m pytest_triton merge: error: {bad}: not JSON")
     done = _cli("merge", "-o", out, H100)
     assert done.returncode == 0, done.stderr
-    assert history.load(out).commit is None
+    assert storage.load(out).commit is None
 
 
 def test_the_history_command_lists_each_devices_runs(tmp_path):
-    history.save(small(device(), name="main", commit="c" * 40, dirty=True), tmp_path)
-    history.save(small(device("H200 SXM"), ["t.py::a", "t.py::b"], name=None, branch=None),
+    storage.save(small(device(), name="main", commit="c" * 40, dirty=True), tmp_path)
+    storage.save(small(device("H200 SXM"), ["t.py::a", "t.py::b"], name=None, branch=None),
                  tmp_path)
     done = _cli("history", tmp_path, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -152,7 +152,7 @@ def test_the_history_command_lists_each_devices_runs(tmp_path):
 def _save_five(directory, worker, barrier):
     barrier.wait()  # all start together
     for i in range(5):
-        history.save(small(device(), name="ci", host=f"{worker}-{i}"), directory)
+        storage.save(small(device(), name="ci", host=f"{worker}-{i}"), directory)
 
 
 def test_concurrent_saves_lose_no_file(tmp_path):
@@ -166,15 +166,15 @@ def test_concurrent_saves_lose_no_file(tmp_path):
     assert [p.exitcode for p in procs] == [0] * 8
     files = list((tmp_path / "H100-SXM-e53cef81").iterdir())
     assert len(files) == 40 and all(f.suffix == ".json" for f in files)  # no temporary left
-    hosts = sorted(history.load(f).host for f in files)
+    hosts = sorted(storage.load(f).host for f in files)
     assert hosts == sorted(f"{w}-{i}" for w in range(8) for i in range(5))
 
 
 def test_runs_merged_into_a_history_keep_their_own_dates(tmp_path):
     # merge -o HISTORY stamped each imported run with the time of the merge: their files sorted
     # in the order of import and the trend plot's labels collapsed into one
-    from pytest_triton.__main__ import main as cli
-    from pytest_triton.report import trend
+    from pytest_triton.regress import trend
+    from pytest_triton.regress.cli import main as cli
     hist = tmp_path / "history"
     hist.mkdir()
     for day in ("25", "20", "22"):  # imported out of order
@@ -183,7 +183,7 @@ def test_runs_merged_into_a_history_keep_their_own_dates(tmp_path):
         path = tmp_path / f"report-{day}.json"
         path.write_text(json.dumps(doc))
         assert cli(["merge", "-o", str(hist), str(path)]) == 0
-    [(key, entries)] = history.saved_runs(hist).items()
+    [(key, entries)] = storage.saved_runs(hist).items()
     assert sorted(e.stamp[:8] for e in entries) == ["20261120", "20261122", "20261125"]
     _, series = trend.series(hist, None, "test_vector_add_speed[float32]")
     [points] = series.values()

@@ -1,4 +1,4 @@
-"""The regression gate's statistics (perf/compare.py) on synthetic samples: two draws of one
+"""The regression gate's statistics (regress/change.py) on synthetic samples: two draws of one
 distribution are never SLOW (the negative control), a 5% shift in 1% noise is never missed
 (the positive one), and the rules around them."""
 
@@ -8,9 +8,9 @@ import statistics
 
 import pytest
 
-from pytest_triton.perf import compare as cmp
-from pytest_triton.perf.compare import Change, Side
 from pytest_triton.perf.stats import summarize
+from pytest_triton.regress import change as cmp
+from pytest_triton.regress.change import Change, Side
 
 
 def draw(rng: random.Random, n: int, median: float, noise: float) -> list[float]:

@@ -1,6 +1,6 @@
 """This run's timings against a reference run's, one test at a time: FAST, SLOW, SAME or
-UNCERTAIN, with the change and its interval (the regression gate's statistics; the history,
-the gate and the reports are report/history.py and report/regression.py).
+UNCERTAIN, with the change and its interval (the regression gate's statistics; the saved runs,
+the rows of a comparison and the gate are storage.py, rows.py and gate.py beside it).
 
 The statistic, and why (docs/regressions.md has the measurements behind it):
 - The change is the ratio of the two runs' medians, in log space. Its interval combines each
@@ -31,7 +31,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from .stats import MIN_HALF_WIDTH, Summary, Z, summarize
+from ..perf.stats import MIN_HALF_WIDTH, Summary, Z, summarize
 
 DEFAULT_THRESHOLD = 0.03
 # The run-to-run spread (a 99% half-width, relative) assumed where the history has fewer than
@@ -64,7 +64,7 @@ class Change(str, enum.Enum):
     NEW = "new"  # measured here, not in the reference
     MISSING = "missing"  # in the reference, not measured here
     REFUSED = "refused"  # not comparable (another GPU, a throttled run, no peak to take)
-    # the work counted under the interpreter, compared exactly (report/work_gate.py)
+    # the work counted under the interpreter, compared exactly (work_gate.py)
     MORE_WORK = "more-work"
     LESS_WORK = "less-work"
     SAME_WORK = "same-work"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import history
+from . import storage
 
 
 def series(directory: Path | str, device: str | None, match: str | None
@@ -16,17 +16,17 @@ def series(directory: Path | str, device: str | None, match: str | None
     name or its start (e.g. 'H100'); None: the model with the most runs. `match` keeps the
     labels containing it."""
     found: dict[str, list] = {}
-    for key, entries in history.saved_runs(directory).items():  # by GPU model: each card and
-        found.setdefault(history.model_of(key), []).extend(entries)  # driver has a key
+    for key, entries in storage.saved_runs(directory).items():  # by GPU model: each card and
+        found.setdefault(storage.model_of(key), []).extend(entries)  # driver has a key
     models = [k for k in found if device is None or k.startswith(device)]
     if not models:
-        raise history.HistoryError(f"no saved runs for {device or 'any device'} in {directory} "
+        raise storage.HistoryError(f"no saved runs for {device or 'any device'} in {directory} "
                                    f"(it holds: {', '.join(found) or 'nothing'})")
     key = max(models, key=lambda k: len(found[k]))
     out: dict[str, list] = {}
     for entry in sorted(found[key], key=lambda e: e.stamp):
-        run = history.load(entry.path)
-        when = history.created_at({"created": run.created})
+        run = storage.load(entry.path)
+        when = storage.created_at({"created": run.created})
         tag = run.name or (run.commit or "")[:8] or \
             (when.strftime("%Y-%m-%d %H:%M") if when else entry.stamp[:13])
         for r in run.records:
@@ -43,7 +43,7 @@ def plot(directory: Path | str, out_dir: Path | str, *, device: str | None = Non
     try:
         import matplotlib
     except ImportError:
-        raise history.HistoryError("the trend plot needs matplotlib, which is not installed: "
+        raise storage.HistoryError("the trend plot needs matplotlib, which is not installed: "
                                    "pip install matplotlib") from None
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt

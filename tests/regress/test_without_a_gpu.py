@@ -4,7 +4,7 @@ why, instead of leaving no file (docs/without-a-gpu.md)."""
 
 import re
 
-from pytest_triton.__main__ import main as cli
+from pytest_triton.regress.cli import main as cli
 
 PERF_TEST = """
 from pytest_triton import perf_target

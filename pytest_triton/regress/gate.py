@@ -1,7 +1,7 @@
 """The regression gate of a pytest run: --triton-perf-save keeps this run's measurements in the
-history; --triton-perf-compare compares them with a saved run (regression.py), fails the run on
+history; --triton-perf-compare compares them with a saved run (rows.py), fails the run on
 the verdicts --triton-perf-fail-on names, and shows the table in the terminal and in Markdown
-(--triton-perf-report-md, $GITHUB_STEP_SUMMARY)."""
+(--triton-perf-report-md, $GITHUB_STEP_SUMMARY; render.py writes both)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,10 @@ import pytest
 
 from .. import options
 from ..perf import session as perf_session
-from . import history, summary, work_gate
-from .regression import (
-    Outcome,
-    compare_runs,
-    describe_ref,
-    lines,
-    nothing_measured,
-    spreads,
-    timed,
-    write_markdown,
-    write_markdown_text,
-)
+from ..report import summary
+from . import provenance, storage, work_gate
+from .render import describe_ref, lines, nothing_measured, write_markdown, write_markdown_text
+from .rows import Outcome, compare_runs, spreads, timed
 
 
 class RegressionGate:
@@ -47,10 +39,10 @@ class RegressionGate:
         if self._ref:  # a reference that cannot be found stops the run before it times anything
             try:  # (which device's latest is known once a test has measured)
                 if self._ref != "latest":
-                    history.find(self._ref, self._dir, None)
-                elif not (self._dir.is_dir() and history.saved_runs(self._dir)):
-                    raise history.HistoryError(f"no run was saved in {self._dir}")
-            except history.HistoryError as exc:
+                    storage.find(self._ref, self._dir, None)
+                elif not (self._dir.is_dir() and storage.saved_runs(self._dir)):
+                    raise storage.HistoryError(f"no run was saved in {self._dir}")
+            except storage.HistoryError as exc:
                 raise pytest.UsageError(f"--triton-perf-compare={self._ref}: {exc}") from None
 
     @pytest.hookimpl(trylast=True)
@@ -63,17 +55,17 @@ class RegressionGate:
         if self._ref:
             self._compare(session, ps, doc)
         if self._save:
-            saved = history.saved_document(self._config, None if self._save == "auto"
-                                           else self._save, doc)
-            self.saved = history.save(saved, self._dir)
+            name = None if self._save == "auto" else self._save
+            saved = provenance.saved_document(self._config, name, doc)
+            self.saved = storage.save(saved, self._dir)
             if not timed(ps.records):  # kept: a pull request's run finds main's dry run (.ci/run)
                 self.saved_note = f" (nothing measured; {nothing_measured(doc)})"
         self.seconds = time.perf_counter() - t0
 
     def _compare(self, run: pytest.Session, ps, doc: dict) -> None:
         try:
-            ref = history.load(history.find(self._ref, self._dir, doc.get("device")))
-        except history.HistoryError as exc:
+            ref = storage.load(storage.find(self._ref, self._dir, doc.get("device")))
+        except storage.HistoryError as exc:
             self.note = f"--triton-perf-compare={self._ref}: {exc}"
             run.exitstatus = pytest.ExitCode.USAGE_ERROR
             return
