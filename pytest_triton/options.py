@@ -374,10 +374,10 @@ def perf_only_given(config: pytest.Config) -> list[str]:
 
 
 def warn_without_perf(config: pytest.Config) -> None:
-    """Perf-only options on a run without --triton-perf act on nothing: say so, once (not on
-    xdist workers)."""
+    """Perf-only options on a run without --triton-perf act on nothing: say so (plugin.py calls
+    it once per run: not on xdist workers)."""
     given = perf_only_given(config)
-    if given and not get(config, "triton_perf") and not hasattr(config, "workerinput"):
+    if given and not get(config, "triton_perf"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
             f"pytest-triton: {join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
             "measurements, and there are none without --triton-perf: add --triton-perf"),

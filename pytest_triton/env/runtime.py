@@ -86,22 +86,6 @@ def restore_environment(rt: Runtime) -> None:
             os.environ[key] = value
 
 
-def is_child(config: pytest.Config) -> bool:
-    """Whether this process is a supervised child (process/child.py) reporting to its parent."""
-    return bool(config.getoption("triton_child", default=None))
-
-
-def xdist_controller(config: pytest.Config) -> bool:
-    """Whether this process is pytest-xdist's controller, which runs no tests (its workers do).
-    Reliable from pytest_configure on: xdist decides the distribution in its tryfirst
-    pytest_cmdline_main, but registers its "dsession" plugin only in a trylast pytest_configure,
-    after the plugin's own."""
-    if hasattr(config, "workerinput") or config.getoption("collectonly", False):
-        return False
-    return (getattr(config.option, "dist", "no") != "no"
-            and bool(getattr(config.option, "tx", None)))
-
-
 def _visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -13,7 +13,7 @@ import pytest
 
 from .. import options
 from ..correctness import checking, poison, scope
-from ..env import launch_watch, runtime
+from ..env import launch_watch, role
 from . import cost, identities, trace, verify
 
 MARKER = "triton_judge"
@@ -140,5 +140,5 @@ def configure(config: pytest.Config) -> None:
     config.pluginmanager.register(JudgedTests(), "triton-judge-tests")
     config.pluginmanager.register(trace.TraceJudge(judging), "triton-judge-trace")
     config.pluginmanager.register(cost.Cost(), "triton-judge-cost")
-    if mode(config) == "on" and not runtime.is_child(config) and not hasattr(config, "workerinput"):
+    if mode(config) == "on" and role.holds_the_session(config):
         config.pluginmanager.register(verify.Verifier(config), "triton-judge-verify")

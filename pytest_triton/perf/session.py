@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from .. import options, state
-from ..env import nvml, runtime
+from ..env import nvml, role
 from ..env.device import DeviceInfo, with_calibration
 from . import calibrate
 from .defaults import DefaultHooks, check_device_info
@@ -71,7 +71,7 @@ class Perf:
 def _make_session(config: pytest.Config) -> PerfSession:
     st = state.get(config)
     info = None
-    if not runtime.xdist_controller(config):  # the workers time; the controller must not start CUDA
+    if not role.is_controller(config):  # the workers time; the controller must not start CUDA
         info = config.hook.pytest_triton_device_info(config=config)
         check_device_info(info)
     if info is not None:
@@ -86,7 +86,7 @@ def _make_session(config: pytest.Config) -> PerfSession:
         retries=int(options.get_count(config, "triton_perf_retries")),
         json_path=options.get(config, "triton_perf_json"),
         # xdist workers and continuation children report to the process that writes the results
-        controller=not hasattr(config, "workerinput") and not runtime.is_child(config),
+        controller=role.holds_the_session(config),
     )
 
 
@@ -115,7 +115,7 @@ def dry_run(config: pytest.Config) -> bool:
     time on (Triton's interpreter; or --triton-perf without a device). On a GPU without
     --triton-perf they skip: their full-size bodies belong to the perf job."""
     st = state.get(config)
-    if st.perf and not runtime.xdist_controller(config):
+    if st.perf and not role.is_controller(config):
         ps = session(config)
         return ps is None or ps.device is None
     # Without --triton-perf; or on the xdist controller, which never looks for a device itself
