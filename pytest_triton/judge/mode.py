@@ -1,10 +1,10 @@
 """--triton-judge and the triton_judge marker: which of the judge's checks run, and their wiring.
 
-default: the cheap checks (inputs unchanged, plain outputs, timer identities, threads and
-processes, launch errors), for every test. on (--triton-judge, or the marker on one test): also
-the costly ones (the timed call's probe and GPU trace, poisoned allocations and unannounced seeds
-and sizes for correctness tests, perf verdicts recomputed by a process that runs no test).
-off: none, to measure what they cost.
+default: the cheap checks, for every test. on (--triton-judge, or the marker on one test): also
+the costly ones. off: none, to measure what they cost. Which check is which: checks.py.
+
+The checks in correctness/ (inputs, outputs, compare) are below the judge and cannot ask it: they
+read the switch in correctness/checking.py, which configure() here sets for the run.
 """
 
 from __future__ import annotations
