@@ -144,6 +144,26 @@ FEATURES = (
 )
 
 
+# The pytest_runtest_makereport wrappers, outermost first: each amends the report made inside it,
+# and the report's sections come in the reverse of this order. Those of one priority nest by
+# FEATURES' order (the later registered outside); tests/test_plugin.py holds the run to this list.
+MAKEREPORT_ORDER = (
+    "triton-resources",  # a resource gate's verdict replaces the traceback
+    "triton-gpufaults",  # a lost context's report, and the OOM noted for the retry's message
+    "triton-judge-cost",  # outside scope: the checks scope's report runs count in this phase
+    "triton-oom-retry",  # outside the interpreter's: a gap's skip is not retried
+    "triton-lock-waits",
+    "triton-perf-explain",
+    "triton-perf-profile",
+    "triton-seed",  # outside the interpreter's: a gap's skip gets no seed line
+    "triton-poison",
+    "triton-scope",  # inside the judge's cost (above)
+    "triton-autotune-pin",
+    "triton-interpreter",  # trylast: a gap turns the failure into a skip before the others see it
+    "triton-perf-tests",  # trylast, registered after: innermost, the perf record first
+)
+
+
 def _import_own_modules() -> None:
     """Every module of the package, where pytest runs are nested in this one's tests: one first
     imported inside such a run is dropped afterwards and imported anew by the next, and its
