@@ -22,9 +22,19 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from .. import options
+from ..options import Option
 from . import onimport, versions
 from .interpreter.base import INTERPRET_ENV, interpreting
 
+OPTIONS = options.declare(
+    Option("triton_device", "string", None,
+           "CUDA device to run on, e.g. cuda:1 (default: cuda:0, or the worker's own GPU under "
+           "pytest-xdist; cpu with Triton's interpreter when no GPU is visible)",
+           metavar="DEVICE"),
+    Option("triton_interpret", "bool", False,
+           "run kernels under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors even when "
+           "a GPU is present"),
+)
 
 @dataclass(frozen=True)
 class Runtime:

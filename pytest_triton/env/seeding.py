@@ -11,8 +11,17 @@ from dataclasses import dataclass, replace
 import pytest
 
 from .. import options
+from ..options import Option
 from . import role
 
+OPTIONS = options.declare(
+    Option("triton_seed", "string", "0",
+           "base seed of make_tensor; each test's seed is derived from it and the test id. "
+           "'random' draws a new base seed (printed in the header, and in the summary under -q); "
+           "BASE:SEED gives every selected test the seed SEED (the replay command a failure "
+           "prints)",
+           metavar="N|random|BASE:SEED"),
+)
 
 @dataclass(frozen=True)
 class TestSeed:

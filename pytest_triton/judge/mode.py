@@ -12,9 +12,22 @@ from __future__ import annotations
 import pytest
 
 from .. import options
+from ..options import Option
 from ..correctness import checking, poison, scope
 from ..env import launch_watch, role
 from . import cost, identities, trace, verify
+
+OPTIONS = options.declare(
+    Option("triton_judge", "flag", "default",
+           "judge kernels you do not trust (docs/judging.md): on adds the costly checks (fresh "
+           "and shuffled inputs for the timed call, its GPU trace for side streams and non-Triton "
+           "kernels, poisoned allocations and unannounced seeds and sizes for correctness tests, "
+           "timing in a supervised child whose verdict this process recomputes); default keeps "
+           "the cheap ones (inputs unchanged, plain outputs, timer identities, threads and "
+           "processes, launch errors); off turns every one off, to measure what they cost. The "
+           "value only with '=': on, default or off; the bare --triton-judge means on",
+           metavar="on|default|off", choices=("default", "on", "off"), const="on"),
+)
 
 MARKER = "triton_judge"
 MARKER_HELP = (
