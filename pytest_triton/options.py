@@ -98,10 +98,11 @@ def all_options() -> tuple[Option, ...]:
 
 
 # Every feature declares its options beside the code that reads them (OPTIONS in its module,
-# imported by plugin.py), except these, declared here: sanitize, explain, profile and plot, whose
-# modules import torch (--help must not); the regression gate's and the order's, whose modules
-# read the saved runs (the history reader, not loaded by a plain run); the GPU wait, until
-# process/gpulock.py, at the line cap, is split (the lock apart from the tests' holds).
+# imported by plugin.py), except those whose modules a plain run does not load, declared here
+# so that building --help loads none of them: sanitize, explain, profile and plot (they import
+# torch), the regression gate and the order (they read the saved runs), the OOM retry (xdist
+# workers only). And the GPU wait, until process/gpulock.py, at the line cap, is split (the lock
+# apart from the tests' holds).
 _HERE = declare(
     Option("triton_sanitize", "string", "off",
            "run the selected tests first under NVIDIA compute-sanitizer --tool TOOL (with "
@@ -112,6 +113,13 @@ _HERE = declare(
            "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
            "tests: a perf test holds it alone) before it fails, naming who holds it",
            metavar="SECONDS"),
+    Option("triton_oom_retry", "string", "auto",
+           "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
+           "processes hold GPU memory is run once more holding the GPU alone (the other workers' "
+           "tests end first and give their cached memory back): passing alone, it passes with a "
+           "warning naming what the others held; failing alone, it fails. auto: on under "
+           "pytest-xdist on a GPU; off: the first failure stands",
+           metavar="auto|off", choices=("auto", "off")),
     Option("triton_perf_explain", "flag", "off",
            "diagnose every perf test (failed and inconclusive ones are diagnosed anyway): the "
            "compiled kernel (registers, spills, shared memory, warps, stages, block sizes, "

@@ -15,12 +15,12 @@ from .env import role, runtime, seeding
 from .env.role import Role
 from .judge import identities, mode
 from .perf import checklist, resources, session
-from .process import child, forked, oomretry, supervise
+from .process import child, forked, supervise
 
 # The modules that declare options beside their feature (OPTIONS in each, declared as they are
 # imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
-DECLARING = (runtime, seeding, session, checklist, oomretry, supervise, configs, poison, mode,
-             pinning, resources)
+DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, mode, pinning,
+             resources)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -22,20 +22,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from .. import options, state
-from ..options import Option
+from .. import state
 from ..env import nvml
 from . import gpufaults, gpulock
-
-OPTIONS = options.declare(
-    Option("triton_oom_retry", "string", "auto",
-           "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
-           "processes hold GPU memory is run once more holding the GPU alone (the other workers' "
-           "tests end first and give their cached memory back): passing alone, it passes with a "
-           "warning naming what the others held; failing alone, it fails. auto: on under "
-           "pytest-xdist on a GPU; off: the first failure stands",
-           metavar="auto|off", choices=("auto", "off")),
-)
 
 GiB = 1 << 30
 _OOM_KEY = pytest.StashKey["_OutOfMemory"]()  # item: this attempt ran out beside neighbours
