@@ -9,7 +9,9 @@ reports to its parent whatever else it is), then an xdist worker, then the contr
 The role is stored on the config in pytest_configure (`decide`). Asked earlier it is worked out
 without being stored: then CHILD and WORKER are already right (an option, an attribute xdist
 sets before pytest_cmdline_main), CONTROLLER not yet (xdist settles -n in its tryfirst
-pytest_cmdline_main).
+pytest_cmdline_main). A child forked after collection (process/forked.py) keeps the role of the
+plain run it was forked from: its features were registered there, and it registers its Reporter
+itself.
 
 The runs a tool wraps (compute-sanitizer, Nsight Compute) are pytest processes started by this
 one with an environment variable that names the tool: `under_sanitizer` and `under_ncu` read it.
