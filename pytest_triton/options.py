@@ -1,7 +1,12 @@
-"""Every option of the plugin, declared once: its flag, its ini twin, its type and its help.
+"""The plugin's options: how one is declared (its flag, its ini twin, its type and its help),
+added to pytest's parser in one fixed order, and read.
 
-Settings resolve here and only here, with one precedence: command line > ini > default.
-(Markers come first where a marker can carry the setting; markers.py applies that.)
+Each feature declares its own options beside the code that reads them (`OPTIONS =
+options.declare(...)` in its module), as pytest's cacheprovider does; this module declares only
+those whose modules cannot be imported when --help is built (_HERE, below), and fixes the order
+--help lists them all in (HELP_ORDER). Settings resolve here and only here, with one precedence:
+command line > ini > default. (Markers come first where a marker can carry the setting;
+markers.py applies that.)
 """
 
 from __future__ import annotations
@@ -32,57 +37,82 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("triton_perf", "bool", False,
-           "time every test marked perf_target on the GPU and fail those that miss their target"),
-    Option("triton_device", "string", None,
-           "CUDA device to run on, e.g. cuda:1 (default: cuda:0, or the worker's own GPU under "
-           "pytest-xdist; cpu with Triton's interpreter when no GPU is visible)",
-           metavar="DEVICE"),
-    Option("triton_seed", "string", "0",
-           "base seed of make_tensor; each test's seed is derived from it and the test id. "
-           "'random' draws a new base seed (printed in the header, and in the summary under -q); "
-           "BASE:SEED gives every selected test the seed SEED (the replay command a failure "
-           "prints)",
-           metavar="N|random|BASE:SEED"),
-    Option("triton_interpret", "bool", False,
-           "run kernels under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors even when "
-           "a GPU is present"),
-    Option("triton_perf_json", "string", None,
-           "write every measurement, its statistics, the environment and the verdicts to PATH",
-           metavar="PATH"),
-    Option("triton_perf_calibrate", "bool", False,
-           "measure this device's real ceilings again (a 1 GiB copy; an 8192^3 cuBLAS matmul per "
-           "dtype), replacing those cached for its fingerprint (they are measured once per "
-           "device fingerprint anyway, at the first perf test)"),
-    Option("triton_perf_peak", "string", "datasheet",
-           "what fractions of peak are taken against where a perf_target does not say (peak=): "
-           "the SKU's datasheet, or this device's measured ceilings",
-           choices=("datasheet", "measured")),
-    Option("triton_perf_l2", "string", "cold",
-           "L2 state while timing: cold (flushed before every sample) or warm",
-           choices=("cold", "warm")),
-    Option("triton_perf_max_time", "string", "2.0",
-           "seconds of GPU sampling allowed per kernel per round, before the verdict is taken "
-           "on what was collected", metavar="SECONDS"),
-    Option("triton_perf_retries", "string", "2",
-           "how many times an inconclusive verdict is measured again before it fails",
-           metavar="N"),
-    Option("triton_perf_checklist", "linelist", [],
-           "overrides of the performance checklist, one per line: "
-           "'NAME: key=value, key=value' (e.g. 'softmax: gbps=600')"),
-    # issue 11: correctness beyond assert_close
+BY_NAME: dict[str, Option] = {}
+
+
+def declare(*opts: Option) -> tuple[Option, ...]:
+    """Declare a feature's options: each feature module does, at its import, beside the code that
+    reads them. Declared again (a module imported anew by a nested pytest run), an option must be
+    the same."""
+    for opt in opts:
+        if BY_NAME.setdefault(opt.name, opt) != opt:
+            raise ValueError(f"option {opt.name} declared twice, differently")
+    return opts
+
+
+# The order --help lists the options in (and the ini file's help): fixed here, whichever
+# module declares each.
+HELP_ORDER: tuple[str, ...] = (
+    "triton_perf",
+    "triton_device",
+    "triton_seed",
+    "triton_interpret",
+    "triton_perf_json",
+    "triton_perf_calibrate",
+    "triton_perf_peak",
+    "triton_perf_l2",
+    "triton_perf_max_time",
+    "triton_perf_retries",
+    "triton_perf_checklist",
+    "triton_sanitize",
+    "triton_gpu_wait",
+    "triton_oom_retry",
+    "triton_supervise",
+    "triton_perf_allow_unchecked",
+    "triton_perf_explain",
+    "triton_perf_profile",
+    "triton_perf_plot",
+    "triton_all_configs",
+    "triton_poison_allocations",
+    "triton_perf_save",
+    "triton_perf_history",
+    "triton_order",
+    "triton_perf_compare",
+    "triton_perf_compare_by",
+    "triton_perf_threshold",
+    "triton_perf_fail_on",
+    "triton_perf_report_md",
+    "triton_judge",
+    "triton_autotune",
+    "triton_resources_archs",
+)
+
+
+def all_options() -> tuple[Option, ...]:
+    """Every option, in HELP_ORDER: those of each feature module that plugin.py imports, and
+    this module's own."""
+    missing = [name for name in HELP_ORDER if name not in BY_NAME]
+    if missing:
+        raise LookupError(f"options not declared (their modules not imported): {missing}")
+    return tuple(BY_NAME[name] for name in HELP_ORDER)
+
+
+# Every feature declares its options beside the code that reads them (OPTIONS in its module,
+# imported by plugin.py), except those whose modules a plain run does not load, declared here
+# so that building --help loads none of them: sanitize, explain, profile and plot (they import
+# torch), the regression gate and the order (they read the saved runs), the OOM retry (xdist
+# workers only). And the GPU wait, until process/gpulock.py, at the line cap, is split (the lock
+# apart from the tests' holds).
+_HERE = declare(
     Option("triton_sanitize", "string", "off",
            "run the selected tests first under NVIDIA compute-sanitizer --tool TOOL (with "
            "PYTORCH_NO_CUDA_MEMORY_CACHING=1) and fail each test it reports errors on; needs a "
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
-    # issue 13: a test that crashes its process fails alone
     Option("triton_gpu_wait", "string", "900",
            "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
            "tests: a perf test holds it alone) before it fails, naming who holds it",
            metavar="SECONDS"),
-    # issue 32: an out-of-memory caused by a neighbour is not the kernel's failure
     Option("triton_oom_retry", "string", "auto",
            "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
            "processes hold GPU memory is run once more holding the GPU alone (the other workers' "
@@ -90,21 +120,6 @@ OPTIONS: tuple[Option, ...] = (
            "warning naming what the others held; failing alone, it fails. auto: on under "
            "pytest-xdist on a GPU; off: the first failure stands",
            metavar="auto|off", choices=("auto", "off")),
-    Option("triton_supervise", "flag", "auto",
-           "run the tests in a child process that is replaced when it dies, so that a test which "
-           "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "
-           "under the interpreter the child is forked after collection (nearly free), elsewhere "
-           "a fresh pytest process. auto (the default): on under "
-           "Triton's interpreter in a run of its own, started as pytest or python -m pytest (not "
-           "under -n, --pdb, --trace, --setup-*, log_cli, inside another test, nor when a test "
-           "uses pytest-benchmark or record_testsuite_property/record_xml_attribute). The value "
-           "only with '=': on, off or auto; the bare --triton-supervise means on",
-           metavar="auto|on|off", choices=("auto", "on", "off"), const="on"),
-    # issue 14: a CI gate that cannot pass by accident
-    Option("triton_perf_allow_unchecked", "bool", False,
-           "with --triton-perf, let the run pass although perf targets were left unchecked (no "
-           "GPU to time on: their bodies only dry-ran); without it such a run fails"),
-    # issue 10: why is it slow (diagnosis, hardware counters, profiles, a roofline picture)
     Option("triton_perf_explain", "flag", "off",
            "diagnose every perf test (failed and inconclusive ones are diagnosed anyway): the "
            "compiled kernel (registers, spills, shared memory, warps, stages, block sizes, "
@@ -120,19 +135,6 @@ OPTIONS: tuple[Option, ...] = (
            "draw the run's roofline (every measurement against the device's datasheet and "
            "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
            "(pip install matplotlib)", metavar="PATH"),
-    # issue 20: a CPU run says what it could not check
-    Option("triton_all_configs", "bool", False,
-           "under Triton's interpreter, assert_every_config checks every config of a kernel "
-           "autotuned over autotune_configs(configs, interpreter=cfg), not only the interpreter's "
-           "one (each pinned in turn: nothing is timed, so no GPU driver is needed; slower)"),
-    # issue 22: kernel libraries the user did not write
-    Option("triton_poison_allocations", "bool", False,
-           "fill every tensor allocated uninitialised during each test's setup and call "
-           "(torch.empty, empty_like, new_empty, ...: a library's own outputs) with NaN, or the "
-           "dtype's least likely value for integers, so an element a kernel never writes fails "
-           "assert_close (the poison_allocations marker does it for one test; perf tests timed "
-           "under --triton-perf are left alone)"),
-    # issue 29: regressions against a saved run (docs/regressions.md)
     Option("triton_perf_save", "flag", "off",
            "save this run (samples, clocks, verdicts, commit, versions, device) in the history "
            "for a later --triton-perf-compare; NAME only with '=': --triton-perf-save=main",
@@ -161,30 +163,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_perf_report_md", "string", None,
            "write the compare's table as Markdown to PATH (and to $GITHUB_STEP_SUMMARY if set)",
            metavar="PATH"),
-    # issue 30: a verdict that cannot be gamed
-    Option("triton_judge", "flag", "default",
-           "judge kernels you do not trust (docs/judging.md): on adds the costly checks (fresh "
-           "and shuffled inputs for the timed call, its GPU trace for side streams and non-Triton "
-           "kernels, poisoned allocations and unannounced seeds and sizes for correctness tests, "
-           "timing in a supervised child whose verdict this process recomputes); default keeps "
-           "the cheap ones (inputs unchanged, plain outputs, timer identities, threads and "
-           "processes, launch errors); off turns every one off, to measure what they cost. The "
-           "value only with '=': on, default or off; the bare --triton-judge means on",
-           metavar="on|default|off", choices=("default", "on", "off"), const="on"),
-    Option("triton_autotune", "string", "full",
-           "how @triton.autotune kernels pick their config in correctness tests: full (time every "
-           "config, as Triton does), heuristic (one config, untimed: the first the autotuner's "
-           "own pruning keeps) or first (its first config). Perf tests (perf_target, "
-           "triton_bench) always autotune; assert_every_config checks every config",
-           metavar="MODE", choices=("full", "heuristic", "first")),
-    # issue 31: compile-resource gates without a GPU
-    Option("triton_resources_archs", "string", "sm_80 sm_90",
-           "the GPU architectures a triton_resources marker without archs= compiles its kernels "
-           "for, separated by spaces or commas (known: sm_80 sm_86 sm_89 sm_90 sm_100 sm_120)",
-           metavar="ARCHS"),
 )
 
-BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def _help(opt: Option) -> str:
@@ -195,7 +175,7 @@ def _help(opt: Option) -> str:
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("triton", "pytest-triton: correctness and speed of Triton kernels")
-    for opt in OPTIONS:
+    for opt in all_options():
         opt = replace(opt, help=_help(opt))
         ini_help = f"default for {opt.flag}: {opt.help}"
         if opt.kind == "bool":
@@ -329,10 +309,10 @@ def validate(config: pytest.Config) -> None:
     run without --triton-perf, an ini value that only one job reads): a bad value stops the run
     here, saying so, rather than passing unnoticed until the run that reads it. argparse has
     checked the command line's choices; this checks the ini file's, and every number."""
-    for opt in OPTIONS:
+    for opt in all_options():
         if opt.kind == "flag" and opt.choices and config.getoption(opt.name) is not None:
             flags.check_choices_read_as_paths(config, opt.flag, opt.choices)
-    for opt in OPTIONS:
+    for opt in all_options():
         if opt.kind == "linelist":
             continue
         if opt.name in FLOATS:
@@ -374,10 +354,10 @@ def perf_only_given(config: pytest.Config) -> list[str]:
 
 
 def warn_without_perf(config: pytest.Config) -> None:
-    """Perf-only options on a run without --triton-perf act on nothing: say so, once (not on
-    xdist workers)."""
+    """Perf-only options on a run without --triton-perf act on nothing: say so (plugin.py calls
+    it once per run: not on xdist workers)."""
     given = perf_only_given(config)
-    if given and not get(config, "triton_perf") and not hasattr(config, "workerinput"):
+    if given and not get(config, "triton_perf"):
         config.issue_config_time_warning(pytest.PytestConfigWarning(
             f"pytest-triton: {join_and(given)} {'act' if len(given) > 1 else 'acts'} on perf "
             "measurements, and there are none without --triton-perf: add --triton-perf"),

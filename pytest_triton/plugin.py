@@ -5,16 +5,22 @@ feature is in use (as pytest-xdist defers its heavy module)."""
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 
 import pytest
 
 from . import hookspec, options, state
-from .env import childcmd, runtime, seeding
-from .judge import identities
-from .perf import checklist
-from .process import child, forked
+from .correctness import configs, pinning, poison
+from .env import role, runtime, seeding
+from .env.role import Role
+from .judge import identities, mode
+from .perf import checklist, resources, session
+from .process import child, forked, supervise
+
+# The modules that declare options beside their feature (OPTIONS in each, declared as they are
+# imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
+DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, mode, pinning,
+             resources)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,13 +60,12 @@ def interpreting(config: pytest.Config) -> bool:
     return state.get(config).runtime.interpret
 
 
-def not_a_worker(config: pytest.Config) -> bool:
-    return not hasattr(config, "workerinput")
+def not_a_worker(config: pytest.Config) -> bool:  # the controller, a plain run, a child
+    return not role.is_worker(config)
 
 
 def sanitizing(config: pytest.Config) -> bool:  # --triton-sanitize TOOL, or the run under it
-    return options.get(config, "triton_sanitize") not in (None, "", "off") \
-        or childcmd.SANITIZE_CHILD_ENV in os.environ
+    return options.get(config, "triton_sanitize") not in (None, "", "off") or role.under_sanitizer()
 
 
 def pinning(config: pytest.Config) -> bool:  # --triton-autotune=heuristic|first
@@ -68,7 +73,7 @@ def pinning(config: pytest.Config) -> bool:  # --triton-autotune=heuristic|first
 
 
 def retrying_oom(config: pytest.Config) -> bool:  # --triton-oom-retry=auto, an xdist worker
-    return hasattr(config, "workerinput") and options.get(config, "triton_oom_retry") == "auto"
+    return role.is_worker(config) and options.get(config, "triton_oom_retry") == "auto"
 
 
 def plotting(config: pytest.Config) -> bool:
@@ -87,7 +92,7 @@ def regression_gate(config: pytest.Config) -> bool:  # --triton-perf-save, --tri
 def ordering(config: pytest.Config) -> bool:  # --triton-order: longest first, or auto under xdist
     chosen = options.get(config, "triton_order")
     return chosen == "longest-first" or chosen == "auto" and (
-        hasattr(config, "workerinput") or runtime.xdist_controller(config))
+        role.of(config) in (Role.WORKER, Role.CONTROLLER))
 
 
 def benchmarking(config: pytest.Config) -> bool:  # pytest-benchmark is active
@@ -95,27 +100,7 @@ def benchmarking(config: pytest.Config) -> bool:  # pytest-benchmark is active
 
 
 def ncu_child(config: pytest.Config) -> bool:  # the run Nsight Compute profiles
-    return perf(config) and childcmd.NCU_CHILD_ENV in os.environ
-
-
-def a_child(config: pytest.Config) -> bool:  # a supervised child, reporting to its parent
-    return runtime.is_child(config)
-
-
-def an_xdist_worker(config: pytest.Config) -> bool:
-    return hasattr(config, "workerinput") and not a_child(config)
-
-
-def running_tests_here(config: pytest.Config) -> bool:  # not a child, not an xdist worker
-    return not a_child(config) and not hasattr(config, "workerinput")
-
-
-def the_xdist_controller(config: pytest.Config) -> bool:
-    return running_tests_here(config) and runtime.xdist_controller(config)
-
-
-def supervising(config: pytest.Config) -> bool:  # the process that runs its own tests
-    return running_tests_here(config) and not runtime.xdist_controller(config)
+    return perf(config) and role.under_ncu()
 
 
 # (plugin name, in use when, module, plugin class: made with the config; None: the module itself).
@@ -147,8 +132,8 @@ FEATURES = (
     ("triton-gpu-lock", always, "pytest_triton.process.gpulock", "GPULock"),
     ("triton-lock-waits", always, "pytest_triton.process.lockwaits", "LockWaits"),
     # each xdist worker's busy and idle time: tallied where reports arrive, its GPU named by each worker
-    ("triton-busy", running_tests_here, "pytest_triton.report.busy", "WorkerTimes"),
-    ("triton-busy-gpu", an_xdist_worker, "pytest_triton.report.busy", "WorkerGpu"),
+    ("triton-busy", role.holds_the_session, "pytest_triton.report.busy", "WorkerTimes"),
+    ("triton-busy-gpu", role.is_worker, "pytest_triton.report.busy", "WorkerGpu"),
     ("triton-oom-retry", retrying_oom, "pytest_triton.process.oomretry", "OOMRetry"),
     # the judge: its cheap checks always, the costly ones with --triton-judge (it registers its parts)
     ("triton-judge", always, "pytest_triton.judge.mode", "Judge"),
@@ -156,12 +141,32 @@ FEATURES = (
     # a fresh process: a child reports to its parent; an xdist worker retires and its controller
     # explains; otherwise this process supervises its own tests
     ("triton-gpufaults", always, "pytest_triton.process.gpufaults", "FaultWatch"),
-    ("triton-child", a_child, "pytest_triton.process.child", "Reporter"),
-    ("triton-xdist-worker", an_xdist_worker, "pytest_triton.process.xdistfaults", "Worker"),
-    ("triton-fault-summary", running_tests_here, "pytest_triton.process.crash", "FaultSummary"),
-    ("triton-xdist-controller", the_xdist_controller, "pytest_triton.process.xdistfaults", "Controller"),
-    ("triton-supervisor", supervising, "pytest_triton.process.supervise", "Supervisor"),
+    ("triton-child", role.is_child, "pytest_triton.process.child", "Reporter"),
+    ("triton-xdist-worker", role.is_worker, "pytest_triton.process.xdistfaults", "Worker"),
+    ("triton-fault-summary", role.holds_the_session, "pytest_triton.process.crash", "FaultSummary"),
+    ("triton-xdist-controller", role.is_controller, "pytest_triton.process.xdistfaults", "Controller"),
+    ("triton-supervisor", role.is_plain, "pytest_triton.process.supervise", "Supervisor"),
     ("triton-resources", always, "pytest_triton.perf.resources", "ResourceGate"),
+)
+
+
+# The pytest_runtest_makereport wrappers, outermost first: each amends the report made inside it,
+# and the report's sections come in the reverse of this order. Those of one priority nest by
+# FEATURES' order (the later registered outside); tests/test_plugin.py holds the run to this list.
+MAKEREPORT_ORDER = (
+    "triton-resources",  # a resource gate's verdict replaces the traceback
+    "triton-gpufaults",  # a lost context's report, and the OOM noted for the retry's message
+    "triton-judge-cost",  # outside scope: the checks scope's report runs count in this phase
+    "triton-oom-retry",  # outside the interpreter's: a gap's skip is not retried
+    "triton-lock-waits",
+    "triton-perf-explain",
+    "triton-perf-profile",
+    "triton-seed",  # outside the interpreter's: a gap's skip gets no seed line
+    "triton-poison",
+    "triton-scope",  # inside the judge's cost (above)
+    "triton-autotune-pin",
+    "triton-interpreter",  # trylast: a gap turns the failure into a skip before the others see it
+    "triton-perf-tests",  # trylast, registered after: innermost, the perf record first
 )
 
 
@@ -178,6 +183,7 @@ def _import_own_modules() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     options.validate(config)  # every option's value, used by this run or not
+    role.decide(config)  # controller, worker, supervised child or plain: once, for every feature
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
@@ -187,7 +193,8 @@ def pytest_configure(config: pytest.Config) -> None:
     seeding.configure(config)
     config.stash[state.STATE_KEY] = state.TritonState(
         runtime=rt, checklist=checklist.load(config), perf=bool(options.get(config, "triton_perf")))
-    options.warn_without_perf(config)
+    if not role.is_worker(config):  # the controller warns for its workers
+        options.warn_without_perf(config)
     for name, in_use, module, cls in FEATURES:
         if in_use(config):
             feature = importlib.import_module(module)

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from pytest_triton.options import OPTIONS
+from pytest_triton.options import all_options
+
+OPTIONS = all_options()
 
 ROOT = pathlib.Path(__file__).parents[1]
 README = ROOT / "README.md"

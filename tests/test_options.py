@@ -88,7 +88,7 @@ def test_each_perf_only_option_without_triton_perf_warns_naming_itself(pytester,
 
 
 def test_every_perf_option_is_covered_and_an_ini_value_counts_when_not_the_default(pytester):
-    perf_named = {o.name for o in options.OPTIONS if o.name.startswith("triton_perf_")}
+    perf_named = {o.name for o in options.all_options() if o.name.startswith("triton_perf_")}
     assert perf_named - {"triton_perf_checklist"} == set(PERF_ONLY_VALUES)  # the checklist
     # also names the targets that collection validates, in every run
     pytester.makepyfile(test_k="def test_k(): pass")

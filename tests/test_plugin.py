@@ -77,3 +77,16 @@ def test_a_feature_in_use_is_registered_by_its_name(pytester, flag, name):
     """)
     pytester.runpytest("-p", "no:cacheprovider", "--triton-perf-allow-unchecked", *flag) \
         .assert_outcomes(passed=1)
+
+
+def test_the_makereport_wrappers_nest_in_the_documented_order(pytester, tmp_path):
+    """plugin.MAKEREPORT_ORDER is the order the wrappers run in (outermost first): a feature
+    registered elsewhere, or a priority changed, shows here."""
+    config = pytester.parseconfigure("--triton-perf", "--triton-interpret", "--triton-autotune=first",
+                                     f"--triton-perf-profile={tmp_path}", "-p", "no:cacheprovider")
+    pm = config.pluginmanager
+    impls = [i for i in pm.hook.pytest_runtest_makereport.get_hookimpls() if i.wrapper]
+    ours = [pm.get_name(i.plugin) for i in reversed(impls)
+            if (pm.get_name(i.plugin) or "").startswith("triton-")]
+    assert ours == [name for name in plugin.MAKEREPORT_ORDER if name in ours]
+    assert set(plugin.MAKEREPORT_ORDER) - set(ours) <= {"triton-oom-retry"}  # an xdist worker's

@@ -52,10 +52,10 @@ def test_readme_lists_every_field_of_the_hook_types():
 
 
 def test_every_option_the_user_sections_name_exists():
-    from pytest_triton.options import OPTIONS
+    from pytest_triton.options import all_options
 
     sections = [_readme().split("## Use it in your kernel project", 1)[1].split("\n## ", 1)[0],
                 _doc("without-a-gpu.md")]
-    flags = {o.flag for o in OPTIONS}
+    flags = {o.flag for o in all_options()}
     named = {f for text in sections for f in re.findall(r"--triton-[a-z-]*[a-z]", text)}
     assert named and named <= flags, named - flags

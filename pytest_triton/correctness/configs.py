@@ -30,11 +30,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from .. import options
+from ..options import Option
 from ..env import autotune_pin
 from ..env.autotune_pin import kernel_name
 from ..env.interpreter.base import interpreting
 from . import pinning, scope
 from .poison import poison_allocations
+
+OPTIONS = options.declare(
+    Option("triton_all_configs", "bool", False,
+           "under Triton's interpreter, assert_every_config checks every config of a kernel "
+           "autotuned over autotune_configs(configs, interpreter=cfg), not only the interpreter's "
+           "one (each pinned in turn: nothing is timed, so no GPU driver is needed; slower)"),
+)
 
 if TYPE_CHECKING:
     import triton

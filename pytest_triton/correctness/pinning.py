@@ -20,8 +20,18 @@ import contextlib
 import pytest
 
 from .. import options
+from ..options import Option
 from ..env import autotune_pin
 from ..env.interpreter.base import interpreting
+
+OPTIONS = options.declare(
+    Option("triton_autotune", "string", "full",
+           "how @triton.autotune kernels pick their config in correctness tests: full (time every "
+           "config, as Triton does), heuristic (one config, untimed: the first the autotuner's "
+           "own pruning keeps) or first (its first config). Perf tests (perf_target, "
+           "triton_bench) always autotune; assert_every_config checks every config",
+           metavar="MODE", choices=("full", "heuristic", "first")),
+)
 
 PINNED_KEY = pytest.StashKey[list]()  # per item: (kernel, config, how) of each pinned autotuner
 # Config fields the interpreter ignores (they only shape the compiled GPU code).

@@ -36,6 +36,16 @@ import pytest
 
 from .. import options, state
 from ..env import torch_ops
+from ..options import Option
+
+OPTIONS = options.declare(
+    Option("triton_poison_allocations", "bool", False,
+           "fill every tensor allocated uninitialised during each test's setup and call "
+           "(torch.empty, empty_like, new_empty, ...: a library's own outputs) with NaN, or the "
+           "dtype's least likely value for integers, so an element a kernel never writes fails "
+           "assert_close (the poison_allocations marker does it for one test; perf tests timed "
+           "under --triton-perf are left alone)"),
+)
 
 MARKER = "poison_allocations"
 MARKER_HELP = (

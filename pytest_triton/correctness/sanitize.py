@@ -30,7 +30,7 @@ import pytest
 import torch
 
 from .. import options, state
-from ..env import childcmd, seeding
+from ..env import childcmd, role, seeding
 from ..env.runtime import find_cuda_tool
 
 CHILD_ENV = childcmd.SANITIZE_CHILD_ENV  # set in the child: the tool it runs under
@@ -71,7 +71,7 @@ def find_sanitizer() -> str | None:
 def configure(config: pytest.Config) -> None:
     """Validate --triton-sanitize and decide whether it can run here."""
     t = tool(config)
-    if t is None or os.environ.get(CHILD_ENV):
+    if t is None or role.under_sanitizer():
         return
     if config.getoption("numprocesses", None):
         raise pytest.UsageError("--triton-sanitize runs the tests serially in one process under "
@@ -212,7 +212,7 @@ class child_markers:
     the sanitizer has reported on every kernel the test launched) an end line."""
 
     def __init__(self, item: pytest.Item):
-        self.nodeid = item.nodeid if os.environ.get(CHILD_ENV) else None
+        self.nodeid = item.nodeid if role.under_sanitizer() else None
 
     def __enter__(self):
         if self.nodeid:
@@ -324,4 +324,4 @@ class Sanitize:
 
 def wanted(config: pytest.Config) -> bool:
     """Whether this run sanitizes (--triton-sanitize), or is the run under the sanitizer."""
-    return tool(config) is not None or bool(os.environ.get(CHILD_ENV))
+    return tool(config) is not None or role.under_sanitizer()

@@ -22,9 +22,19 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from .. import options
-from . import onimport, versions
+from ..options import Option
+from . import onimport, role, versions
 from .interpreter.base import INTERPRET_ENV, interpreting
 
+OPTIONS = options.declare(
+    Option("triton_device", "string", None,
+           "CUDA device to run on, e.g. cuda:1 (default: cuda:0, or the worker's own GPU under "
+           "pytest-xdist; cpu with Triton's interpreter when no GPU is visible)",
+           metavar="DEVICE"),
+    Option("triton_interpret", "bool", False,
+           "run kernels under Triton's interpreter (TRITON_INTERPRET=1) on CPU tensors even when "
+           "a GPU is present"),
+)
 
 @dataclass(frozen=True)
 class Runtime:
@@ -86,22 +96,6 @@ def restore_environment(rt: Runtime) -> None:
             os.environ[key] = value
 
 
-def is_child(config: pytest.Config) -> bool:
-    """Whether this process is a supervised child (process/child.py) reporting to its parent."""
-    return bool(config.getoption("triton_child", default=None))
-
-
-def xdist_controller(config: pytest.Config) -> bool:
-    """Whether this process is pytest-xdist's controller, which runs no tests (its workers do).
-    Reliable from pytest_configure on: xdist decides the distribution in its tryfirst
-    pytest_cmdline_main, but registers its "dsession" plugin only in a trylast pytest_configure,
-    after the plugin's own."""
-    if hasattr(config, "workerinput") or config.getoption("collectonly", False):
-        return False
-    return (getattr(config.option, "dist", "no") != "no"
-            and bool(getattr(config.option, "tx", None)))
-
-
 def _visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -128,18 +122,6 @@ def _visible_gpu_ids() -> list[str]:
 
 
 CONTROLLER_WHY = "pytest-xdist's controller: each worker takes a GPU"
-
-
-def _xdist_controller_early(early_config: pytest.Config) -> bool:
-    """Whether this process will be pytest-xdist's controller, as its command line says before
-    xdist has decided (xdist_controller() is reliable only from pytest_configure on)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return False
-    ns = early_config.known_args_namespace
-    if getattr(ns, "collectonly", False):
-        return False
-    workers = getattr(ns, "numprocesses", None)
-    return bool(getattr(ns, "tx", None)) or workers not in (None, 0, "0")
 
 
 def _gpus_without_torch() -> bool:
@@ -229,7 +211,7 @@ def _decide(early_config: pytest.Config) -> Runtime:
         os.environ[INTERPRET_ENV] = "1"
         return Runtime("cpu", True, "interpreter requested")
 
-    if not requested and _xdist_controller_early(early_config) and _gpus_without_torch():
+    if not requested and role.will_control(early_config) and _gpus_without_torch():
         # The controller runs no test; its workers each take a GPU (below). It neither imports
         # torch nor starts CUDA here: that would hold back the start of every worker.
         return Runtime("cuda", False, CONTROLLER_WHY)

@@ -11,8 +11,17 @@ from dataclasses import dataclass, replace
 import pytest
 
 from .. import options
-from . import runtime
+from ..options import Option
+from . import role
 
+OPTIONS = options.declare(
+    Option("triton_seed", "string", "0",
+           "base seed of make_tensor; each test's seed is derived from it and the test id. "
+           "'random' draws a new base seed (printed in the header, and in the summary under -q); "
+           "BASE:SEED gives every selected test the seed SEED (the replay command a failure "
+           "prints)",
+           metavar="N|random|BASE:SEED"),
+)
 
 @dataclass(frozen=True)
 class TestSeed:
@@ -88,7 +97,7 @@ def base_seed(config: pytest.Config) -> int:
     if raw == "random":
         if fixed is not None:
             raise _usage(given, "a fixed test seed needs an integer base")
-        inherited = getattr(config, "workerinput", {}).get(_WORKER_KEY)
+        inherited = role.worker_input(config).get(_WORKER_KEY)
         return int(inherited) if inherited is not None else secrets.randbelow(2**31)
     if not raw:
         raise _usage(given, _FORMS)
@@ -173,7 +182,7 @@ class Seeding:
 
     def __init__(self, config: pytest.Config):
         self._base = base(config)
-        if drawn_at_random(config) and runtime.xdist_controller(config):
+        if drawn_at_random(config) and role.is_controller(config):
             config.pluginmanager.register(RandomBaseToWorkers(self._base), "triton-seed-base")
 
     @pytest.hookimpl(wrapper=True)

@@ -19,6 +19,7 @@ import types
 import pytest
 
 from ..env import onimport
+from .checks import Call
 
 KEY = pytest.StashKey[dict]()  # config: label -> (owner, attribute, the object noted)
 # the plugin's modules whose functions a verdict rests on
@@ -120,7 +121,12 @@ def replaced(config: pytest.Config) -> list[str]:
     return found
 
 
-def check(config: pytest.Config, when: str) -> str | None:
+def check(call: Call) -> str | None:
+    """The watched call's check (checks.py): a noted function replaced before or during it."""
+    return tampering(call.config, call.when)
+
+
+def tampering(config: pytest.Config, when: str) -> str | None:
     """The failure message when a noted function was replaced (then put back); else None."""
     found = replaced(config)
     if not found:

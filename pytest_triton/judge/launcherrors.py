@@ -16,6 +16,8 @@ import ctypes
 import os
 import sys
 
+from .checks import Call
+
 SONAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so")
 _OPENED: dict[str, ctypes.CDLL | None] = {}  # a soname or path -> its runtime (None: not loaded)
 
@@ -78,7 +80,13 @@ def pending() -> str | None:
     return read(runtimes())
 
 
-def check(when: str) -> str | None:
+def check(call: Call) -> str | None:
+    """The watched call's check (checks.py): a CUDA error it left unread."""
+    return unread(call.when)
+
+
+def unread(when: str) -> str | None:
+    """The failure message when a CUDA error is pending (read, and so cleared); else None."""
     error = pending()
     if error is None:
         return None

@@ -1,10 +1,10 @@
 """--triton-judge and the triton_judge marker: which of the judge's checks run, and their wiring.
 
-default: the cheap checks (inputs unchanged, plain outputs, timer identities, threads and
-processes, launch errors), for every test. on (--triton-judge, or the marker on one test): also
-the costly ones (the timed call's probe and GPU trace, poisoned allocations and unannounced seeds
-and sizes for correctness tests, perf verdicts recomputed by a process that runs no test).
-off: none, to measure what they cost.
+default: the cheap checks, for every test. on (--triton-judge, or the marker on one test): also
+the costly ones. off: none, to measure what they cost. Which check is which: checks.py.
+
+The checks in correctness/ (inputs, outputs, compare) are below the judge and cannot ask it: they
+read the switch in correctness/checking.py, which configure() here sets for the run.
 """
 
 from __future__ import annotations
@@ -12,9 +12,22 @@ from __future__ import annotations
 import pytest
 
 from .. import options
+from ..options import Option
 from ..correctness import checking, poison, scope
-from ..env import launch_watch, runtime
+from ..env import launch_watch, role
 from . import cost, identities, trace, verify
+
+OPTIONS = options.declare(
+    Option("triton_judge", "flag", "default",
+           "judge kernels you do not trust (docs/judging.md): on adds the costly checks (fresh "
+           "and shuffled inputs for the timed call, its GPU trace for side streams and non-Triton "
+           "kernels, poisoned allocations and unannounced seeds and sizes for correctness tests, "
+           "timing in a supervised child whose verdict this process recomputes); default keeps "
+           "the cheap ones (inputs unchanged, plain outputs, timer identities, threads and "
+           "processes, launch errors); off turns every one off, to measure what they cost. The "
+           "value only with '=': on, default or off; the bare --triton-judge means on",
+           metavar="on|default|off", choices=("default", "on", "off"), const="on"),
+)
 
 MARKER = "triton_judge"
 MARKER_HELP = (
@@ -140,5 +153,5 @@ def configure(config: pytest.Config) -> None:
     config.pluginmanager.register(JudgedTests(), "triton-judge-tests")
     config.pluginmanager.register(trace.TraceJudge(judging), "triton-judge-trace")
     config.pluginmanager.register(cost.Cost(), "triton-judge-cost")
-    if mode(config) == "on" and not runtime.is_child(config) and not hasattr(config, "workerinput"):
+    if mode(config) == "on" and role.holds_the_session(config):
         config.pluginmanager.register(verify.Verifier(config), "triton-judge-verify")

@@ -23,6 +23,7 @@ import torch
 
 from ..correctness import inputs
 from ..correctness.comparing import bits
+from .checks import Call
 
 MAX_PROBED = 16  # tensors probed per call; the rest are left alone
 SCALE = 1.0 / 16
@@ -92,10 +93,17 @@ def _moved_when_doubled(fn, captured, read: list[str], out0, state: dict, sync) 
             _put(u, state[n])
 
 
-def run(fn, captured: list[tuple[str, torch.Tensor]], before: dict, sync, declared_names,
-        declared_storages, seed: int) -> list[str]:
-    """The judge's findings for `fn` (its captured tensors, their values before the timing in
-    `before`, name -> copy); an empty list when it reads and writes as an honest call does."""
+def check(call: Call) -> str | None:
+    """The watched call's check (checks.py), under --triton-judge: what fn reads and writes."""
+    return "\n".join(run(call)) or None
+
+
+def run(call: Call) -> list[str]:
+    """The judge's findings for `call.fn` (its captured tensors, their values before the timing
+    in `call.before_all`, name -> copy); an empty list when it reads and writes as an honest
+    call does."""
+    fn, captured, before, sync = call.fn, call.captured, call.before_all, call.sync
+    declared_names, declared_storages, seed = call.declared_names, call.declared_storages, call.seed
     after = {name: inputs.snapshot(t) for name, t in captured}
     out0 = [inputs.snapshot(r) for r in tensors(fn())]
     sync()

@@ -26,6 +26,7 @@ import sys
 import time
 
 from ..perf import timing
+from .checks import Call
 
 OUTSTANDING_MS = 0.1  # GPU work left running, over the synchronize's own cost
 CALLS = 3
@@ -81,13 +82,15 @@ def outstanding_ms(fn) -> tuple[float | None, object]:
     return 1e3 * (sorted(waits)[len(waits) // 2] - floor), result
 
 
-def check(fn, when: str) -> tuple[str | None, object]:
-    """(the problem, or None; fn's last result)."""
-    ms, result = outstanding_ms(fn)
+def check(call: Call) -> str | None:
+    """The watched call's check (checks.py): work left on the GPU past the current stream's, over
+    more calls of fn (the last one's result left in call.result)."""
+    when = call.when
+    ms, call.result = outstanding_ms(call.fn)
     if ms is None or ms < OUTSTANDING_MS:
-        return None, result
+        return None
     return (f"side stream: after {when}'s work on the current stream was done, the GPU stayed "
             f"busy {ms:.3g} ms more: work on a stream the timing events do not wait for, or "
             "left running past the end event (KernelBench's non_default_stream_kernel). Launch "
             "on the current stream, or make it wait for the side stream "
-            "(torch.cuda.current_stream().wait_stream(side)) before returning."), result
+            "(torch.cuda.current_stream().wait_stream(side)) before returning.")

@@ -2,16 +2,11 @@
 whoever times fn, the plugin or a conftest, is watched the same) and pytest_triton_dry_call (the
 one untimed call of a run without a GPU).
 
-Always (cheap, docs/judging.md has the costs):
-- the timer's functions are the ones noted at start-up, before and after (identities.py);
-- no thread or process the call started is still running (workers.py);
-- no CUDA error is left unread (launcherrors.py);
-- the make_tensor inputs fn captures are unchanged, or compared later as outputs, or declared
-  in place (correctness/inputs.py; judged when the test's call ends);
-- what fn returns is a plain tensor, not a view of one of those inputs (correctness/outputs.py).
-Under --triton-judge (or the triton_judge marker) also the probe (probe.py): every tensor fn
-captures perturbed in turn, for mutated inputs, cached and aliased outputs; and no work outlives
-the current stream's (streams.py: a side stream, or work past the end event).
+The checks of the call are the judge's (checks.py lists them, with when each runs; their costs
+are in docs/judging.md), each `check(call) -> str | None` on the one `Call`: before and after it
+the cheap ones, then under --triton-judge (or the triton_judge marker) the probe. The make_tensor
+inputs fn captures are compared here too (correctness/inputs.py judges them when the test's call
+ends), and what fn returns (correctness/outputs.py).
 """
 
 from __future__ import annotations
@@ -21,6 +16,7 @@ import pytest
 from ..correctness import checking, inputs, outputs
 from ..env import seeding
 from . import identities, launcherrors, probe, streams, workers
+from .checks import Call
 
 
 class Watch:
@@ -31,6 +27,7 @@ class Watch:
         self.config = item.config
         self.judging = judging
         self.guard = inputs.guard()
+        self.call = Call(self.config, fn, when, judging=judging, sync=_sync)
 
     def fail(self, why: str | None) -> None:
         __tracebackhide__ = True
@@ -40,9 +37,9 @@ class Watch:
     @checking.costed()
     def before(self) -> None:
         __tracebackhide__ = True
-        self.fail(identities.check(self.config, f"before {self.when}"))
-        self.census = workers.take()
-        self.captured = inputs.captured(self.fn)
+        self.fail(identities.check(self.call.at(f"before {self.when}")))
+        self.call.census = workers.take()
+        self.captured = self.call.captured = inputs.captured(self.fn)
         tracked = {}
         if self.guard is not None:
             for entry in self.guard.inputs:
@@ -53,7 +50,7 @@ class Watch:
         self.inputs = [(name, t, tracked[inputs.storage_of(t)]) for name, t in self.captured
                        if inputs.storage_of(t) in tracked]
         self.copies = [inputs.snapshot(t) for _, t, _ in self.inputs]
-        self.before_all = {name: inputs.snapshot(t) for name, t in self.captured} \
+        self.call.before_all = {name: inputs.snapshot(t) for name, t in self.captured} \
             if self.judging else {}
 
     def resume(self) -> None:
@@ -63,13 +60,15 @@ class Watch:
     @checking.costed()
     def after(self, result=None, called: bool = True) -> None:
         __tracebackhide__ = True
-        self.fail(launcherrors.check(self.when))
-        self.fail(identities.check(self.config, f"during {self.when}"))
-        self.fail(workers.check(self.census, self.when))
+        call = self.call
+        self.fail(launcherrors.check(call))
+        self.fail(identities.check(call.at(f"during {self.when}")))
+        self.fail(workers.check(call))
         if not called:  # the timed call's result: more calls, untimed, to look at it
-            problem, result = streams.check(self.fn, f"a call like {self.when}") \
-                if self.judging else (None, self.fn())
-            self.fail(launcherrors.check(f"a call after {self.when}"))
+            like = call.at(f"a call like {self.when}")
+            problem = streams.check(like) if self.judging else None
+            result = like.result if self.judging else self.fn()
+            self.fail(launcherrors.check(call.at(f"a call after {self.when}")))
             self.fail(problem)
         self._check_inputs()
         self._check_result(result)
@@ -80,9 +79,10 @@ class Watch:
         __tracebackhide__ = True
         if self.judging:
             seed = seeding.CURRENT.get()
-            names, storages = self._declared()
-            self.fail("\n".join(probe.run(self.fn, self.captured, self.before_all, _sync, names,
-                                          storages, seed.seed if seed else 0)) or None)
+            call = self.call
+            call.declared_names, call.declared_storages = self._declared()
+            call.seed = seed.seed if seed else 0
+            self.fail(probe.check(call))
 
     def _declared(self) -> tuple[set, set]:
         g = self.guard

@@ -82,7 +82,7 @@ class Verifier:
         if not payload or report.when != "call":
             return
         problems = []
-        replaced = identities.check(self.config, "in the process that judges the reports")
+        replaced = identities.tampering(self.config, "in the process that judges the reports")
         if replaced:
             problems.append(replaced)
         for m in payload.get("measurements", ()):

@@ -17,6 +17,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from .checks import Call
+
 # torch.compile's worker pool and Triton's compile helpers: started by a first compilation and
 # kept for the next, doing no work of the call's
 ALLOWED_PROCESSES = ("compile_worker", "torch/_inductor", "ptxas", "cuobjdump", "nvdisasm")
@@ -84,8 +86,10 @@ def started_since(before: Census) -> list[str]:
     return found
 
 
-def check(before: Census, when: str) -> str | None:
-    found = started_since(before)
+def check(call: Call) -> str | None:
+    """The watched call's check (checks.py): threads and processes it left running."""
+    when = call.when
+    found = started_since(call.census)
     if not found:
         return None
     return (f"extra workers: {when} started {len(found)} thread{'s' if len(found) > 1 else ''} or "

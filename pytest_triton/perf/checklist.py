@@ -14,7 +14,14 @@ from types import MappingProxyType
 import pytest
 
 from .. import options
+from ..options import Option
 from .markers import PerfTargetError, parse_perf_target
+
+OPTIONS = options.declare(
+    Option("triton_perf_checklist", "linelist", [],
+           "overrides of the performance checklist, one per line: "
+           "'NAME: key=value, key=value' (e.g. 'softmax: gbps=600')"),
+)
 
 if sys.version_info >= (3, 11):
     import tomllib

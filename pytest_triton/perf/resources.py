@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 
 from .. import options, state
+from ..options import Option
 from ..env import archcompile, ptxas
 from ..env.device import arch_of
 from ..env.kernel_record import Recorder, recording
@@ -24,6 +25,13 @@ from . import resource_check as rc
 from .calibrate import cache_dir
 from .markers import RESOURCE_KEYS
 from .session import dry_run
+
+OPTIONS = options.declare(
+    Option("triton_resources_archs", "string", "sm_80 sm_90",
+           "the GPU architectures a triton_resources marker without archs= compiles its kernels "
+           "for, separated by spaces or commas (known: sm_80 sm_86 sm_89 sm_90 sm_100 sm_120)",
+           metavar="ARCHS"),
+)
 
 MARKER_HELP = (
     "triton_resources(*, max_registers=None, max_spills=0, max_shared_memory='per-device', "

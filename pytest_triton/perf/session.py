@@ -9,12 +9,40 @@ from dataclasses import dataclass, field
 import pytest
 
 from .. import options, state
-from ..env import nvml, runtime
+from ..options import Option
+from ..env import nvml, role
 from ..env.device import DeviceInfo, with_calibration
 from . import calibrate
 from .defaults import DefaultHooks, check_device_info
 from .record import Mode, PerfRecord
 
+OPTIONS = options.declare(
+    Option("triton_perf", "bool", False,
+           "time every test marked perf_target on the GPU and fail those that miss their target"),
+    Option("triton_perf_json", "string", None,
+           "write every measurement, its statistics, the environment and the verdicts to PATH",
+           metavar="PATH"),
+    Option("triton_perf_calibrate", "bool", False,
+           "measure this device's real ceilings again (a 1 GiB copy; an 8192^3 cuBLAS matmul per "
+           "dtype), replacing those cached for its fingerprint (they are measured once per "
+           "device fingerprint anyway, at the first perf test)"),
+    Option("triton_perf_peak", "string", "datasheet",
+           "what fractions of peak are taken against where a perf_target does not say (peak=): "
+           "the SKU's datasheet, or this device's measured ceilings",
+           choices=("datasheet", "measured")),
+    Option("triton_perf_l2", "string", "cold",
+           "L2 state while timing: cold (flushed before every sample) or warm",
+           choices=("cold", "warm")),
+    Option("triton_perf_max_time", "string", "2.0",
+           "seconds of GPU sampling allowed per kernel per round, before the verdict is taken "
+           "on what was collected", metavar="SECONDS"),
+    Option("triton_perf_retries", "string", "2",
+           "how many times an inconclusive verdict is measured again before it fails",
+           metavar="N"),
+    Option("triton_perf_allow_unchecked", "bool", False,
+           "with --triton-perf, let the run pass although perf targets were left unchecked (no "
+           "GPU to time on: their bodies only dry-ran); without it such a run fails"),
+)
 
 @dataclass
 class PerfSession:
@@ -73,7 +101,7 @@ class Perf:
 def _make_session(config: pytest.Config) -> PerfSession:
     st = state.get(config)
     info = None
-    if not runtime.xdist_controller(config):  # the workers time; the controller must not start CUDA
+    if not role.is_controller(config):  # the workers time; the controller must not start CUDA
         info = config.hook.pytest_triton_device_info(config=config)
         check_device_info(info)
     if info is not None:
@@ -88,7 +116,7 @@ def _make_session(config: pytest.Config) -> PerfSession:
         retries=int(options.get_count(config, "triton_perf_retries")),
         json_path=options.get(config, "triton_perf_json"),
         # xdist workers and continuation children report to the process that writes the results
-        controller=not hasattr(config, "workerinput") and not runtime.is_child(config),
+        controller=role.holds_the_session(config),
     )
 
 
@@ -119,7 +147,7 @@ def dry_run(config: pytest.Config) -> bool:
     time on (Triton's interpreter; or --triton-perf without a device). On a GPU without
     --triton-perf they skip: their full-size bodies belong to the perf job."""
     st = state.get(config)
-    if st.perf and not runtime.xdist_controller(config):
+    if st.perf and not role.is_controller(config):
         ps = session(config)
         return ps is None or ps.device is None
     # Without --triton-perf; or on the xdist controller, which never looks for a device itself

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from ..env import runtime
+from ..env import role
 from . import gpufaults
 from .crash import hard_exit
 
@@ -23,7 +23,7 @@ _OUTPUT_OPTIONS = ("xmlpath", "report_log", "triton_perf_json", "benchmark_json"
 
 def prepare(config: pytest.Config) -> None:
     """In a child, before plugins configure: no terminal output, no files the parent writes."""
-    if not runtime.is_child(config):
+    if not role.is_child(config):
         return
     config.pluginmanager.set_blocked("terminalreporter")
     for dest in _OUTPUT_OPTIONS:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from .. import state
-from ..env import launches, runtime, seeding
+from ..env import launches, role, seeding
 
 # CUDA errors after which the context is unusable: the driver returns them from every later call.
 # Code: (short name, the driver's text, which torch and Triton put in their messages).
@@ -138,7 +138,7 @@ def lost(config: pytest.Config) -> dict | None:
 
 
 def _mode_line(config: pytest.Config) -> str:
-    if hasattr(config, "workerinput"):
+    if role.is_worker(config):
         return ("This xdist worker retires after this test; xdist starts a fresh one and the rest "
                 "of the session carries on.")
     return "Any remaining tests run in a fresh process (pytest-triton continues the session there)."
@@ -152,7 +152,7 @@ class FaultWatch:
         self.config = config
         self.launches = LaunchRecorder()
         # pytest-xdist's controller launches nothing (its workers do): no hook, no import of Triton
-        self.real_gpu = not state.get(config).runtime.interpret and not runtime.xdist_controller(config)
+        self.real_gpu = not state.get(config).runtime.interpret and not role.is_controller(config)
         self.outermost = _SESSIONS[0] == 0
         self.session: pytest.Session | None = None
         _SESSIONS[0] += 1
@@ -299,7 +299,7 @@ class FaultWatch:
             "text": err.text, "surfaced": surfaced, "launches": list(self.launches.names),
             "launch_count": self.launches.count, "seed": seed.seed, "base_seed": seed.base,
         }
-        if self.real_gpu and self.outermost and not hasattr(item.config, "workerinput"):
+        if self.real_gpu and self.outermost and not role.is_worker(item.config):
             atexit.register(self._exit_without_cuda_teardown)
         return GPUContextLost(message, err, surfaced)
 

@@ -39,7 +39,7 @@ from dataclasses import asdict
 import pytest
 
 from .. import options, state
-from ..env import runtime
+from ..env import role
 from ..perf import record
 from . import lockfiles
 from .lockfiles import POLL_S, GPUWaitTimeout, Hold, holders
@@ -376,7 +376,7 @@ class GPULock:
     def __init__(self, config: pytest.Config):
         self._config = config
         opt = config.option
-        if runtime.xdist_controller(config) and getattr(opt, "dist", "") == "load" and not \
+        if role.is_controller(config) and getattr(opt, "dist", "") == "load" and not \
                 state.get(config).runtime.interpret and getattr(opt, "maxschedchunk", 0) is None:
             opt.maxschedchunk = 1
 

@@ -17,9 +17,22 @@ import sys
 import pytest
 
 from .. import options, state
+from ..options import Option
 from . import forked, gpufaults
 from .continuation import COLLECT_FAILED_KEY, Continuation, the_remaining
 
+OPTIONS = options.declare(
+    Option("triton_supervise", "flag", "auto",
+           "run the tests in a child process that is replaced when it dies, so that a test which "
+           "crashes it (a segfault under Triton's interpreter) fails alone and the rest runs; "
+           "under the interpreter the child is forked after collection (nearly free), elsewhere "
+           "a fresh pytest process. auto (the default): on under "
+           "Triton's interpreter in a run of its own, started as pytest or python -m pytest (not "
+           "under -n, --pdb, --trace, --setup-*, log_cli, inside another test, nor when a test "
+           "uses pytest-benchmark or record_testsuite_property/record_xml_attribute). The value "
+           "only with '=': on, off or auto; the bare --triton-supervise means on",
+           metavar="auto|on|off", choices=("auto", "on", "off"), const="on"),
+)
 
 def supervision(config: pytest.Config) -> tuple[bool, str]:
     """(whether the tests run in a supervised child from the start, why). --triton-supervise=auto

@@ -21,6 +21,7 @@ import tempfile
 
 import pytest
 
+from ..env import role
 from .crash import crash_message, hard_exit
 
 
@@ -60,7 +61,7 @@ class Worker:
                 pass
 
     def _retire(self, report: pytest.TestReport, keep: bool) -> None:
-        wi = self.config.workerinput
+        wi = role.worker_input(self.config)
         data = (self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
                 if keep else None)
         note = {"nodeid": report.nodeid, "when": report.when, "report": data}

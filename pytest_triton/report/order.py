@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from .. import options, state
-from ..env import runtime
+from ..env import role
 from ..process import gpulock
 from . import expected
 
@@ -68,14 +68,14 @@ class LongestFirst:
         self._config = config
         self._known: dict[str, float] | None = None
         opt = config.option
-        if runtime.xdist_controller(config) and getattr(opt, "dist", "no") == "load" \
+        if role.is_controller(config) and getattr(opt, "dist", "no") == "load" \
                 and getattr(opt, "maxschedchunk", 0) is None:
             opt.maxschedchunk = 1
 
     def known(self) -> dict[str, float]:
         """The saved durations: those the controller handed over, else read here."""
         if self._known is None:
-            handed = getattr(self._config, "workerinput", {}).get(WORKERINPUT_KEY)
+            handed = role.worker_input(self._config).get(WORKERINPUT_KEY)
             if handed is not None:
                 self._known = handed["durations"]
             else:
@@ -101,7 +101,7 @@ class LongestFirst:
         result = yield
         if items:
             known = self.known()
-            workerinput = getattr(config, "workerinput", {})
+            workerinput = role.worker_input(config)
             workers = int(workerinput.get("workercount", 1))
             handed = workerinput.get(WORKERINPUT_KEY) or {}
             block = first_block(len(items), workers, handed.get("maxschedchunk")) \

@@ -164,11 +164,11 @@ def test_a_cuda_error_left_unread_is_named():
     if not launcherrors.runtimes() and _a_runtime_on_disk() is None:
         pytest.skip("no CUDA runtime library loaded, nor one on this machine to load")
     lib = launcherrors.runtimes()[-1]
-    assert launcherrors.check("the call") is None  # nothing pending: the positive control
+    assert launcherrors.unread("the call") is None  # nothing pending: the positive control
     pointer = ctypes.c_void_p()
     assert lib.cudaMalloc(ctypes.byref(pointer), ctypes.c_size_t(1 << 60)) != 0  # fails, unread
-    message = launcherrors.check("the timed call")
+    message = launcherrors.unread("the timed call")
     assert message is not None and message.startswith("silent launch failure: the timed call "
                                                        "left a CUDA error that no one read: ")
     assert "(cudaError 2)" in message  # cudaErrorMemoryAllocation
-    assert launcherrors.check("the call") is None  # read once, cleared
+    assert launcherrors.unread("the call") is None  # read once, cleared

@@ -242,7 +242,7 @@ def test_on_a_gpu_xdist_sends_tests_one_at_a_time(monkeypatch, given, interpret,
     from types import SimpleNamespace as NS
 
     config = NS(option=NS(dist="load", maxschedchunk=given))
-    monkeypatch.setattr(gpulock.runtime, "xdist_controller", lambda c: True)
+    monkeypatch.setattr(gpulock.role, "is_controller", lambda c: True)
     monkeypatch.setattr(gpulock.state, "get", lambda c: NS(runtime=NS(interpret=interpret)))
     gpulock.GPULock(config)
     assert config.option.maxschedchunk == expected

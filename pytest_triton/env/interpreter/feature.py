@@ -156,7 +156,9 @@ class Interpreter:
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
         return header(config)
 
-    @pytest.hookimpl(wrapper=True)
+    # trylast: inside every other wrapper (plugin.MAKEREPORT_ORDER): a gap's failure is a skip
+    # before the seed, the poison or the OOM retry looks at the report
+    @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
         annotate_report(item, call, report, item.stash.get(INTERPRETER_GAP_KEY, None))
