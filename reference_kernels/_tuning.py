@@ -28,8 +28,9 @@ import triton
 
 from pytest_triton import do_bench, do_bench_each, interpreting, shared_choice
 
-# Traffic below which the heuristic is taken untimed: at 32 MB a launch takes ~10 us on an
-# H100 and tuning (a compile and ~50 ms of timing per candidate) could not pay for itself.
+# Traffic below which the heuristic is taken untimed: at 32 MB a launch takes microseconds, and
+# tuning (a compile and tens of ms of timing per candidate) could not pay for itself
+# (docs/kernels.md).
 TUNE_MIN_BYTES = 32 * 2**20
 
 

@@ -12,49 +12,31 @@ below the diagonal need no mask and run in a first loop; only the few blocks on 
 (and a sequence tail shorter than BLOCK_N) run in a second, masked loop; blocks above the
 diagonal are skipped, and the query blocks with the most keys are launched first.
 
-Removed, measured (2026-11-25, bench/sweep_attention.py, Triton 3.6, torch 2.11, fp16, speedup
-over SDPA at test_attention_speed's six shapes per head dim, geomean and worst): two hand-written
-inner-loop options, PIPELINE (FlashAttention-3's intra-warpgroup overlap: block j's Q K^T, then
-block j-1's P V left in flight, then block j's softmax) and LAZY_RESCALE (FlashAttention-4's
-conditional rescale of the accumulator). Each lost at every shape on both GPUs:
-                               H100 80GB HBM3          H200
-  D128  default                0.840 (worst 0.776)     0.844 (0.771)
-        128x128 s3 w8 lazy     0.696 (0.667)           0.692 (0.653)
-        128x64  s4 w8 pipe     0.685 (0.646)           0.681 (0.626)
-        128x128 s2 w8 pipe     0.649 (0.596)           0.648 (0.585)
-        64x64   s3 w4 pipe     0.566 (0.510)           0.559 (0.506)
-        128x128 s3 w8 pipe     cannot launch: 257 KB of shared memory (P staged through it)
-  D64   default                0.944 (0.927)           0.950 (0.926)
-        64x64   s3 w4 pipe     0.903 (0.858)           0.904 (0.867)
-        128x64  s4 w8 pipe     0.854 (0.796)           0.853 (0.794)
-        128x64  s4 w8 lazy     0.813 (0.772)           0.812 (0.767)
-Triton 3.6 stages P through shared memory, whose single buffer makes the compiler wait for each
-P V product at once (no overlap is left; the extra wait and copy cost 4-33% of the default's
-speed); the lazy rescale's cross-warp branch per block cost more than the multiplies it skips
-(128 x 128: 0.696 against 0.827 without it on the H100). They were removed
-rather than kept off by default: no shape wanted them, and they were most of the loop's code.
+Removed: two hand-written inner-loop options, PIPELINE (FlashAttention-3's intra-warpgroup
+overlap: block j's Q K^T, then block j-1's P V left in flight, then block j's softmax) and
+LAZY_RESCALE (FlashAttention-4's conditional rescale of the accumulator). Each lost to the
+default at every shape measured: Triton stages P through shared memory, whose single buffer
+makes the compiler wait for each P V product at once (no overlap is left, and the extra wait
+and copy cost speed), and the lazy rescale's cross-warp branch per block cost more than the
+multiplies it skips. They were removed rather than kept off by default: no shape wanted them,
+and they were most of the loop's code.
 
-Also removed, measured (2026-11-25, bench/sweep_final.py, H100, D128, non-causal, x SDPA at
-S = 1024, 4096, 16384): Triton's automatic warp specialization of the key loop
+Also removed: Triton's automatic warp specialization of the key loop
 (tl.range(warp_specialize=True), FlashAttention-3's producer/consumer structure chosen by the
-compiler). With the host-side descriptors of the "tma" variant, every warp-specialized config
-tried (128 x 128 over 2 stages, 128 x 64 over 2 and 3, 4-warp consumer groups; D64 128 x 64 and
-128 x 128) compiled and then never finished on the GPU (the process waited in
-torch.cuda.synchronize until killed: Triton's Hopper warp specialization partitions data only
-with descriptors made in the kernel, triton-lang/triton#7658). With descriptors made in the
-kernel (tl.make_tensor_descriptor) it ran and was right, and slower than the default:
-128 x 128 over 2 stages 0.734 / 0.837 / 0.851 against the default's 0.768 / 0.841 / 0.858,
-128 x 64 0.68-0.78, D64 128 x 64 0.60-0.71 against 0.92-0.95; the same descriptors without
-specialization 0.793 against the host descriptors' 0.849 (S = 4096). No shape wanted it.
-What limits the default at D 128 (0.77-0.86x SDPA on both GPUs, BENCHMARKS.md), from its
-compiled schedule (bench/attention_schedule.py: Triton 3.6, sm_90, 128 x 128 over 3 stages, 8
-warps): in every step the wait after Q K^T lets no tensor-core product stay in flight
+compiler). With the host-side descriptors of the "tma" variant, warp-specialized configs
+compiled and then never finished on the GPU (Triton's Hopper warp specialization partitions
+data only with descriptors made in the kernel, triton-lang/triton#7658); with descriptors made
+in the kernel (tl.make_tensor_descriptor) it ran and was right, and slower than the default.
+No shape wanted it.
+What limits the default at D 128, from its compiled schedule (bench/attention_schedule.py
+shows it): in every step the wait after Q K^T lets no tensor-core product stay in flight
 (warp_group_dot_wait with pendings = 0), so the previous block's P V and this block's Q K^T
 both finish before its exponentials start, and a warpgroup's softmax never overlaps its tensor
 cores; FlashAttention-3, behind SDPA on Hopper, overlaps them within a warpgroup and alternates
-two warpgroups. The launch asks for 230400 bytes of shared memory (Q and 3 stages of K and V),
-all a program may have on an H100: no deeper pipeline fits. Both ways to the overlap that
-Triton 3.6 offers, by hand (PIPELINE) and by the compiler (warp specialization), lost above.
+two warpgroups. Q and 3 stages of K and V already take all the shared memory a program may
+have on Hopper: no deeper pipeline fits. Both ways to the overlap that Triton offers, by hand
+(PIPELINE) and by the compiler (warp specialization), lost above. The measurements:
+docs/kernels.md.
 Not built: folding sm_scale * log2(e) into Q, which turns the per-score FMA (s * qk_scale - m)
 into a subtraction of the same cost (one FFMA or one FADD a score) and rounds the scaled Q to
 fp16/bf16.
@@ -87,8 +69,8 @@ LOG2E = 1.4426950408889634
 VARIANTS = ("pointer", "tma")
 
 # The variant `attention` uses when the operands allow TMA (Hopper or newer, contiguous) and when
-# they do not. TMA loads of K and V free the warps of address arithmetic: on the H100, 3-8%
-# faster than pointer loads at the same tiles on every perf-test shape (bench/sweep_compute.py).
+# they do not. TMA loads of K and V free the warps of address arithmetic, which made them faster
+# than pointer loads at the same tiles on every perf-test shape (measured in docs/kernels.md).
 DEFAULT_VARIANT = "tma"
 FALLBACK_VARIANT = "pointer"
 
@@ -108,15 +90,13 @@ def _attention_configs() -> dict[int, list[triton.Config]]:
     """The candidate tiles for each tuned head dim, autotuned per (S, head dim, causal) between
     two: `_prune_configs` picks the call's head dim.
 
-    From bench/sweep_compute.py on the H100 (the perf tests' timer, every perf-test shape,
-    speedup over SDPA): D 64 is best at 128 x 64 with 4 stages over 8 warps (0.92-0.95
-    non-causal; 128 x 128 tiles spill the score tile's registers: 0.72-0.85 in the first sweep);
-    D 128 at 128 x 128, 3 stages (0.84-0.90 from S = 4096; 3 x 2 x 32 KB of K and V blocks and
-    the 32 KB Q tile just fit in 227 KB). 64 x 64 tiles over 4 warps win where the 128-row tiles
-    leave work idle: causal at D 64 (0.92-0.98, whose diagonal blocks, half masked, are a large
-    share of the work) and D 128 at S = 1024 (0.79-0.84 against 0.72-0.76): the second
-    candidate. Two candidates per head dim cost two compiles per head dim and causal flag in the
-    3-minute perf run.
+    Timed as the perf tests time, at every perf-test shape (docs/kernels.md): D 64 is best at
+    128 x 64 with 4 stages over 8 warps (128 x 128 tiles spill the score tile's registers);
+    D 128 at 128 x 128, 3 stages (3 x 2 x 32 KB of K and V blocks and the 32 KB Q tile just fit
+    in 227 KB). 64 x 64 tiles over 4 warps win where the 128-row tiles leave work idle: causal at
+    D 64 (whose diagonal blocks, half masked, are a large share of the work) and D 128 at
+    S = 1024: the second candidate. Two candidates per head dim cost two compiles per head dim
+    and causal flag in the 3-minute perf run.
     """
     def cfg(bm, bn, stages, warps):
         return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages,

@@ -21,7 +21,7 @@ Three kernels:
   is one contiguous block of rows, and the weight, in channels_last memory, a (K, R*S*C) matrix
   that a TMA descriptor reads. Rows whose tap falls in the padding (or wraps into the next image
   row) must contribute zeros: A is gathered by masked asynchronous copies that zero-fill shared
-  memory (or, A_TMA=True, TMA-loaded and masked in registers: slower on the H100); a 1x1
+  memory (or, A_TMA=True, TMA-loaded and masked in registers: slower, docs/kernels.md); a 1x1
   unpadded conv needs no mask and is a plain TMA GEMM. For late layers, whose few output tiles
   would leave SMs idle, the reduction can be split over several programs (split-K, summed by
   `_splitk_reduce_kernel`). Tiles and split are chosen per shape by timing a few candidates
@@ -347,10 +347,8 @@ def _splitk_reduce_kernel(
 # warpgroup: 128- and 256-row tiles over 8 warps, 64-row tiles over 4. Stages: as many as fit in
 # shared memory with the epilogue tile at BLOCK_K 64 (3 x 48 KB + 64 KB for the 256-wide and
 # 256-row tiles; 4 x 32 KB + 32 KB for 128 x 128; 4 x 24 KB + 16 KB for 128 x 64 and 64 x 128,
-# which then fit twice per SM). On the H100 (bench/sweep_compute.py, ResNet-50 at batch 32) the
-# timed plans were 64 x 128 (3x3 over 128 and 256 channels, 1x1 1024 -> 256), 128 x 64 (the
-# 64-channel layers), 128 x 256 split 4 (3x3 over 512 channels at 7 x 7), 256 x 128 and 128 x 256
-# (the memory-bound 1x1 layers); 256 x 64 was never best and is left out.
+# which then fit twice per SM). Each tile was the timed plan of some ResNet-50 layer (which ones:
+# docs/kernels.md); 256 x 64 was never the best and is left out.
 _TMA_TILES = ((64, 128, 4, 4), (128, 64, 4, 4), (128, 128, 8, 4), (128, 256, 8, 3),
               (256, 128, 8, 3))
 
@@ -361,24 +359,21 @@ INTERPRETER_TMA_CONFIG = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K":
 
 # Tiles of the NHWC kernel (variant "tma_nhwc"): (TILE_H, TILE_W, BLOCK_N, num_warps, num_stages),
 # TILE_H x TILE_W output pixels of one image by BLOCK_N output channels. What it is for: the TMA
-# kernel's 3x3 layers ran 0.63-0.68x cuDNN (ResNet-50, batch 32, H100, BENCHMARKS.md) on 64 x 128
-# tiles, the timed best, at 190-280 TFLOP/s. Their traffic from L2 is what bounds them: every tap
-# reads its A tile again and every 64-row tile the layer's whole weight (3x3 over 128 channels
-# at 28 x 28: about 60 MB of A and 115 MB of weight per call, ~30 us at L2's ~5.5 TB/s, measured
-# 27-29 us); a tile does 2 x BM x BN flops per BM + BN elements it loads, so only larger tiles cut
-# that traffic, and with masked gathers (per-element addresses and predicates) larger tiles lost.
+# kernel's 3x3 layers, on their timed best 64 x 128 tiles, stay well behind cuDNN, and their
+# traffic from L2 is what bounds them (docs/kernels.md): every tap reads its A tile again and
+# every 64-row tile the layer's whole weight; a tile does 2 x BM x BN flops per BM + BN
+# elements it loads, so only larger tiles cut that traffic, and with masked gathers
+# (per-element addresses and predicates) larger tiles lost.
 # Here A is one TMA box per tap, no address arithmetic, padding zero-filled by the copy engine,
 # so 128- and 256-pixel tiles are cheap to feed. TILE_H = 1 keeps A in shared memory for the
 # tensor cores (a box of one row reshapes in place); taller tiles reach them from registers
 # (Triton 3.6, sm_90: one ldmatrix pass per step, no spills). Shared memory (Triton 3.6, sm_90,
 # BLOCK_K 64): 8 x 16 x 128 in 4 stages 115 KB, 16 x 16 x 128 in 3 115 KB, 8 x 16 x 256 in 3
 # 131 KB, 8 x 8 x 128 in 4 90 KB; registers 107-186.
-# Measured (bench/sweep_final.py, H100, 2026-11-25, Triton 3.6, ResNet-50's 3x3 layers at batch
-# 32, fp16, x cuDNN; the "tma" plan 0.65-0.68x on each): 56 x 56 x 64 best at 1 x 64 x 64 (0.754;
-# 8 x 16 x 64 0.686), 28 x 28 x 128 at 8 x 16 x 128 (0.815; 16 x 8 0.809, 8 x 8 0.681), 14 x 14 x
-# 256 at 8 x 8 x 128 (0.726; 8 x 16 0.660), 7 x 7 x 512 at 8 x 8 x 128 only 0.486 (the "tma"
-# plan's 0.651 stays its default: _faster_tma_variant). Never the best, so not timed: 16 x 16 x
-# 128 in 3 stages (0.45-0.79), 8 x 16 x 256 in 3 (0.52), 8 x 16 x 64 and 16 x 16 x 64 (0.53-0.69).
+# The tiles below came best, or within noise of it, at ResNet-50's 3x3 layers (1 x 64 x 64 at
+# 56 x 56, 8 x 16 and 16 x 8 by 128 channels at 28 x 28, 8 x 8 at 14 x 14); at 7 x 7 the "tma"
+# plan stays the default (_faster_tma_variant). Tiles never the best are not timed. Measured in
+# docs/kernels.md.
 _NHWC_TILES = ((8, 16, 128, 8, 4), (16, 8, 128, 8, 4), (8, 8, 128, 4, 4), (1, 64, 64, 4, 4))
 
 # Under the interpreter: 4 x 4 pixels by 16 channels, so that the tests' small images span
@@ -401,9 +396,10 @@ def _tma_candidates(M: int, K: int, C: int, taps: int, masked: bool,
     """The plans timed for a conv: every tile no wider than the layer's output channels; split-K
     by 2 or 4 only where the unsplit tiles leave SMs idle and each split keeps 8 or more
     reduction steps (late layers: 1568 x 512 outputs are 52 tiles of 128 x 128 over reductions of
-    72 steps). Masked convs load A by masked copies: on the H100 that beat TMA loads masked in
-    registers on every tile of every 3x3 ResNet-50 layer (by 5-35%: with A in registers each
-    step's tensor-core work waits on the mask), which stay available through config=."""
+    72 steps). Masked convs load A by masked copies, which beat TMA loads masked in registers on
+    every tile of every 3x3 ResNet-50 layer measured (with A in registers each step's
+    tensor-core work waits on the mask; docs/kernels.md); those stay available through
+    config=."""
     bk = _block_k(C)
     steps = taps * C // bk
     out = []
@@ -522,9 +518,9 @@ def _tunable(x, weight) -> bool:
 def _faster_tma_variant(x, weight, bias, out, padding, dilation) -> str:
     """The default of a masked conv both TMA kernels take (3x3 with padding 1, stride 1): the
     variant whose timed plan is the faster on this GPU, once per shape; "tma" where nothing is
-    timed. The NHWC kernel's larger tiles won 3 of ResNet-50's four 3x3 layers on the H100, by
-    10-20% (0.74-0.82x cuDNN against 0.66-0.68x), and lost the 7 x 7 one (0.49x against 0.65x:
-    64-pixel tiles of a 49-pixel image), bench/sweep_final.py, 2026-11-25, Triton 3.6."""
+    timed. The NHWC kernel's larger tiles won 3 of ResNet-50's four 3x3 layers and lost the
+    7 x 7 one (64-pixel tiles of a 49-pixel image), so neither wins everywhere
+    (docs/kernels.md)."""
     key = _plan_key(None, x, weight, padding, dilation)
     if key in _VARIANT_CHOICES:
         return _VARIANT_CHOICES[key]

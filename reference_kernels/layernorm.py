@@ -397,28 +397,22 @@ def layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
     """Forward launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each
     row over cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program.
 
-    Single pass, from the run-2 sweep on an H100 (cold L2): float32 in ~8192-element tiles over
-    8 warps (1K columns: 2888 GB/s, 4K: 2905), 16 warps at 16K (2813); 16-bit dtypes in
-    4096-element tiles, 4 warps up to 2K columns and 8 above (fp16 1K: 4 rows on 4 warps ran
-    2878 GB/s, 8 rows on 8 warps 2510: their w and b broadcast went through shared memory in a
-    layout conversion; 4K: one row on 8 warps 2795 vs 2640 for two). No eviction hint on x: 2-3%
-    faster than evict_first at 1K-16K (fp16). As in softmax, the speed follows the bytes of x an
-    SM holds, and registers bound it. A program that loads its w and b with x holds them in
-    float32 too: a 16K-wide 16-bit row on 16 warps then takes 113 registers per thread (sm_90,
-    Triton 3.6), one program and 32 KB per SM (2300-2340 GB/s, runs 8 and 9); loaded after the
-    statistics (LATE_WB, in x's dtype, from L1 or L2), 64: two programs, 2907 GB/s (run 9; split
-    rows 2737, 32 warps 2213). 4K fp16: w and b late 2908 GB/s vs 2933 early (run 9). Float32
-    at 16K keeps w and b early (2922 GB/s; late on 32 warps 2883).
+    Single pass: float32 in ~8192-element tiles over 8 warps, 16 warps at 16K; 16-bit dtypes in
+    4096-element tiles, 4 warps up to 2K columns and 8 above (narrow 16-bit rows several to a
+    program on 8 warps ran slower: their w and b broadcast went through shared memory in a
+    layout conversion; at 4K one row on 8 warps beat two). No eviction hint on x: faster than
+    evict_first. As in softmax, the speed follows the bytes of x an SM holds, and registers
+    bound it. A program that loads its w and b with x holds them in float32 too: a 16K-wide
+    16-bit row on 16 warps then fits one program per SM; loaded after the statistics (LATE_WB,
+    in x's dtype, from L1 or L2), two, and faster. Narrower 16-bit rows and float32 at 16K keep
+    w and b early, which was as fast or faster there.
     Rows wider than 16K are split over programs of 4 warps, w and b loaded after the exchange,
-    each chunk normalised in two halves (see the split kernel; runs 11-13 of this layout, 64K
-    columns, triton.testing.do_bench): float32 4096-column chunks, 64 registers, 8 programs per
-    SM: 2780 GB/s; 16-bit 8192-column chunks capped (maxnreg) at 72 registers, 7 programs: fp16
-    2833, bf16 2778 (at 64: 2815/2772; uncapped, 75: 2761/2734; 4096 columns capped at 40:
-    2650). Chunks normalised whole, as before: float32 80 registers, 6 programs, 2648-2654 GB/s;
-    fp16 4096 columns capped at 40, 12 programs, 2646-2662; 8192 capped at 80, 2651 (runs 8-13).
-    Also measured and dropped (run 12-13): the chunks on a persistent grid, each program loading
-    its next chunk while it waits for the exchange: float32 2675-2684 GB/s at best (4096/4,
-    capped at 128), 16-bit 2420-2601: holding two chunks costs more registers than the wait.
+    each chunk normalised in two halves (see the split kernel): float32 4096-column chunks;
+    16-bit 8192-column chunks capped (maxnreg) at 72 registers, faster than a lower cap or none.
+    Both beat chunks normalised whole. Also measured and dropped: the chunks on a persistent
+    grid, each program loading its next chunk while it waits for the exchange: holding two
+    chunks costs more registers than the wait.
+    The measurements: docs/kernels.md.
     The looped path (sweeps only): 4096-column steps over 16 warps (Welford keeps 5 values per
     column live: 8 per thread), on a grid whose rows in flight fit in half of L2.
     """
@@ -446,12 +440,11 @@ def layernorm_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> dict:
 def layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
     """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
     heuristic of layernorm_config first, then what won elsewhere (softmax.softmax_space says
-    why they differ between GPUs). From the H200 grid (bench/sweep_memory.py, do_bench): 1K
-    one row on 4 warps (fp32 4065 GB/s vs the heuristic's 8 rows on 8 warps 3998; fp16 two rows
-    4057 vs 3971); 4K 16-bit w and b loaded late (4008 vs 3781); 16K float32 two rows on 32
-    warps, w and b late (3848 vs 3538), or split in 2048-column chunks on 2 warps (3709), 16-bit
-    one row on 8 warps (3882 vs 3806); 64K split rows in 2048-column chunks on 2 warps as the
-    alternative to the heuristic's chunks."""
+    why they differ between GPUs), on a GPU of more bandwidth per SM: 1K rows one or two to a
+    program on 4 warps; 4K 16-bit w and b loaded late; 16K float32 two rows on 32 warps, w and b
+    late, or split in 2048-column chunks on 2 warps, 16-bit one row on 8 warps; 64K split rows
+    in 2048-column chunks on 2 warps as the alternative to the heuristic's chunks. Measured in
+    docs/kernels.md."""
     base = layernorm_config(n_rows, n_cols, dtype)
     block = base["BLOCK_N"]
     half = dtype != torch.float32
@@ -464,9 +457,10 @@ def layernorm_space(n_rows: int, n_cols: int, dtype: torch.dtype) -> list[dict]:
                              {"ROWS": tile_rows(2048, block, n_rows), "num_warps": 4})
     if block <= 4096:
         if half:
-            # One row with w and b late is no candidate: on the H200 it times within the
-            # tuner's resolution of two rows late, then runs slower than them in the perf test;
-            # on the H100 the heuristic's one row early wins outright.
+            # One row with w and b late is no candidate: on a GPU of more bandwidth per SM it
+            # times within the tuner's resolution of two rows late, then runs slower than them
+            # in the perf test; elsewhere the heuristic's one row early wins outright
+            # (docs/kernels.md).
             return _tuning.space(base, {"ROWS": tile_rows(2 * block, block, n_rows),
                                         "LATE_WB": True})
         return _tuning.space(base, {"ROWS": 1, "num_warps": 4})
@@ -487,16 +481,14 @@ def layernorm_backward_config(n_rows: int, n_cols: int, dtype: torch.dtype) -> d
     partial buffer at 1/64 of the rows (its write and read cost ~3% of the traffic) while
     giving every SM many programs; the row sums loop in 4096-column steps.
 
-    Measured (bench/sweep_final.py, H100, 2026-11-25, Triton 3.6, 256 MB tensors, fraction of
-    torch.add(x, dy), which moves the same bytes): whole rows in 16-bit dtypes pipelined over
-    NUM_STAGES=3 (the tiles of the next rows copied into shared memory while this one is
-    reduced: ~48 KB a program) 0.835 at 1K and 0.846 at 4K columns, against 0.713 and 0.809 in
-    one stage (2 stages 0.774 and 0.784, 4 programs per SM 0.70); float32 1K rows 0.858 at 1, 2
-    or 3 stages alike, so they keep one. Wide rows (16K, 64K) read x and dy twice, once for the
-    row sums and once for dx: 5 tensor-sized transfers for the 3 counted, so they cannot pass 0.6
-    of the ceiling however fast they stream (measured 0.52-0.56; pipelining the row sums
-    SUMS_NUM_STAGES=3 0.52-0.57; bands of half or a quarter of L2, so that the second read
-    comes from L2, 0.18-0.38: two launches per band and their tails cost more than they save).
+    Whole rows in 16-bit dtypes are pipelined over NUM_STAGES=3 (the tiles of the next rows
+    copied into shared memory while this one is reduced: ~48 KB a program), which beat one and
+    two stages and more programs per SM; float32 rows ran alike at 1, 2 or 3 stages, so they keep
+    one. Wide rows (16K, 64K) read x and dy twice, once for the row sums and once for dx: 5
+    tensor-sized transfers for the 3 counted, so they cannot pass 0.6 of the ceiling however
+    fast they stream (pipelining the row sums, SUMS_NUM_STAGES=3, did not lift them; bands of
+    half or a quarter of L2, so that the second read comes from L2, lost: two launches per band
+    and their tails cost more than they save). Measured in docs/kernels.md.
     Rows read once, split over programs that exchange their row sums as the forward's do, are
     what would lift them: not built.
     """

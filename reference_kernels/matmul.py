@@ -45,13 +45,12 @@ ACTIVATIONS = (None, "relu", "gelu")
 VARIANTS = ("pointer", "pointer_persistent", "tma", "tma_persistent", "tma_splitk")
 
 # The variants `matmul` uses when the operands allow TMA (Hopper or newer, aligned): persistent
-# TMA for M > SMALL_M (on the H100, 1.00-1.07x cuBLAS at 4096^3-8192^3 against 0.95-0.97x one
-# tile per program); for M <= SMALL_M, whose GEMMs stream B from DRAM, one tile per program
-# ("tma"): two 112 KB programs share each SM and keep twice the bytes in flight that one
-# persistent program does (M=128, N=14336, K=4096: 1.03x cuBLAS against 0.82x persistent) -
-# unless the unsplit tiles leave SMs idle and K is long enough to split (_splitk_pays): then
-# SPLITK_VARIANT, each tile's reduction split over programs (see "split-K" below). And when TMA
-# cannot take the operands, pointer loads.
+# TMA for M > SMALL_M (faster than one tile per program at large square GEMMs); for M <= SMALL_M,
+# whose GEMMs stream B from DRAM, one tile per program ("tma"): two 112 KB programs share each SM
+# and keep twice the bytes in flight that one persistent program does (measured in
+# docs/kernels.md) - unless the unsplit tiles leave SMs idle and K is long enough to split
+# (_splitk_pays): then SPLITK_VARIANT, each tile's reduction split over programs (see "split-K"
+# below). And when TMA cannot take the operands, pointer loads.
 DEFAULT_VARIANT = "tma_persistent"
 SMALL_M_VARIANT = "tma"
 SPLITK_VARIANT = "tma_splitk"
@@ -69,14 +68,11 @@ def _matmul_configs() -> list[triton.Config]:
     32 tiles of 128 x 128), so 64-row tiles with one warpgroup double or quadruple the tile count.
     These shapes stream B from DRAM and their speed is the bytes each SM keeps in flight: 3 stages
     ahead of 16 KB (64 x 64 x 64) are not enough to cover DRAM latency at 3 TB/s over 128 tiles,
-    64 x 64 x 128 tiles double them (on the H100, bench/sweep_compute.py: 0.85x and 1.00x cuBLAS
-    at M=128, N=4096, K=4096 and 14336, against 0.69x and 0.77x for 64 x 64 x 64), and
-    64 x 128 x 64 suits N=14336, whose 224 tiles already fill the SMs (1.03x against 0.75x).
-    128 x 128 x 64 in 5 stages (160 KB of A and B tiles in flight, one program per SM) is the
-    large group's pick where 128 x 256 tiles leave a ragged last wave: M=1024, N=14336, K=4096
-    (448 tiles of 128 x 256 on 132 SMs), persistent, 0.975x (H100 fp16) and 1.015x (H200 bf16)
-    cuBLAS against 0.921x and 0.948x for 128 x 256 x 64 (bench/sweep_matmul_smallm.py,
-    2026-11-25, Triton 3.6), while 128 x 256 stays the best at N=4096 (0.98x against 0.93x).
+    64 x 64 x 128 tiles double them, and 64 x 128 x 64 suits N=14336, whose 224 tiles already
+    fill the SMs. 128 x 128 x 64 in 5 stages (160 KB of A and B tiles in flight, one program per
+    SM) is the large group's pick where 128 x 256 tiles leave a ragged last wave (M=1024,
+    N=14336, K=4096: 448 tiles of 128 x 256 on 132 SMs), while 128 x 256 stays the best at
+    N=4096. Measured in docs/kernels.md.
     """
     big = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8),
            (128, 128, 64, 5, 8)]
@@ -318,28 +314,18 @@ def _splitk_reduce_kernel(
 # The rule (_splitk_pays), from the device's SM count and shared memory, the tile counts and K:
 # split where the unsplit path's finest grid (its 64 x 64 tiles) gives fewer programs than the
 # GPU has SMs, and the wave model (_wave_split) finds a split that keeps one wave of resident
-# programs, each over at least twice its pipeline's depth of K steps. Measured on the H100 and
-# H200 (132 SMs each; bench/sweep_matmul_smallm.py, 2026-11-25, Triton 3.6, x cuBLAS, fp16):
-#   M=128 N=4096  K=4096   128 tiles of 64 x 64 on 132 SMs: splits. Unsplit 64 x 64 x 128
-#                          0.835 (H100) / 0.817 (H200); 128 x 64 x 128 split 2 0.886 / 0.870 (bf16
-#                          0.900 / 0.868), 128 x 64 x 64 (6 stages) split 2 0.869 / 0.851,
-#                          64 x 128 x 64 split 4 0.826 / 0.825.
-#   M=128 N=4096  K=14336  splits: unsplit 1.011 / 0.823; 128 x 64 x 128 split 2 1.101 / 0.992,
-#                          128 x 64 x 64 (6) split 2 1.101 / 0.987, 64 x 128 x 64 split 4
-#                          1.072 / 1.002.
-#   M=128 N=14336 K=4096   448 tiles: no split. Unsplit 64 x 128 x 64 1.033 / 0.972; every
-#                          split 0.81-0.83 / 0.74-0.77.
+# programs, each over at least twice its pipeline's depth of K steps. So M=128, N=4096 (128 tiles
+# of 64 x 64 for 132 SMs) splits, at K=4096 and K=14336 alike, and M=128, N=14336 (448 tiles)
+# does not: there every split lost to the unsplit tiles (measured in docs/kernels.md).
 # Summing the partials in the tile's last program (FIXUP) lost to the reduce kernel on every
-# split launch of both GPUs (M=128, N=4096, K=4096: 64 x 128 x 64 split 4 0.742 against 0.826 on
-# the H100, 0.728 against 0.825 on the H200), so SPLITK_FIXUP stays False.
+# split launch measured, so SPLITK_FIXUP stays False.
 
 # Tiles of the split-K path: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps), the sweep's
 # best first (the untimed pick of every class whose M allows it, at its wave-model split):
 # 128 x 64 x 128 (208 KB: one per SM) reads each B tile once for M=128 (64-row tiles read it
 # twice) in 16 KB steps; 128 x 64 x 64 in 6 stages the same B bytes in flight in half-size steps;
-# 64 x 128 x 64 (112 KB, two per SM) the tile for M <= 64 and the H200's best at K=14336. The
-# other tiles swept (64 x 64 x 128, 128 x 128 x 64, 128 x 64 x 64 in 4 stages, 128 x 32 x 128,
-# 64 x 64 x 128 in 3) were never the best on either GPU.
+# 64 x 128 x 64 (112 KB, two per SM) the tile for M <= 64 and the best on some GPUs at long K.
+# The other tiles swept were never the best (docs/kernels.md lists them).
 SPLITK_TILES = ((128, 64, 128, 4, 4), (128, 64, 64, 6, 4), (64, 128, 64, 4, 4))
 # Splits tried. A split keeps at least twice its pipeline's depth (num_stages) of BLOCK_K steps:
 # fewer leave the pipeline's prologue and the partial's store a large share of each program.

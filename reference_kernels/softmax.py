@@ -299,45 +299,34 @@ def softmax_config(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: boo
     """Launch parameters. `BLOCK_N >= n_cols`: single pass; else SPLIT=True splits each row over
     cdiv(n_cols, BLOCK_N) programs, SPLIT=False loops over it in one program (two passes).
 
-    Measured on an H100 (sweeps of runs 2 and 8, cold L2). What sets the speed of every path is
-    how many bytes an SM has in flight: registers bound the programs per SM, and a program holds
-    its tile. Single pass: 2048-element tiles over 4 warps for rows up to 1K wide (1K fp32: 2929
-    GB/s with 1-row tiles, 2871 with 8 rows on 8 warps), ~8192-element tiles over 8 warps above,
-    16 warps at 16K columns (64 registers: 2 programs per SM, 2912 GB/s fp16); no eviction hint
-    (1-2% faster than evict_first at every width).
+    What sets the speed of every path is how many bytes an SM has in flight: registers bound the
+    programs per SM, and a program holds its tile. Single pass: 2048-element tiles over 4 warps
+    for rows up to 1K wide (1-row tiles beat 8 rows on 8 warps), ~8192-element tiles over 8 warps
+    above, 16 warps at 16K columns (2 programs per SM); no eviction hint (faster than
+    evict_first at every width).
     Persistent (softmax_persistent): tiles are tickets and a program holds two (the next one's
     load in flight). Rows up to 1K wide, 16-bit dtypes: 8 KB tiles over 4 warps, 8 programs per
-    SM (fp16: 2908 and 2916 GB/s in runs 8 and 9, 1.26x torch). fp32 1K is torch's best case
-    (2893-2896 GB/s, runs 14-15): 16 KB tiles (4 rows) over 2 warps, 4 programs per SM, 2924
-    GB/s, 1.011x (run 15; 8 per SM the same; 2 rows on 2 warps 2903-2920; the former 8 KB tiles
-    over 4 warps 2884-2895, 0.996-1.001x, inconclusive in the perf suite three times of three;
-    one-row tiles on 1-2 warps 2754-2802). The ticketed loop tops out ~1% below the one-tile
-    programs of softmax (2944-2954) at this width.
+    SM. fp32 1K is torch's best case: 16 KB tiles (4 rows) over 2 warps, 4 programs per SM, the
+    launch that came out ahead of torch (the former 8 KB tiles over 4 warps were level with
+    it, inconclusive in the perf suite). The ticketed loop tops out a little below the one-tile
+    programs of softmax at this width.
     4K: one row on 8 warps, 4 per SM.
-    16K fp32: 32 warps, one program per SM (2808-2821 GB/s; the strided kernel below 2726-2771).
-    16K 16-bit rows are half the bytes for the same registers, and the ticketed kernel reached
-    only 1840 GB/s there: they take the strided kernel (NUM_STAGES=2: the next row is copied
-    into shared memory while this one is normalised), 16 warps, 2 programs per SM, evict_first
-    (run 9: 2790 GB/s; 3 stages 2789, 8 warps 2799, one program per SM 2112).
-    Wide rows, split: 4096-column chunks over 4 warps. Run 8, with the chunk's exponentials held
-    in float32 across the exchange (Triton 3.6 register counts): fp32 2846 GB/s (64 registers, 8
-    programs and 128 KB per SM), 2048 columns 2636 (11 x 8 KB); fp16 2493 (63 registers, 8 x 8
-    KB), read again after the exchange 2557 (48, 10 x 8 KB), 8192 columns on 8 warps 2222 (3 x
-    16 KB): the GB/s follows the bytes an SM holds. Now the chunk is held as loaded (reconvert),
-    run 9: fp16 48 registers, 10 programs, 2600 GB/s (read again: 2514; 8192 columns on 4 warps
-    capped at 80 registers: 2584, on 8 warps 2578; uncapped 2304). fp32 64 registers, 8
-    programs: 2751 GB/s, and capped at 56 (maxnreg; no spill), 9 programs: 2844. Under the
-    interpreter, which runs programs one at a time, a chunk is the whole row: a program cannot
-    wait for one that runs after it.
+    16K fp32: 32 warps, one program per SM (faster than the strided kernel).
+    16K 16-bit rows are half the bytes for the same registers, and the ticketed kernel fell far
+    behind there: they take the strided kernel (NUM_STAGES=2: the next row is copied into shared
+    memory while this one is normalised), 16 warps, 2 programs per SM, evict_first.
+    Wide rows, split: 4096-column chunks over 4 warps. Their GB/s follows the bytes an SM holds,
+    so the chunk is held as loaded (reconvert) rather than as float32 exponentials across the
+    exchange, which for 16-bit chunks takes fewer registers and so fits more programs per SM;
+    fp32 chunks run faster capped at 56 registers (maxnreg; no spill), which fits one more
+    program per SM. The measurements (sweeps, cold L2): docs/kernels.md. Under the interpreter,
+    which runs programs one at a time, a chunk is the whole row: a program cannot wait for one
+    that runs after it.
     softmax_persistent's rows wider than SINGLE_PASS_MAX_COLS take softmax's split rows too (no
     persistent grid: a row's chunks exchange their statistics). Its looped path (one program per
-    row, two passes; config SPLIT=False, or BLOCK_N below the row) was the straggler:
-    64K 16-bit columns at 0.66 of the copy ceiling on the H100, 0.54 on the H200, the loop's few
-    bytes in flight per SM. Measured at 2048 x 65536 fp16 (bench/sweep_final.py, H100,
-    2026-11-25, Triton 3.6, fraction of a copy of x): the looped path 0.696 (NUM_STAGES 2: 0.468,
-    3: 0.642, 3 over 2 programs per SM: 0.700, 2048-column steps on 8 warps in 3 stages: 0.541)
-    against the split rows 0.869 (4096-column chunks on 4 warps) and 0.929 (softmax's timed
-    choice, 8192 columns capped at 80 registers).
+    row, two passes; config SPLIT=False, or BLOCK_N below the row) stayed far below the copy
+    ceiling at 64K 16-bit columns, for the loop's few bytes in flight per SM: the split rows beat
+    it however it was pipelined (measured in docs/kernels.md).
     """
     block = triton.next_power_of_2(max(n_cols, 1))
     base = {"EVICT": False, "SPLIT": False, "RELOAD": False, "NUM_STAGES": 1, "maxnreg": None}
@@ -366,10 +355,9 @@ def softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool
     """The launch configs a GPU chooses among at first use (reference_kernels/_tuning.py): the
     heuristic of softmax_config first, then what won elsewhere. Single-pass tiles hold 8 to 32
     values per thread; which suits a GPU depends on how many bytes each SM must keep in flight
-    (its bandwidth over its SM count) against what its registers hold. The H200 (1.43x an
-    H100's bandwidth on the same 132 SMs) preferred smaller tiles where the H100 preferred
-    larger (bench/sweep_memory.py grid, H200, triton.testing.do_bench: float32 1K one row on 4
-    warps 4133 GB/s vs the heuristic's two rows 4043; 4K one row on 16 warps 4050 vs 4024).
+    (its bandwidth over its SM count) against what its registers hold. A GPU of more bandwidth
+    per SM preferred smaller tiles where one of less preferred larger (float32 1K one row on 4
+    warps over the heuristic's two rows; 4K one row on 16 warps; measured in docs/kernels.md).
     Split rows (64K): the held chunk's bytes per SM set the speed (fp32 4096-column chunks on 4
     warps: 9 programs x 16 KB; 16-bit 8192-column chunks capped at 80 registers: 6 x 16 KB,
     against 10 x 8 KB for 4096 columns)."""
@@ -400,8 +388,8 @@ def softmax_space(n_rows: int, n_cols: int, dtype: torch.dtype, persistent: bool
                              {"ROWS": tile_rows(4096, block, n_rows), "num_warps": 8})
     if block <= 4096:
         # Two rows on the warps of one: 16 values per thread where the heuristic's two rows on
-        # 8 warps hold 32, so more programs and more bytes in flight per SM (what the H200's
-        # bandwidth per SM asks of 16-bit 4K rows; bench/sweep_memory.py --phases rows4k).
+        # 8 warps hold 32, so more programs and more bytes in flight per SM (what a GPU of high
+        # bandwidth per SM asks of 16-bit 4K rows; docs/kernels.md).
         return _tuning.space(base, {"ROWS": 1, "num_warps": min(32, block // 256)},
                              {"ROWS": tile_rows(2 * block, block, n_rows),
                               "num_warps": min(32, block // 256)},

@@ -71,7 +71,7 @@ def _vector_add_persistent_kernel(
 ):
     # Tiles come from a counter, not from a fixed stride: an SM that streams faster takes more
     # of them, as the hardware scheduler does for a non-persistent grid. A fixed grid-stride
-    # split ran 3.5% below the one-tile-per-program kernel on an H100 (2875 vs 2988 GB/s fp32).
+    # split ran below the one-tile-per-program kernel (docs/kernels.md).
     n_tiles = tl.cdiv(n_elements, BLOCK_SIZE)
     # Every program takes tickets until it gets one past the last tile: n_tiles + grid in all,
     # one more per program when it holds the next tile too.
@@ -118,11 +118,10 @@ def vector_add_persistent_config(n_elements: int, dtype: torch.dtype) -> dict:
     4096-element tiles over 8 warps; 2 programs per SM in float32, 3 in 16-bit dtypes (whose
     tiles carry half the bytes): every SM has ~2 x 2 x 16 KB of loads outstanding, above the ~20
     KB per SM that HBM's latency times its bandwidth asks for (3 TB/s x ~1 us / 132 SMs).
-    Measured on an H100 (do_bench, torch.add 2978-3008 GB/s): fp32 2972 and 2996 GB/s (runs 8
-    and 9) vs 2948 with 4 programs per SM, 2973 with 3, 2928 with 8192-element tiles; fp16 3002
-    with 3 per SM vs 2970-2972 with 2, 2976-2981 with 2048-element tiles on 4 warps, 8 per SM
-    (run 9). PREFETCH (a second tile held per program, its loads in flight while the first is
-    stored) ran no faster: fp32 2992, fp16 2948-2998 (run 9). The tile count is ~16K-32K per 256
+    These ran level with torch.add and at least as fast as the other tile sizes and programs per
+    SM tried. PREFETCH (a second tile held per program, its loads in flight while the first is
+    stored) ran no faster. Measured in docs/kernels.md.
+    The tile count is ~16K-32K per 256
     MB, so the ticket atomics (one per tile, on one address) stay far below what L2 serves.
     Under the interpreter: small tiles, so that one program takes several.
     """
