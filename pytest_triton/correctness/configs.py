@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .. import options
-from ..options import Option
 from ..env import autotune_pin
 from ..env.autotune_pin import kernel_name
 from ..env.interpreter.base import interpreting
+from ..options import Option
 from . import pinning, scope
 from .poison import poison_allocations
 

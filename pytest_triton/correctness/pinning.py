@@ -20,9 +20,9 @@ import contextlib
 import pytest
 
 from .. import options
-from ..options import Option
 from ..env import autotune_pin
 from ..env.interpreter.base import interpreting
+from ..options import Option
 
 OPTIONS = options.declare(
     Option("triton_autotune", "string", "full",

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 
 from .. import options
-from ..options import Option
 from ..correctness import checking, poison, scope
 from ..env import launch_watch, role
+from ..options import Option
 from . import cost, identities, trace, verify
 
 OPTIONS = options.declare(

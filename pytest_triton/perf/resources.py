@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 
 from .. import options, state
-from ..options import Option
 from ..env import archcompile, ptxas
 from ..env.device import arch_of
 from ..env.kernel_record import Recorder, recording
+from ..options import Option
 from . import resource_check as rc
 from .calibrate import cache_dir
 from .markers import RESOURCE_KEYS

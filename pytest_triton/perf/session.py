@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from .. import options, state
-from ..options import Option
 from ..env import nvml, role
 from ..env.device import DeviceInfo, with_calibration
+from ..options import Option
 from . import calibrate
 from .defaults import DefaultHooks, check_device_info
 from .record import Mode, PerfRecord
