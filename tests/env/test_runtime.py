@@ -116,6 +116,7 @@ def pytest_unconfigure(config):
 """
 
 
+@pytest.mark.requires_plugin("pytest-xdist")
 def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytester, monkeypatch):
     """The controller runs no test: on a host with a GPU it decides without importing torch or
     Triton (seconds before its workers can start); negative control: without -n the same process
