@@ -13,9 +13,9 @@ __version__ = "0.1.0"
 
 # Each public name and the module that defines it (a name differing there: "module:name").
 _PUBLIC = {
-    "TOLERANCES": "correctness.compare",
-    "assert_close": "correctness.compare",
-    "tolerance_for": "correctness.compare",
+    "TOLERANCES": "correctness.closeness",
+    "assert_close": "correctness.closeness",
+    "tolerance_for": "correctness.closeness",
     "assert_every_config": "correctness.configs",
     "config_id": "correctness.configs",
     "config_params": "correctness.configs",

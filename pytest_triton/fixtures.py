@@ -41,9 +41,9 @@ def make_tensor(request: pytest.FixtureRequest, triton_device: torch.device) -> 
 @pytest.fixture(name="assert_close")
 def assert_close_fixture():
     """pytest_triton.assert_close, as a fixture."""
-    from .correctness import compare  # import time: torch
+    from .correctness import closeness  # import time: torch
 
-    return compare.assert_close
+    return closeness.assert_close
 
 
 @pytest.fixture

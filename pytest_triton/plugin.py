@@ -13,14 +13,14 @@ from . import hookspec, options, state
 from .correctness import configs, pinning, poison
 from .env import role, runtime, seeding
 from .env.role import Role
-from .judge import identities, mode
-from .perf import checklist, resources, session
+from .judge import identities, wiring
+from .perf import checklist, resource_gate, session
 from .process import child, forked, supervise
 
 # The modules that declare options beside their feature (OPTIONS in each, declared as they are
 # imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
-DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, mode, pinning,
-             resources)
+DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, wiring, pinning,
+             resource_gate)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -112,7 +112,7 @@ FEATURES = (
     ("triton-interpreter", interpreting, "pytest_triton.env.interpreter.feature", "Interpreter"),
     ("triton-autotune-pin", pinning, "pytest_triton.correctness.pinning", "Pinning"),
     ("triton-fixtures", always, "pytest_triton.fixtures", None),
-    ("triton-scope", always, "pytest_triton.correctness.scope", "Scope"),
+    ("triton-scope", always, "pytest_triton.correctness.call_record", "Scope"),
     ("triton-poison", always, "pytest_triton.correctness.poison", "Poison"),
     ("triton-seed", always, "pytest_triton.env.seeding", "Seeding"),
     ("triton-perf-tests", always, "pytest_triton.perf.lifecycle", "PerfTests"),
@@ -136,7 +136,7 @@ FEATURES = (
     ("triton-busy-gpu", role.is_worker, "pytest_triton.report.busy", "WorkerGpu"),
     ("triton-oom-retry", retrying_oom, "pytest_triton.process.oomretry", "OOMRetry"),
     # the judge: its cheap checks always, the costly ones with --triton-judge (it registers its parts)
-    ("triton-judge", always, "pytest_triton.judge.mode", "Judge"),
+    ("triton-judge", always, "pytest_triton.judge.wiring", "Judge"),
     # a GPU fault is blamed on the test that launched it, and the rest of the session runs on in
     # a fresh process: a child reports to its parent; an xdist worker retires and its controller
     # explains; otherwise this process supervises its own tests
@@ -146,7 +146,7 @@ FEATURES = (
     ("triton-fault-summary", role.holds_the_session, "pytest_triton.process.crash", "FaultSummary"),
     ("triton-xdist-controller", role.is_controller, "pytest_triton.process.xdistfaults", "Controller"),
     ("triton-supervisor", role.is_plain, "pytest_triton.process.supervise", "Supervisor"),
-    ("triton-resources", always, "pytest_triton.perf.resources", "ResourceGate"),
+    ("triton-resources", always, "pytest_triton.perf.resource_gate", "ResourceGate"),
 )
 
 

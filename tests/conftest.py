@@ -118,8 +118,8 @@ def run_interpreted_fresh(request, pytester, monkeypatch, run_interpreted):
 def outside_a_test():
     """Run the test's body as plain function use would: without the plugin's per-test scope
     (assert_close then judges each call on its own, and guards are found while they live)."""
-    from pytest_triton.correctness import scope
+    from pytest_triton.correctness import call_record
 
-    token = scope.CURRENT.set(None)
+    token = call_record.CURRENT.set(None)
     yield
-    scope.CURRENT.reset(token)
+    call_record.CURRENT.reset(token)

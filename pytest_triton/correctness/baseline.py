@@ -25,8 +25,8 @@ import math
 import torch
 
 from ..env import dtypes, seeding
-from . import scope
-from .comparing import check_operands, index_of, record_comparison, shape_dtype
+from . import call_record
+from .comparison_steps import check_operands, index_of, record_comparison, shape_dtype
 from .tolerance import tolerance_for
 
 DEFAULT_FACTOR = 2.0
@@ -161,7 +161,7 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
                 f"{_fmt(z_mean)}, are within {factor:g} x the baseline's + "
                 f"{floor.atol:.3g}")
             excess = float(beyond.max()) if bool(finite.any()) else 0.0
-            scope.note(_passed_note(actual, factor, floor.atol, (k_max, b_max, allowed_max),
+            call_record.note(_passed_note(actual, factor, floor.atol, (k_max, b_max, allowed_max),
                                     (k_mean, b_mean, allowed_mean), excess))
         return
     table = tolerance_for(actual.dtype, atol=atol, reduction_size=reduction_size, precision=precision)
@@ -171,7 +171,7 @@ def assert_close_to_baseline(actual, expected, baseline, *, factor, rtol, atol, 
         # the table's tolerance, which is what assert_close asks without a baseline (a kernel
         # that rounds twice where torch rounds once, within the dtype's own tolerance, passes)
         record_comparison(False, allow_trivial, None, None)
-        scope.note(f"assert_close against a baseline ({shape_dtype(actual)}): max |error| "
+        call_record.note(f"assert_close against a baseline ({shape_dtype(actual)}): max |error| "
                    f"{_fmt(k_max)} = {_ratio(k_max, b_max)} the baseline's, above "
                    f"{factor:g}x, but every element is within the table's tolerance "
                    f"({table.describe()}), which baseline= never narrows")

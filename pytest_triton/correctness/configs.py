@@ -35,7 +35,7 @@ from ..env import autotune_pin
 from ..env.autotune_pin import kernel_name
 from ..env.interpreter.base import interpreting
 from ..options import Option
-from . import pinning, scope
+from . import call_record, pinning
 from .poison import poison_allocations
 
 OPTIONS = options.declare(
@@ -154,7 +154,7 @@ def _todo(tuner, configs, all_configs) -> tuple[list, list, str]:
     if configs is not None:
         return list(configs), declared, "configs="
     if all_configs is None:
-        sc = scope.CURRENT.get()
+        sc = call_record.CURRENT.get()
         all_configs = bool(sc and sc.all_configs)
     if all_configs:
         return declared, declared, "all_configs"
@@ -201,8 +201,8 @@ def _record(tuner, todo, declared, why, passed, failed, note) -> None:
                      ". all_configs=True or --triton-all-configs runs them here, or a GPU run")
         else:
             text += f"; could not run here: {'; '.join(unchecked[:4])}"
-    scope.note(text)
-    sc = scope.CURRENT.get()
+    call_record.note(text)
+    sc = call_record.CURRENT.get()
     if sc is not None:
         sc.configs_checked.append({"kernel": kernel_name(tuner), "checked": checked, "total": total,
                                    "where": where, "unchecked": total - checked,

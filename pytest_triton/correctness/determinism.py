@@ -23,8 +23,8 @@ import torch
 from ..env import dtypes, seeding
 from ..env.interpreter import program_order
 from ..env.interpreter.base import interpreting
-from . import inputs, scope
-from .comparing import bits, index_of
+from . import call_record, inputs
+from .comparison_steps import bits, index_of
 from .tensors import poison_value
 
 MAX_LISTED = 8
@@ -187,7 +187,7 @@ def assert_deterministic(fn, *, runs: int = 3, outputs=(), msg: str | None = Non
     problems, differing_runs = _compare(snapshots, run)
     if not problems:
         if orders is not None:
-            scope.note(_interpreter_note(runs, orders, records))
+            call_record.note(_interpreter_note(runs, orders, records))
         return first_result
     head = [msg] if msg else []
     head.append(f"Not deterministic: {len(differing_runs)} of {runs - 1} repeated runs of the same "

@@ -21,7 +21,7 @@ import torch
 
 from ..env import dtypes, seeding
 from . import baseline as _baseline
-from . import compare
+from . import closeness
 from . import inputs as input_guard
 
 
@@ -137,7 +137,7 @@ def _torch_precision_note(name, got, want, own, reduction_size, precision, facto
     if own is None or got.dtype == torch.float64 or not got.dtype.is_floating_point:
         return None
     factor = _baseline.DEFAULT_FACTOR if factor is None else factor
-    floor = compare.tolerance_for(got.dtype, reduction_size=reduction_size,
+    floor = closeness.tolerance_for(got.dtype, reduction_size=reduction_size,
                                   precision=precision).atol
     a, e, b = got.detach().double(), want.detach().double(), own.detach().double()
     finite = torch.isfinite(e)
@@ -319,9 +319,9 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
             w = torch.zeros_like(g, dtype=torch.float64)
         size_arg = size if size and size > 1 else None
         # This function measures torch's own error at the inputs' precision itself (below).
-        token = compare.ARITHMETIC_KEYWORD.set(None)
+        token = closeness.ARITHMETIC_KEYWORD.set(None)
         try:
-            compare.assert_close(g, w, reduction_size=size_arg, precision=precision, baseline=b,
+            closeness.assert_close(g, w, reduction_size=size_arg, precision=precision, baseline=b,
                                  baseline_factor=baseline_factor, allow_trivial=False)
         except AssertionError as exc:
             report = str(exc)
@@ -334,7 +334,7 @@ def assert_grads_close(fn, reference, inputs, *, grad_outputs=None, outputs=None
         else:
             passed.append(f"{name} ({how})")
         finally:
-            compare.ARITHMETIC_KEYWORD.reset(token)
+            closeness.ARITHMETIC_KEYWORD.reset(token)
     if failures:
         lines = [msg] if msg else []
         lines.append(f"Gradients off for {len(off)} of {sum(diff)} inputs: {', '.join(off)}")

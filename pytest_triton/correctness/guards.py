@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..env import dtypes
-from . import scope
+from . import call_record
 
 # 512 bytes on each side: torch's CUDA caching allocator hands out 512-byte aligned blocks, so the
 # view keeps the alignment a plain torch.empty has (Triton specialises pointers on 16-byte
@@ -95,7 +95,7 @@ def allocate(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, f
     flat = torch.full((guard + span + guard,), fill, dtype=dtype, device=device)
     view = flat.as_strided(shape, strides, guard)
     pattern = int(flat[:1].view(_BITS[dtype.itemsize]).item())
-    g = Guarded(flat, guard, span, tuple(shape), tuple(strides), pattern, scope.caller())
+    g = Guarded(flat, guard, span, tuple(shape), tuple(strides), pattern, call_record.caller())
     _register(view, g)
     return view
 
@@ -109,7 +109,7 @@ def _key(t: torch.Tensor) -> int:
 
 
 def _register(view: torch.Tensor, g: Guarded) -> None:
-    sc = scope.CURRENT.get()
+    sc = call_record.CURRENT.get()
     if sc is not None:
         sc.guarded.append(g)  # kept until the call ends, then checked
         return
@@ -126,7 +126,7 @@ def find(t: torch.Tensor) -> Guarded | None:
         key = _key(t)
     except (RuntimeError, NotImplementedError):  # sparse and other storage-less tensors
         return None
-    sc = scope.CURRENT.get()
+    sc = call_record.CURRENT.get()
     for g in (sc.guarded if sc is not None else ()):
         if _key(g.flat) == key:
             return g
@@ -225,6 +225,6 @@ def check_guards(t: torch.Tensor) -> None:
 
 def forget(g: Guarded) -> None:
     """Stop checking `g` (its clobbering was reported once)."""
-    sc = scope.CURRENT.get()
+    sc = call_record.CURRENT.get()
     if sc is not None and g in sc.guarded:
         sc.guarded.remove(g)

@@ -6,7 +6,7 @@ its input, and a ReLU that also stores into `x` passes `assert_close(relu(x), to
 
 What counts as an input, and when it is compared:
 - A tensor make_tensor makes with values (poison=True makes outputs). Its contents are copied
-  when a Triton kernel first receives it (env/launch_watch.py), and compared at each assert_close
+  when a Triton kernel first receives it (env/launch_args.py), and compared at each assert_close
   and at the end of the test's call, which a change fails unless the test compared the tensor as
   assert_close's `actual` (an output, an in-place op's result) or declared it in place.
 - assert_grads_close's inputs, after fn's forward and backward (gradients.py).
@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import scope
+from . import call_record
 from .captured import captured
 from .checking import ENABLED, costed
-from .comparing import bits, fmt, index_of
+from .comparison_steps import bits, fmt, index_of
 
 _ASSIGNED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 _DECLARE = ('If the op is in place by design, declare it: inplace=["{name}"] (or the tensor) on '
@@ -147,7 +147,7 @@ class Change:
 
 @dataclass(eq=False)
 class Guard:
-    """The running test's inputs (scope.TestScope.inputs), their copies and what changed."""
+    """The running test's inputs (call_record.TestScope.inputs), their copies and what changed."""
     inputs: list[Input] = field(default_factory=list)
     pending: set = field(default_factory=set)  # tracked, no copy yet: the next launch takes one
     changes: list[Change] = field(default_factory=list)
@@ -242,7 +242,7 @@ class Guard:
 
 def guard() -> Guard | None:
     """The running test's guard, made at its first use; None outside a test."""
-    sc = scope.CURRENT.get()
+    sc = call_record.CURRENT.get()
     if sc is None or not ENABLED.get():
         return None
     if sc.inputs is None:
@@ -255,13 +255,13 @@ def track(t: torch.Tensor) -> None:
     """make_tensor made `t` with values: an input of the running test."""
     g = guard()
     if g is not None:
-        source = scope.caller(absolute=True)
-        g.track(t, scope.relative(source), source)
+        source = call_record.caller(absolute=True)
+        g.track(t, call_record.relative(source), source)
 
 
 def on_launch(kernel: str, args) -> None:
-    """env/launch_watch's callback: copy the running test's inputs a launch receives."""
-    sc = scope.CURRENT.get()
+    """env/launch_args' callback: copy the running test's inputs a launch receives."""
+    sc = call_record.CURRENT.get()
     g = sc.inputs if sc is not None else None
     if g is not None and g.pending and not g.paused:
         g.on_launch(kernel, args)
@@ -281,7 +281,7 @@ def at_comparison(actual: torch.Tensor) -> None:
     """assert_close: note `actual` as written on purpose and compare the inputs."""
     g = guard()
     if g is not None:
-        g.check(f"assert_close ({scope.caller()})", actual)
+        g.check(f"assert_close ({call_record.caller()})", actual)
 
 
 class Watched:

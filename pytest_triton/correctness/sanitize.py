@@ -30,10 +30,10 @@ import pytest
 import torch
 
 from .. import options, state
-from ..env import childcmd, role, seeding
+from ..env import pytest_child, role, seeding
 from ..env.runtime import find_cuda_tool
 
-CHILD_ENV = childcmd.SANITIZE_CHILD_ENV  # set in the child: the tool it runs under
+CHILD_ENV = pytest_child.SANITIZE_CHILD_ENV  # set in the child: the tool it runs under
 IDS_ENV = "PYTEST_TRITON_SANITIZE_IDS"  # set in the child: the file of node ids to run
 BEGIN = "@@pytest-triton-sanitize begin "
 END = "@@pytest-triton-sanitize end "
@@ -106,7 +106,7 @@ def header(config: pytest.Config) -> list[str]:
 def _child_command(config: pytest.Config, sanitizer: str, t: str) -> list[str]:
     pyargs = ["--pyargs"] if getattr(config.option, "pyargs", False) else []
     return [sanitizer, "--tool", t, "--destroy-on-device-error", "kernel",
-            *childcmd.pytest_command(config, seed=seeding.option_value(config, seeding.base(config)),
+            *pytest_child.pytest_command(config, seed=seeding.option_value(config, seeding.base(config)),
                                      args=list(config.args),
                                      options=["-s", "-p", "no:cacheprovider", *pyargs])]
 

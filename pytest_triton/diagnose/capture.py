@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from .. import options, state
-from ..env import launches as launches_mod
+from ..env import launch_hooks as launches_mod
 from ..perf import record as perf_record
 from ..perf.record import Verdict
 

@@ -1,7 +1,7 @@
 """--triton-perf-explain: why a kernel is slow, from what Triton compiled and how it was launched.
 
 For each measurement: the compiled kernel of the launch that was timed (registers, spills, shared
-memory, warps, stages, constexpr block sizes, grid; launches.py), its theoretical occupancy and
+memory, warps, stages, constexpr block sizes, grid; launch_hooks.py), its theoretical occupancy and
 waves against the device's per-SM limits, the autotune record, the roofline position against
 the datasheet and the measured ceilings, and checklist hints, each naming its evidence.
 

@@ -25,12 +25,12 @@ import pytest
 import torch
 
 from .. import state
-from ..env import childcmd, launches, seeding
+from ..env import launch_hooks, pytest_child, seeding
 from ..env.runtime import find_cuda_tool
 from ..perf.timing import Timings
 from .capture import timed_launches
 
-CHILD_ENV = childcmd.NCU_CHILD_ENV  # in the child: the file its launch lists go to
+CHILD_ENV = pytest_child.NCU_CHILD_ENV  # in the child: the file its launch lists go to
 SECTIONS = ("SpeedOfLight", "Occupancy", "WarpStateStats")
 TIMEOUT_S = 600
 
@@ -76,7 +76,7 @@ def command(config: pytest.Config, item: pytest.Item, ncu: str, names: list[str]
     seed = seeding.for_item(item, seeding.base(config))
     # The test's own seed, fixed: the child profiles the inputs the parent timed, whatever the
     # child's node id and whether the parent's --triton-seed was BASE or BASE:SEED.
-    return cmd + childcmd.pytest_command(
+    return cmd + pytest_child.pytest_command(
         config, seed=f"{seed.base}:{seed.seed}", args=[test],
         options=["-q", "-p", "no:cacheprovider", "--triton-perf", "--triton-perf-retries", "0",
                  "--triton-perf-max-time", "0.01", "--triton-perf-explain=off",
@@ -94,7 +94,7 @@ def profile_item(item: pytest.Item, captures: dict) -> dict:
     if why is not None:
         return {i: {"unavailable": why} for i in captures}
     with tempfile.TemporaryDirectory(prefix="pytest-triton-ncu-") as tmp:
-        log, seen = os.path.join(tmp, "ncu.csv"), os.path.join(tmp, "launches.jsonl")
+        log, seen = os.path.join(tmp, "ncu.csv"), os.path.join(tmp, "launch_hooks.jsonl")
         env = dict(os.environ, **{CHILD_ENV: seen})
         cmd = command(config, item, find_ncu(), names, log)
         try:
@@ -220,7 +220,7 @@ class NcuChild:
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         try:
-            cap = launches.capture(fn, torch.cuda.synchronize)
+            cap = launch_hooks.capture(fn, torch.cuda.synchronize)
         finally:
             torch.cuda.profiler.stop()
         with open(self.path, "a") as f:

@@ -16,7 +16,7 @@ A launch is a CompileSpec: the JITFunction and the signature, constexprs and spe
 attributes Triton's own binder derives from the launch's arguments (so the compile is the one a
 GPU launch gets: 16-byte aligned pointers, integers divisible by 16), and the launch's options
 (num_warps, num_stages, maxnreg ...). An interpreted kernel is compiled as the JITFunction a GPU
-process would have (uninterpreted.py).
+process would have (native_jit.py).
 
 Results are kept in memory and on disk per (kernel source hash, signature, constexprs,
 attributes, options, architecture, Triton and ptxas versions): a suite compiles each once.
@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import ptxas
+from .native_jit import jit_of, language_for_compile
 from .ptxas import capability
-from .uninterpreted import jit_of, language_for_compile
 
 # Launch options a CompileSpec carries (the rest of the backend's options are its defaults).
 SPEC_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug")

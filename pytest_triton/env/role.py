@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from .childcmd import NCU_CHILD_ENV, SANITIZE_CHILD_ENV
+from .pytest_child import NCU_CHILD_ENV, SANITIZE_CHILD_ENV
 
 
 class Role(enum.Enum):

@@ -80,7 +80,7 @@ CHECKS: tuple[Check, ...] = (
     Check("falls back to torch, cuBLAS or cuDNN", ("non-Triton fallback",), "judge/trace.py",
           "`perf_target(triton_only=True)`; the default under `--triton-judge`", True,
           "non-Triton kernels"),
-    Check("extra threads or processes doing the work", ("extra workers",), "judge/workers.py",
+    Check("extra threads or processes doing the work", ("extra workers",), "judge/background_work.py",
           "always", False, "threads and processes"),
     Check("a launch fails silently", ("silent launch failure",), "judge/launcherrors.py", "always",
           False, "launch errors"),

@@ -24,7 +24,7 @@ from .checks import Call
 KEY = pytest.StashKey[dict]()  # config: label -> (owner, attribute, the object noted)
 # the plugin's modules whose functions a verdict rests on
 OWN = ("pytest_triton.perf.timing", "pytest_triton.perf.stats", "pytest_triton.perf.verdict",
-       "pytest_triton.perf.record", "pytest_triton.perf.lifecycle", "pytest_triton.perf.defaults",
+       "pytest_triton.perf.record", "pytest_triton.perf.lifecycle", "pytest_triton.perf.default_hooks",
        "pytest_triton.perf.session", "pytest_triton.perf.fixture")
 _TORCH = (("torch.cuda", ("Event", "Stream", "CUDAGraph", "synchronize", "current_stream",
                           "stream", "graph", "_sleep", "elapsed_time")),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 
 from ..correctness import inputs
-from ..correctness.comparing import bits
+from ..correctness.comparison_steps import bits
 from .checks import Call
 
 MAX_PROBED = 16  # tensors probed per call; the rest are left alone

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 import pytest
 
-from ..correctness import inputs, scope
+from ..correctness import call_record, inputs
 from ..env import seeding
 
 SIZES_FROM = 16
@@ -130,7 +130,7 @@ def run_again(item: pytest.Item) -> None:
             f"{seed.location or item.nodeid} --triton-judge --triton-seed {seed.base}",
             pytrace=False)
     if done:
-        scope.note(f"judge: passed again with seed {new} ({' and '.join(done)}), values and "
+        call_record.note(f"judge: passed again with seed {new} ({' and '.join(done)}), values and "
                    "sizes it did not announce")
     for n in notes:
-        scope.note(f"judge: not run again with {n}")
+        call_record.note(f"judge: not run again with {n}")

@@ -15,7 +15,7 @@ import pytest
 
 from ..correctness import checking, inputs, outputs
 from ..env import seeding
-from . import identities, launcherrors, probe, streams, workers
+from . import background_work, identities, launcherrors, probe, streams
 from .checks import Call
 
 
@@ -38,7 +38,7 @@ class Watch:
     def before(self) -> None:
         __tracebackhide__ = True
         self.fail(identities.check(self.call.at(f"before {self.when}")))
-        self.call.census = workers.take()
+        self.call.census = background_work.take()
         self.captured = self.call.captured = inputs.captured(self.fn)
         tracked = {}
         if self.guard is not None:
@@ -63,7 +63,7 @@ class Watch:
         call = self.call
         self.fail(launcherrors.check(call))
         self.fail(identities.check(call.at(f"during {self.when}")))
-        self.fail(workers.check(call))
+        self.fail(background_work.check(call))
         if not called:  # the timed call's result: more calls, untimed, to look at it
             like = call.at(f"a call like {self.when}")
             problem = streams.check(like) if self.judging else None

@@ -6,7 +6,7 @@ pytest_triton_measured.
   the measured time per call is work on a side stream the events ignore, or work left running
   past the end event (KernelBench's non_default_stream_kernel; mlx-benchmark #21).
 - Work that is not Triton's: the kernels of the call that no Triton launch made (its launches
-  are watched through env/launch_watch.py in one more call); a call whose GPU time is mostly
+  are watched through env/launch_args.py in one more call); a call whose GPU time is mostly
   theirs times torch, cuBLAS or cuDNN under a Triton test's name (Kevin; KernelBench #110).
   perf_target(triton_only=True) asks for it; the default under --triton-judge.
 - A time no call can take: less than FLOOR_MS per call is less than launching one kernel takes,
@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from ..correctness import checking
-from ..env import launch_watch
+from ..env import launch_args
 from ..perf import record
 from . import launcherrors
 
@@ -35,7 +35,7 @@ MOSTLY = 0.5  # of the GPU time: a call whose non-Triton kernels take more is no
 def triton_names(fn) -> set[str]:
     """The names of the Triton kernels one call of `fn` launches."""
     names: set[str] = set()
-    remove = launch_watch.watch(lambda name, args: names.add(name))
+    remove = launch_args.watch(lambda name, args: names.add(name))
     try:
         fn()
         launcherrors.pending()

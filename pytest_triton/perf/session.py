@@ -13,7 +13,7 @@ from ..env import nvml, role
 from ..env.device import DeviceInfo, with_calibration
 from ..options import Option
 from . import calibrate
-from .defaults import DefaultHooks, check_device_info
+from .default_hooks import DefaultHooks, check_device_info
 from .record import Mode, PerfRecord
 
 OPTIONS = options.declare(

@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 
-from ..env import launches, nvml
+from ..env import launch_hooks, nvml
 from ..env.device import flush_bytes
 from . import stats
 
@@ -262,14 +262,14 @@ def compile_first(fns, sync=None) -> list:
 
     def hook(metadata=None) -> None:
         try:
-            f = launches.run_frame(sys._getframe(1))
-            tuner = launches.autotuner_above(f) if f is not None else None
+            f = launch_hooks.run_frame(sys._getframe(1))
+            tuner = launch_hooks.autotuner_above(f) if f is not None else None
             if tuner is not None and id(tuner) not in seen:  # seen tuning, or using its choice
                 seen[id(tuner)] = (tuner, set(getattr(tuner, "cache", None) or ()))
         except Exception:  # noqa: BLE001, S110 - a look must never break the kernel's launch
             pass
 
-    remove = launches.add_launch_hook(hook)
+    remove = launch_hooks.add_launch_hook(hook)
     try:
         for fn in fns:
             fn()

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ..env import childcmd, seeding
+from ..env import pytest_child, seeding
 from . import forked
 from .crash import crash_message, faulthandler_frames, signal_text
 
@@ -56,7 +56,7 @@ class Continuation:
             extra.append(f"--maxfail={max(1, maxfail - self.session.testsfailed)}")
         # this session's own command line, with the same seeds as here (even with --triton-seed
         # random or BASE:SEED)
-        return childcmd.pytest_command(
+        return pytest_child.pytest_command(
             self.config, seed=seeding.option_value(self.config, seeding.base(self.config)),
             options=extra)
 

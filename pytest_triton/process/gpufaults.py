@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import pytest
 
 from .. import state
-from ..env import launches, role, seeding
+from ..env import launch_hooks, role, seeding
 
 # CUDA errors after which the context is unusable: the driver returns them from every later call.
 # Code: (short name, the driver's text, which torch and Triton put in their messages).
@@ -87,7 +87,7 @@ class GPUContextLost(Exception):
 
 
 class LaunchRecorder:
-    """Triton's launch-enter hook: the names of the current test's last Triton launches."""
+    """Triton's launch-enter hook: the names of the current test's last Triton launch_hooks."""
     KEEP = 5
 
     def __init__(self):
@@ -117,9 +117,9 @@ class LaunchRecorder:
                 "(most recent last)")
 
     def install(self, owner=None) -> None:
-        """Record every Triton launch from now on (launches.add_launch_hook; `owner`: where the hook
+        """Record every Triton launch from now on (launch_hooks.add_launch_hook; `owner`: where the hook
         lives, Triton's own by default)."""
-        self._uninstall = launches.add_launch_hook(self, owner)
+        self._uninstall = launch_hooks.add_launch_hook(self, owner)
 
     def uninstall(self) -> None:
         if self._uninstall is not None:

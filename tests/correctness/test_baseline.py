@@ -149,15 +149,15 @@ def test_a_pass_above_the_factor_shows_the_half_ulp_allowance_that_passed_it(out
     # is 0.002) against a float64 baseline off by 1e-4 everywhere: the kernel's max error is 5x
     # the baseline's and passes, as no fp16 output can beat rounding. The note said "max |error|
     # 0.0005 = 5x the baseline's 0.0001 (allowed 2x + 1e-05)": a pass that read as a failure.
-    from pytest_triton.correctness import scope
+    from pytest_triton.correctness import call_record
 
-    sc = scope.TestScope("t")
-    token = scope.CURRENT.set(sc)
+    sc = call_record.TestScope("t")
+    token = call_record.CURRENT.set(sc)
     try:
         e = torch.tensor([0.01 + 1e-4 * i for i in range(99)] + [3.0005], dtype=torch.float64)
         assert_close(e.half(), e, baseline=e + 1e-4)
     finally:
-        scope.CURRENT.reset(token)
+        call_record.CURRENT.reset(token)
     (note,) = [n for n in sc.notes if n.startswith("assert_close against a baseline")]
     m = re.fullmatch(r"assert_close against a baseline \(float16 \(100,\)\): passed\. max \|error\| "
                      r"(\S+) = (\S+)x the baseline's (\S+); less half an ulp of expected in float16 "

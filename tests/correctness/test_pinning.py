@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from pytest_triton import assert_close, assert_every_config, interpreting
-from pytest_triton.correctness import pinning, scope
+from pytest_triton.correctness import call_record, pinning
 
 from . import _fake_gpu
 
@@ -192,7 +192,7 @@ def test_configs_differing_only_in_launch_parameters_run_once_under_the_interpre
         return
     assert ran == [WARPS[0], WARPS[2]]
     # one count with one meaning (issue 32): the five are checked, two of them ran
-    notes = [n for n in scope.CURRENT.get().notes if "assert_every_config" in n]
+    notes = [n for n in call_record.CURRENT.get().notes if "assert_every_config" in n]
     assert notes[-1] == (
         "assert_every_config: checked 5 of 5 configs of _triple_kernel (interpreter): 2 of the 5 "
         "ran under Triton's interpreter; the other 3 differ from one that ran only in num_stages, "
@@ -323,7 +323,7 @@ def test_declared_configs_the_interpreter_cannot_tell_from_the_one_it_ran_count_
     monkeypatch.setattr(triple, "configs", configs)
     x = make_tensor(1000)
     assert_every_config(triple, lambda: assert_close(triple_of(x), 3 * x.double()))
-    rec = scope.CURRENT.get().configs_checked[-1]
+    rec = call_record.CURRENT.get().configs_checked[-1]
     assert (rec["checked"], rec["total"], rec["reason"]) == (2, 2, None)
     assert "1 of them differs from the one that ran only in launch parameters" in \
-        scope.CURRENT.get().notes[-1]
+        call_record.CURRENT.get().notes[-1]

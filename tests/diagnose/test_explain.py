@@ -485,7 +485,7 @@ def test_ncu_without_counter_permission_says_so():
 
 
 def test_the_triton_frames_the_launch_hook_reads_are_still_there():
-    """launches.py reads JITFunction.run's locals (kernel, grid_0..2, bound_args) from the launch
+    """launch_hooks.py reads JITFunction.run's locals (kernel, grid_0..2, bound_args) from the launch
     hook: a Triton release that renames them must fail here, not diagnose nothing on a GPU."""
     import inspect
 
@@ -506,7 +506,7 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from pytest_triton.diagnose import explain
-    from pytest_triton.env import launches
+    from pytest_triton.env import launch_hooks
     from pytest_triton.env.device import DeviceInfo
     from pytest_triton.perf.record import Measurement
     from pytest_triton.perf.stats import summarize
@@ -531,7 +531,7 @@ def test_occupancy_limits_and_the_roofline_position_from_operand_sizes():
         __name__ = "_mm"
         params = []
 
-    la = launches.describe(None, (4, 2), Jit(), {"a_desc": desc, "b_ptr": b.t(), "c_ptr": c})
+    la = launch_hooks.describe(None, (4, 2), Jit(), {"a_desc": desc, "b_ptr": b.t(), "c_ptr": c})
     ops = {op["arg"]: op for op in la.operands}
     assert ops["a_desc"]["descriptor"] and ops["a_desc"]["nbytes"] == a.nbytes
     assert ops["b_ptr"]["unit_stride"] and not ops["b_ptr"]["contiguous"]  # a transpose coalesces

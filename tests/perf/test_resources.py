@@ -408,15 +408,15 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 import kernels
-from pytest_triton.env import archcompile, uninterpreted
-from pytest_triton.env.kernel_record import Recorder
+from pytest_triton.env import archcompile, native_jit
+from pytest_triton.env.compile_specs import Recorder
 
 
 def test_hook():
     x = torch.randn(1024)
     spec = archcompile.spec_of_call(kernels.spilly, (x, torch.empty_like(x)),
                                     {"BLOCK": 1024, "num_warps": 1})
-    with uninterpreted.language_for_compile():
+    with native_jit.language_for_compile():
         compiled = triton.compile(ASTSource(spec.fn, spec.signature, spec.constexprs, spec.attrs),
                                   target=GPUTarget("cuda", 90, 32), options=spec.options)
     compiled.n_regs, compiled.n_spills = 77, 3  # what the driver would fill in at load

@@ -482,13 +482,13 @@ def test_an_explain_capture_keeps_the_fault_recorder_on_with_a_single_callable_h
     # Triton 3.4 keeps one callable as its launch hook: a capture that set its own recorder there
     # replaced the fault recorder for the capture's duration, so a fault then was blamed on no
     # launch. The one adapter chains instead, and unwinds in any order.
-    from pytest_triton.env import launches
+    from pytest_triton.env import launch_hooks
 
     seen = []
     owner = types.SimpleNamespace(launch_enter_hook=None)
     rec = LaunchRecorder()
     rec.install(owner)
-    remove = launches.add_launch_hook(seen.append, owner)
+    remove = launch_hooks.add_launch_hook(seen.append, owner)
     owner.launch_enter_hook(types.SimpleNamespace(data={"name": "_k"}))
     assert rec.count == 1 and len(seen) == 1
     rec.uninstall()  # removed first, though chained under the capture's hook

@@ -301,7 +301,7 @@ def test_compiling_first_leaves_the_autotuning_to_the_timed_part(monkeypatch):
     # workers' load, so its choice is forgotten and made again (its configs compiled by then)
     # once the GPU is held alone.
     hooks = []
-    monkeypatch.setattr(timing.launches, "add_launch_hook", lambda h: hooks.append(h) or hooks.clear)
+    monkeypatch.setattr(timing.launch_hooks, "add_launch_hook", lambda h: hooks.append(h) or hooks.clear)
 
     def jit_run():  # what JITFunction.run's frame holds when Triton calls its launch hook
         grid_0, kernel = 1, NS(metadata=None)  # noqa: F841 - read from the frame

@@ -14,7 +14,7 @@ import torch
 from ..env import dtypes, seeding
 from . import baseline as _baseline
 from . import inputs, outputs
-from .comparing import (
+from .comparison_steps import (
     check_guard_regions,
     check_operands,
     fmt,
@@ -64,7 +64,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float | 
     (inputs.py) then lets them change. `actual` itself always may.
 
     A comparison an all-zeros output would pass cannot fail. Inside a pytest test that is judged
-    for the whole test: the test fails when every comparison it made could not fail (scope.py).
+    for the whole test: the test fails when every comparison it made could not fail (call_record.py).
     Outside a test the call raises. allow_trivial=True says it is intended.
     """
     __tracebackhide__ = True

@@ -1,7 +1,7 @@
 """The compiles a test's Triton launches ask for: one CompileSpec per distinct launch, recorded
 while the test runs, with the autotuner that launched it.
 
-On a GPU the launch hook (launches.add_launch_hook) sees each launch's CompiledKernel: its
+On a GPU the launch hook (launch_hooks.add_launch_hook) sees each launch's CompiledKernel: its
 source and metadata are the CompileSpec, and the driver filled its n_regs and n_spills. Under
 Triton's interpreter nothing compiles: InterpretedFunction.run is wrapped (once per process,
 doing nothing while no recorder is active) and each launch's arguments go through Triton's own
@@ -17,7 +17,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from . import archcompile, launches
+from . import archcompile, launch_hooks
 
 
 @dataclass
@@ -47,7 +47,7 @@ class Recorder:
         if seen is not None:
             seen.launches += 1
             return
-        tuner = launches.autotuner_above(frame)
+        tuner = launch_hooks.autotuner_above(frame)
         self.kernels[key] = Recorded(spec, tuner=tuner, compiled=compiled, args=tuple(args),
                                      kwargs=dict(kwargs))
         if compiled is not None:
@@ -62,7 +62,7 @@ class Recorder:
     def __call__(self, metadata=None) -> None:
         """The launch hook (GPU)."""
         try:
-            frame = launches.run_frame(sys._getframe(1))
+            frame = launch_hooks.run_frame(sys._getframe(1))
             if frame is None:
                 return
             compiled = frame.f_locals["kernel"]
@@ -116,7 +116,7 @@ def recording(recorder: Recorder, interpret: bool):
     if interpret:
         _wrap_interpreter()
     else:
-        remove = launches.add_launch_hook(recorder)
+        remove = launch_hooks.add_launch_hook(recorder)
     _active.append(recorder)
     try:
         yield recorder

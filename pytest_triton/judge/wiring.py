@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from .. import options
-from ..correctness import checking, poison, scope
-from ..env import launch_watch, role
+from ..correctness import call_record, checking, poison
+from ..env import launch_args, role
 from ..options import Option
 from . import cost, identities, trace, verify
 
@@ -64,7 +64,7 @@ class JudgedTests:
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_call(self, item: pytest.Item):
-        sc = scope.CURRENT.get()
+        sc = call_record.CURRENT.get()
         if sc is not None and sc.nodeid == item.nodeid:
             sc.strict_inputs = judging(item)
         # innermost: the runs happen inside the test's scope and its poisoned allocations
@@ -147,7 +147,7 @@ def configure(config: pytest.Config) -> None:
                                       "triton-judge-cleanup")
         return
     token = checking.ENABLED.set(True)
-    undo = [lambda: checking.ENABLED.reset(token), launch_watch.watch(_on_launch)]
+    undo = [lambda: checking.ENABLED.reset(token), launch_args.watch(_on_launch)]
     config.pluginmanager.register(_Cleanup(undo), "triton-judge-cleanup")
     config.pluginmanager.register(TimedCallJudge(judging), "triton-judge-timed-call")
     config.pluginmanager.register(JudgedTests(), "triton-judge-tests")

@@ -2,9 +2,9 @@
 architecture (no such GPU needed) and held to the test's limits on registers, spills, shared
 memory and occupancy. A plugin object (ResourceGate) that plugin.py registers with configure().
 
-The test runs as usual with its launches recorded (env/kernel_record.py); then each distinct
+The test runs as usual with its launches recorded (env/compile_specs.py); then each distinct
 launch is compiled per architecture (env/archcompile.py: cached on disk, so a suite pays for each
-compile once) and judged (resource_check.py). An autotuned kernel is checked over every config
+compile once) and judged (resource_limits.py). An autotuned kernel is checked over every config
 its autotuner declares (autotune_configs' GPU configs under the interpreter), after its own
 early_config_prune; with --triton-autotune=heuristic|first over the config that picks. On a GPU
 the launch's own compile gives the numbers for the GPU's architecture (n_regs and n_spills from
@@ -18,10 +18,10 @@ import pytest
 
 from .. import options, state
 from ..env import archcompile, ptxas
+from ..env.compile_specs import Recorder, recording
 from ..env.device import arch_of
-from ..env.kernel_record import Recorder, recording
 from ..options import Option
-from . import resource_check as rc
+from . import resource_limits as rc
 from .calibrate import cache_dir
 from .markers import RESOURCE_KEYS
 from .session import dry_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from ..env import dtypes
-from . import guards, scope
+from . import call_record, guards
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -75,10 +75,10 @@ def check_guard_regions(actual: torch.Tensor) -> None:
 
 
 def record_comparison(trivial: bool, allow_trivial: bool, what, why: str | None) -> None:
-    """Count a comparison for the running test (scope.py); outside a test, a comparison that
+    """Count a comparison for the running test (call_record.py); outside a test, a comparison that
     cannot fail raises here. `what()` describes it, `why` is the rule that zeros would pass."""
     __tracebackhide__ = True
-    sc = scope.CURRENT.get()
+    sc = call_record.CURRENT.get()
     if sc is None:
         if trivial and not allow_trivial:
             raise AssertionError(
@@ -91,4 +91,4 @@ def record_comparison(trivial: bool, allow_trivial: bool, what, why: str | None)
     elif allow_trivial:
         sc.allowed_trivial += 1
     else:
-        sc.trivial.append(scope.Trivial(scope.caller(), what()))
+        sc.trivial.append(call_record.Trivial(call_record.caller(), what()))

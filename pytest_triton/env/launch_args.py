@@ -1,8 +1,8 @@
 """Every Triton launch's arguments, before its kernel runs: for checks that must see an input as it
 was before a kernel could write into it (correctness/inputs.py keeps a copy then).
 
-On a GPU, through Triton's launch-enter hook (launches.add_launch_hook; the arguments are read
-from the launching frame, as launches.capture reads them). The interpreter calls no launch hook:
+On a GPU, through Triton's launch-enter hook (launch_hooks.add_launch_hook; the arguments are read
+from the launching frame, as launch_hooks.capture reads them). The interpreter calls no launch hook:
 its GridExecutor, which runs every interpreted launch, is wrapped instead (the method that
 copies a launch's arguments, which no interpreter fix replaces). Both are installed by
 the first watcher (once Triton is imported: no kernel launches before) and removed with the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from . import launches, onimport
+from . import launch_hooks, onimport
 
 _WATCHERS: list[Callable] = []
 _INSTALLED: list[Callable[[], None]] = []  # the removers of what is installed
@@ -46,7 +46,7 @@ def _on_gpu_launch(metadata=None) -> None:
         frame = sys._getframe(1)
         data = getattr(metadata, "data", None)
         name = data.get("name") if isinstance(data, dict) else None
-        _notify(str(name or "?"), lambda: list((launches.launch_arguments(frame) or {}).values()))
+        _notify(str(name or "?"), lambda: list((launch_hooks.launch_arguments(frame) or {}).values()))
     except Exception:  # noqa: BLE001 - a check must never break the kernel's launch
         pass
 
@@ -56,7 +56,7 @@ def _install() -> None:
 
 
 def _install_hooks(_triton) -> None:
-    _INSTALLED.append(launches.add_launch_hook(_on_gpu_launch))
+    _INSTALLED.append(launch_hooks.add_launch_hook(_on_gpu_launch))
     try:
         from triton.runtime import interpreter as ti  # import time: Triton, once a watcher exists
     except Exception:  # noqa: BLE001 - no interpreter in this Triton: GPU launches only
