@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from .. import options, state
+from ..env import compile_watch
 from ..env import launch_hooks as launches_mod
 from ..perf import record as perf_record
 from ..perf.record import Verdict
@@ -51,11 +52,11 @@ def after_measure(item: pytest.Item, m, fn, kernel, compiles) -> None:
             if cached is not None:
                 found.append(cached.to_dict())
         note = "fn made no Triton launch the hook saw; kernel='s last compiled kernel shown"
-    tuners = launches_mod.tuners_of(kernel)
+    tuners = compile_watch.tuners_of(kernel)
     tuners += [t for t in cap.autotuners if all(t is not u for u in tuners)]
     captures = item.stash.setdefault(CAPTURES_KEY, {})
     captures[len(perf_record.of(item).measurements) - 1] = {
-        "measurement": m.label, "launches": found, "kernel_names": sorted(launches_mod.names_of(kernel)),
-        "autotune": [launches_mod.autotune_record(t) for t in tuners],
+        "measurement": m.label, "launches": found, "kernel_names": sorted(compile_watch.names_of(kernel)),
+        "autotune": [compile_watch.autotune_record(t) for t in tuners],
         "compiles": compiles.to_dict() if compiles is not None else None,
         "errors": cap.errors, "note": note, "cost_s": time.perf_counter() - t0}

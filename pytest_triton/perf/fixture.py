@@ -11,7 +11,7 @@ import torch
 
 from .. import options, state
 from ..correctness import inputs
-from ..env import dtypes, launch_hooks, work
+from ..env import compile_watch, dtypes, work
 from ..process import gpulock
 from . import record, stats, timing, verdict, work_check
 from .checklist import NOTES
@@ -178,7 +178,7 @@ class TritonBench:
             self._dry_call(fn, baseline, name, bytes, flops)
             return None
         # Under xdist the measurement holds the GPU alone (gpulock): compile first, sharing it
-        with launch_hooks.watch_compiles() as first:
+        with compile_watch.watch_compiles() as first:
             tuned = self._compile(fn, baseline) if gpulock.sharing() else []
         wait_s = options.get_float(self._config, "triton_gpu_wait", minimum=0.0)
         with gpulock.alone(wait_s=wait_s, nodeid=self._item.nodeid):
@@ -190,7 +190,7 @@ class TritonBench:
             settings = Settings(l2=l2, max_time=ps.max_time,
                                 min_time=timing.COMPUTE_MIN_TIME_S if flops else timing.MIN_TIME_S)
             note = _checklist_note(self._target)
-            with launch_hooks.watch_compiles() as compiles:
+            with compile_watch.watch_compiles() as compiles:
                 m = self._measure(fn, bytes, flops, baseline, dt, kernel, name, settings, note)
             for key in ("count", "seconds", "cache_hits", "wall_s"):  # the compile above too
                 setattr(compiles, key, getattr(compiles, key) + getattr(first, key))
