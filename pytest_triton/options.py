@@ -101,18 +101,13 @@ def all_options() -> tuple[Option, ...]:
 # imported by plugin.py), except those whose modules a plain run does not load, declared here
 # so that building --help loads none of them: sanitize, explain, profile and plot (they import
 # torch), the regression gate and the order (they read the saved runs), the OOM retry (xdist
-# workers only). And the GPU wait, until process/gpulock.py, at the line cap, is split (the lock
-# apart from the tests' holds).
+# workers only).
 _HERE = declare(
     Option("triton_sanitize", "string", "off",
            "run the selected tests first under NVIDIA compute-sanitizer --tool TOOL (with "
            "PYTORCH_NO_CUDA_MEMORY_CACHING=1) and fail each test it reports errors on; needs a "
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
-    Option("triton_gpu_wait", "string", "900",
-           "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
-           "tests: a perf test holds it alone) before it fails, naming who holds it",
-           metavar="SECONDS"),
     Option("triton_oom_retry", "string", "auto",
            "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
            "processes hold GPU memory is run once more holding the GPU alone (the other workers' "

@@ -15,12 +15,12 @@ from .env import role, runtime, seeding
 from .env.role import Role
 from .judge import identities, mode
 from .perf import checklist, resources, session
-from .process import child, forked, supervise
+from .process import child, forked, gpuholds, supervise
 
 # The modules that declare options beside their feature (OPTIONS in each, declared as they are
 # imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
 DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, mode, pinning,
-             resources)
+             resources, gpuholds)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -128,8 +128,8 @@ FEATURES = (
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under
-    # xdist on a GPU only (gpulock._wanted)
-    ("triton-gpu-lock", always, "pytest_triton.process.gpulock", "GPULock"),
+    # xdist on a GPU only (gpuholds._wanted)
+    ("triton-gpu-lock", always, "pytest_triton.process.gpuholds", "GPULock"),
     ("triton-lock-waits", always, "pytest_triton.process.lockwaits", "LockWaits"),
     # each xdist worker's busy and idle time: tallied where reports arrive, its GPU named by each worker
     ("triton-busy", role.holds_the_session, "pytest_triton.report.busy", "WorkerTimes"),
