@@ -100,8 +100,7 @@ def all_options() -> tuple[Option, ...]:
 # Every feature declares its options beside the code that reads them (OPTIONS in its module,
 # imported by plugin.py), except those whose modules a plain run does not load, declared here
 # so that building --help loads none of them: sanitize, explain, profile and plot (they import
-# torch), the regression gate and the order (they read the saved runs), the OOM retry (xdist
-# workers only).
+# torch), the OOM retry (xdist workers only).
 _HERE = declare(
     Option("triton_sanitize", "string", "off",
            "run the selected tests first under NVIDIA compute-sanitizer --tool TOOL (with "
@@ -130,34 +129,6 @@ _HERE = declare(
            "draw the run's roofline (every measurement against the device's datasheet and "
            "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
            "(pip install matplotlib)", metavar="PATH"),
-    Option("triton_perf_save", "flag", "off",
-           "save this run (samples, clocks, verdicts, commit, versions, device) in the history "
-           "for a later --triton-perf-compare; NAME only with '=': --triton-perf-save=main",
-           metavar="NAME", const="auto"),
-    Option("triton_perf_history", "string", ".pytest-triton/history",
-           "where runs are saved and looked up, a folder per device (under the rootdir)",
-           metavar="DIR"),
-    Option("triton_order", "string", "auto",
-           "the order tests are handed out in: longest-first (by the durations the saved runs in "
-           "--triton-perf-history hold, else an estimate from each test's perf target; under "
-           "pytest-xdist laid out so that no worker is left with the long tail) or collection "
-           "(the order pytest collected). auto: longest-first under pytest-xdist, collection in "
-           "a run of one process", metavar="auto|longest-first|collection",
-           choices=("auto", "longest-first", "collection")),
-    Option("triton_perf_compare", "string", None,
-           "compare each measurement with a saved run: latest (this device's newest), a name "
-           "saved with --triton-perf-save, or a file: FAST, SLOW, SAME or UNCERTAIN", metavar="REF"),
-    Option("triton_perf_compare_by", "string", "time",
-           "compare times (one GPU model), or fractions of the measured ceiling (any two GPUs)",
-           choices=("time", "fraction")),
-    Option("triton_perf_threshold", "string", "3%",
-           "the least change called SLOW or FAST; within it, SAME", metavar="PERCENT"),
-    Option("triton_perf_fail_on", "string", "off",
-           "fail the run on these verdicts of the compare: slow, or a comma list of slow, "
-           "uncertain, missing, refused, more-work", metavar="VERDICTS"),
-    Option("triton_perf_report_md", "string", None,
-           "write the compare's table as Markdown to PATH (and to $GITHUB_STEP_SUMMARY if set)",
-           metavar="PATH"),
 )
 
 

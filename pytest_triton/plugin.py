@@ -16,11 +16,13 @@ from .env.role import Role
 from .judge import identities, mode
 from .perf import checklist, resources, session
 from .process import child, forked, gpuholds, supervise
+from .regress import settings as regress_settings
+from .report import order
 
 # The modules that declare options beside their feature (OPTIONS in each, declared as they are
 # imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
 DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, mode, pinning,
-             resources, gpuholds)
+             resources, gpuholds, regress_settings, order)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

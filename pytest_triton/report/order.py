@@ -27,6 +27,17 @@ from ..env import role
 from ..process import gpuholds
 from . import expected
 
+OPTIONS = options.declare(
+    options.Option(
+        "triton_order", "string", "auto",
+        "the order tests are handed out in: longest-first (by the durations the saved runs in "
+        "--triton-perf-history hold, else an estimate from each test's perf target; under "
+        "pytest-xdist laid out so that no worker is left with the long tail) or collection "
+        "(the order pytest collected). auto: longest-first under pytest-xdist, collection in "
+        "a run of one process", metavar="auto|longest-first|collection",
+        choices=("auto", "longest-first", "collection")),
+)
+
 WORKERINPUT_KEY = "pytest_triton_order"  # {"durations", "dist", "maxschedchunk"}
 
 
