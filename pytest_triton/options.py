@@ -1,5 +1,6 @@
 """The plugin's options: how one is declared (its flag, its ini twin, its type and its help),
-added to pytest's parser in one fixed order, and read.
+added to pytest's parser in one fixed order, and read. Its markers are declared the same way
+(declare_markers, MARKER_ORDER).
 
 Each feature declares its own options beside the code that reads them (`OPTIONS =
 options.declare(...)` in its module), as pytest's cacheprovider does; this module declares only
@@ -86,6 +87,44 @@ HELP_ORDER: tuple[str, ...] = (
     "triton_autotune",
     "triton_resources_archs",
 )
+
+
+@dataclass(frozen=True)
+class Marker:
+    line: str  # as `pytest --markers` shows it: "name(signature): what it does"
+
+    @property
+    def name(self) -> str:
+        return re.split(r"[(:]", self.line, maxsplit=1)[0]
+
+
+MARKERS_BY_NAME: dict[str, Marker] = {}
+
+
+def declare_markers(*marks: Marker) -> tuple[Marker, ...]:
+    """Declare a feature's markers, as declare() its options: beside the code that reads them."""
+    for mark in marks:
+        if MARKERS_BY_NAME.setdefault(mark.name, mark) != mark:
+            raise ValueError(f"marker {mark.name} declared twice, differently")
+    return marks
+
+
+# The order `pytest --markers` lists the plugin's markers in, whichever module declares each.
+MARKER_ORDER: tuple[str, ...] = (
+    "poison_allocations",
+    "perf_target",
+    "interpreter_gap",
+    "triton_exclusive",
+    "triton_no_gpu",
+    "triton_judge",
+    "triton_resources",
+)
+
+
+def add_markers(config: pytest.Config) -> None:
+    """Register every marker, in MARKER_ORDER (their modules imported by plugin.py)."""
+    for name in MARKER_ORDER:
+        config.addinivalue_line("markers", MARKERS_BY_NAME[name].line)
 
 
 def all_options() -> tuple[Option, ...]:

@@ -14,15 +14,16 @@ from .correctness import configs, pinning, poison
 from .env import role, runtime, seeding
 from .env.role import Role
 from .judge import identities, mode
-from .perf import checklist, resources, session
+from .perf import checklist, markers, resources, session
 from .process import child, forked, gpuholds, supervise
 from .regress import settings as regress_settings
 from .report import order
 
-# The modules that declare options beside their feature (OPTIONS in each, declared as they are
-# imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
+# The modules that declare options or markers beside their feature (OPTIONS and MARKERS in each,
+# declared as they are imported); options.py declares the other options. --help lists them all
+# in options.HELP_ORDER, --markers in options.MARKER_ORDER.
 DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, mode, pinning,
-             resources, gpuholds, regress_settings, order)
+             resources, gpuholds, regress_settings, order, markers)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -185,6 +186,7 @@ def _import_own_modules() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     options.validate(config)  # every option's value, used by this run or not
+    options.add_markers(config)  # each declared beside its feature, as the options are
     role.decide(config)  # controller, worker, supervised child or plain: once, for every feature
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)

@@ -29,10 +29,26 @@ OPTIONS = options.declare(
                    metavar="SECONDS"),
 )
 
+_EXCLUSIVE_HELP = (
+    "triton_exclusive(scope='test'): under pytest-xdist, this test has its GPU to itself (no other "
+    "worker's test runs on it meanwhile): from its setup to its teardown, or with scope='timing' "
+    "only while it times (triton_bench's measurement, in it or in the pytest runs it starts), as "
+    "a perf test does; for tests that time things. Such tests run after the others."
+)
+
+_NO_GPU_HELP = (
+    "triton_no_gpu: the test does not use the GPU (say, it runs kernels under the interpreter in "
+    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a test that times "
+    "has the GPU to itself; it is ordered after the tests that share the GPU, before those that "
+    "time."
+)
+MARKERS = options.declare_markers(options.Marker(_EXCLUSIVE_HELP), options.Marker(_NO_GPU_HELP))
+
 SCOPES = ("test", "timing")  # triton_exclusive(scope=...)
 _HELD_KEY = pytest.StashKey[contextlib.ExitStack]()  # item: its hold, from setup to teardown
 _HOLD_KEY = pytest.StashKey["gpulock.Hold"]()  # item: its own record (not one it runs under)
 WAITS_KEY = pytest.StashKey[list]()  # item: its waits for the lock (lockwaits.py reports them)
+
 
 def exclusive_scope(item: pytest.Item) -> str | None:
     """The test's triton_exclusive scope ("test" or "timing"), None without the marker. A bad
