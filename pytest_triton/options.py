@@ -32,6 +32,13 @@ class Option:
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
     const: str | None = None  # kind "flag": the value of the bare flag
+    # what the value is read as, and checked as at start-up (validate): "text", "number" (a finite
+    # number >= minimum), "count" (a whole number >= minimum), "percent" or "words" (a comma list
+    # of `words`, or off)
+    value: str = "text"
+    minimum: float = 0
+    words: tuple[str, ...] = ()
+    perf_only: bool = False  # acts on perf measurements, which only --triton-perf makes
 
     @property
     def flag(self) -> str:
@@ -160,20 +167,20 @@ _HERE = declare(
            "hints. --triton-perf-explain=ncu adds Nsight Compute's speed-of-light figures "
            "(one ncu run per test). The value only with '=': on, ncu or off; the bare "
            "--triton-perf-explain means on",
-           metavar="on|ncu|off", choices=("off", "on", "ncu"), const="on"),
+           metavar="on|ncu|off", choices=("off", "on", "ncu"), const="on", perf_only=True),
     Option("triton_perf_profile", "string", None,
            "write a torch.profiler Chrome trace of each perf test's kernel (a few calls, after "
-           "timing) to DIR, one file named after the test", metavar="DIR"),
+           "timing) to DIR, one file named after the test", metavar="DIR", perf_only=True),
     Option("triton_perf_plot", "string", None,
            "draw the run's roofline (every measurement against the device's datasheet and "
            "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
-           "(pip install matplotlib)", metavar="PATH"),
+           "(pip install matplotlib)", metavar="PATH", perf_only=True),
 )
 
 
 
 def _help(opt: Option) -> str:
-    if opt.name in _PERF_ONLY and "with --triton-perf" not in opt.help:
+    if opt.perf_only and "with --triton-perf" not in opt.help:
         return opt.help + " (acts only with --triton-perf)"
     return opt.help
 
@@ -240,8 +247,10 @@ def _source(config: pytest.Config, name: str) -> str:
     return f"ini option {name} (default of {BY_NAME[name].flag})"
 
 
-def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> float:
+def get_float(config: pytest.Config, name: str, *, minimum: float | None = None) -> float:
+    """An option that holds a number: a finite one >= minimum (default: its declared minimum)."""
     raw = get(config, name)
+    minimum = BY_NAME[name].minimum if minimum is None else minimum
     try:
         value = float(raw)
     except (TypeError, ValueError):
@@ -253,9 +262,10 @@ def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> floa
     return value
 
 
-def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
-    """An option that counts something: an integer >= minimum."""
+def get_count(config: pytest.Config, name: str, *, minimum: int | None = None) -> int:
+    """An option that counts something: an integer >= minimum (default: its declared minimum)."""
     raw = get(config, name)
+    minimum = int(BY_NAME[name].minimum) if minimum is None else minimum
     try:
         value = int(str(raw).strip())
     except (TypeError, ValueError):
@@ -263,15 +273,6 @@ def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
     if value < minimum:
         raise pytest.UsageError(f"{_source(config, name)} {raw!r}: must be >= {minimum}")
     return value
-
-
-# The options that hold a number, with their least value: read as numbers where they act, and
-# checked at start-up (validate) in every run.
-FLOATS = {"triton_perf_max_time": 0.01, "triton_gpu_wait": 0.0}
-PERCENTS = ("triton_perf_threshold",)
-# comma lists of words, each one of these ("off": none)
-WORDS = {"triton_perf_fail_on": ("slow", "uncertain", "missing", "refused", "more-work")}
-COUNTS = {"triton_perf_retries": 0}
 
 
 class OptionError(pytest.UsageError):  # a bad value, named with where it came from
@@ -297,15 +298,16 @@ def get_words(config: pytest.Config, name: str) -> frozenset[str]:
 
 
 def words(raw, name: str, source: str) -> frozenset[str]:
-    """A comma list of WORDS[name] ('off' or '': none)."""
+    """A comma list of option `name`'s words ('off' or '': none)."""
     raw = str(raw or "")
     found = [w.strip().lower() for w in raw.split(",") if w.strip()]
     if found in ([], ["off"]):
         return frozenset()
-    bad = [w for w in found if w not in WORDS[name]]
+    known = BY_NAME[name].words
+    bad = [w for w in found if w not in known]
     if bad:
         raise OptionError(f"{source} {raw!r}: {', '.join(bad)} is not one of "
-                          f"{', '.join(WORDS[name])} (a comma list, or off)")
+                          f"{', '.join(known)} (a comma list, or off)")
     return frozenset(found)
 
 
@@ -320,25 +322,9 @@ def validate(config: pytest.Config) -> None:
     for opt in all_options():
         if opt.kind == "linelist":
             continue
-        if opt.name in FLOATS:
-            get_float(config, opt.name, minimum=FLOATS[opt.name])
-        elif opt.name in COUNTS:
-            get_count(config, opt.name, minimum=COUNTS[opt.name])
-        elif opt.name in PERCENTS:
-            get_percent(config, opt.name)
-        elif opt.name in WORDS:
-            get_words(config, opt.name)
-        else:
-            get(config, opt.name)
-
-
-# Options that act on perf measurements, which only --triton-perf makes.
-_PERF_ONLY = ("triton_perf_save", "triton_perf_history", "triton_perf_compare",
-              "triton_perf_compare_by", "triton_perf_threshold", "triton_perf_fail_on",
-              "triton_perf_report_md", "triton_perf_explain", "triton_perf_profile",
-              "triton_perf_plot", "triton_perf_json", "triton_perf_calibrate", "triton_perf_peak",
-              "triton_perf_l2", "triton_perf_max_time", "triton_perf_retries",
-              "triton_perf_allow_unchecked")
+        read = {"number": get_float, "count": get_count, "percent": get_percent,
+                "words": get_words}.get(opt.value, get)
+        read(config, opt.name)
 
 
 def _given(config: pytest.Config, opt: Option) -> bool:
@@ -355,7 +341,7 @@ def _given(config: pytest.Config, opt: Option) -> bool:
 
 def perf_only_given(config: pytest.Config) -> list[str]:
     """The perf-only options this run was given (their flags), whether or not --triton-perf was."""
-    return [BY_NAME[name].flag for name in _PERF_ONLY if _given(config, BY_NAME[name])]
+    return [opt.flag for opt in all_options() if opt.perf_only and _given(config, opt)]
 
 
 def warn_without_perf(config: pytest.Config) -> None:

@@ -26,7 +26,7 @@ OPTIONS = options.declare(
     options.Option("triton_gpu_wait", "string", "900",
                    "under pytest-xdist, the longest a test waits for its GPU (held by other "
                    "workers' tests: a perf test holds it alone) before it fails, naming who holds it",
-                   metavar="SECONDS"),
+                   metavar="SECONDS", value="number"),
 )
 
 _EXCLUSIVE_HELP = (
