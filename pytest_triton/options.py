@@ -1,5 +1,6 @@
 """The plugin's options: how one is declared (its flag, its ini twin, its type and its help),
-added to pytest's parser in one fixed order, and read.
+added to pytest's parser in one fixed order, and read. Its markers are declared the same way
+(declare_markers, MARKER_ORDER).
 
 Each feature declares its own options beside the code that reads them (`OPTIONS =
 options.declare(...)` in its module), as pytest's cacheprovider does; this module declares only
@@ -31,6 +32,13 @@ class Option:
     metavar: str | None = None
     choices: tuple[str, ...] | None = None
     const: str | None = None  # kind "flag": the value of the bare flag
+    # what the value is read as, and checked as at start-up (validate): "text", "number" (a finite
+    # number >= minimum), "count" (a whole number >= minimum), "percent" or "words" (a comma list
+    # of `words`, or off)
+    value: str = "text"
+    minimum: float = 0
+    words: tuple[str, ...] = ()
+    perf_only: bool = False  # acts on perf measurements, which only --triton-perf makes
 
     @property
     def flag(self) -> str:
@@ -88,6 +96,44 @@ HELP_ORDER: tuple[str, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Marker:
+    line: str  # as `pytest --markers` shows it: "name(signature): what it does"
+
+    @property
+    def name(self) -> str:
+        return re.split(r"[(:]", self.line, maxsplit=1)[0]
+
+
+MARKERS_BY_NAME: dict[str, Marker] = {}
+
+
+def declare_markers(*marks: Marker) -> tuple[Marker, ...]:
+    """Declare a feature's markers, as declare() its options: beside the code that reads them."""
+    for mark in marks:
+        if MARKERS_BY_NAME.setdefault(mark.name, mark) != mark:
+            raise ValueError(f"marker {mark.name} declared twice, differently")
+    return marks
+
+
+# The order `pytest --markers` lists the plugin's markers in, whichever module declares each.
+MARKER_ORDER: tuple[str, ...] = (
+    "poison_allocations",
+    "perf_target",
+    "interpreter_gap",
+    "triton_exclusive",
+    "triton_no_gpu",
+    "triton_judge",
+    "triton_resources",
+)
+
+
+def add_markers(config: pytest.Config) -> None:
+    """Register every marker, in MARKER_ORDER (their modules imported by plugin.py)."""
+    for name in MARKER_ORDER:
+        config.addinivalue_line("markers", MARKERS_BY_NAME[name].line)
+
+
 def all_options() -> tuple[Option, ...]:
     """Every option, in HELP_ORDER: those of each feature module that plugin.py imports, and
     this module's own."""
@@ -100,19 +146,13 @@ def all_options() -> tuple[Option, ...]:
 # Every feature declares its options beside the code that reads them (OPTIONS in its module,
 # imported by plugin.py), except those whose modules a plain run does not load, declared here
 # so that building --help loads none of them: sanitize, explain, profile and plot (they import
-# torch), the regression gate and the order (they read the saved runs), the OOM retry (xdist
-# workers only). And the GPU wait, until process/gpulock.py, at the line cap, is split (the lock
-# apart from the tests' holds).
+# torch), the OOM retry (xdist workers only).
 _HERE = declare(
     Option("triton_sanitize", "string", "off",
            "run the selected tests first under NVIDIA compute-sanitizer --tool TOOL (with "
            "PYTORCH_NO_CUDA_MEMORY_CACHING=1) and fail each test it reports errors on; needs a "
            "CUDA GPU and compute-sanitizer (without them the summary says nothing was checked)",
            metavar="TOOL", choices=("off", "memcheck", "racecheck", "initcheck")),
-    Option("triton_gpu_wait", "string", "900",
-           "under pytest-xdist, the longest a test waits for its GPU (held by other workers' "
-           "tests: a perf test holds it alone) before it fails, naming who holds it",
-           metavar="SECONDS"),
     Option("triton_oom_retry", "string", "auto",
            "under pytest-xdist on a GPU, a test that fails with CUDA out of memory while other "
            "processes hold GPU memory is run once more holding the GPU alone (the other workers' "
@@ -127,48 +167,20 @@ _HERE = declare(
            "hints. --triton-perf-explain=ncu adds Nsight Compute's speed-of-light figures "
            "(one ncu run per test). The value only with '=': on, ncu or off; the bare "
            "--triton-perf-explain means on",
-           metavar="on|ncu|off", choices=("off", "on", "ncu"), const="on"),
+           metavar="on|ncu|off", choices=("off", "on", "ncu"), const="on", perf_only=True),
     Option("triton_perf_profile", "string", None,
            "write a torch.profiler Chrome trace of each perf test's kernel (a few calls, after "
-           "timing) to DIR, one file named after the test", metavar="DIR"),
+           "timing) to DIR, one file named after the test", metavar="DIR", perf_only=True),
     Option("triton_perf_plot", "string", None,
            "draw the run's roofline (every measurement against the device's datasheet and "
            "measured ceilings, coloured by verdict) to the PNG file PATH; needs matplotlib "
-           "(pip install matplotlib)", metavar="PATH"),
-    Option("triton_perf_save", "flag", "off",
-           "save this run (samples, clocks, verdicts, commit, versions, device) in the history "
-           "for a later --triton-perf-compare; NAME only with '=': --triton-perf-save=main",
-           metavar="NAME", const="auto"),
-    Option("triton_perf_history", "string", ".pytest-triton/history",
-           "where runs are saved and looked up, a folder per device (under the rootdir)",
-           metavar="DIR"),
-    Option("triton_order", "string", "auto",
-           "the order tests are handed out in: longest-first (by the durations the saved runs in "
-           "--triton-perf-history hold, else an estimate from each test's perf target; under "
-           "pytest-xdist laid out so that no worker is left with the long tail) or collection "
-           "(the order pytest collected). auto: longest-first under pytest-xdist, collection in "
-           "a run of one process", metavar="auto|longest-first|collection",
-           choices=("auto", "longest-first", "collection")),
-    Option("triton_perf_compare", "string", None,
-           "compare each measurement with a saved run: latest (this device's newest), a name "
-           "saved with --triton-perf-save, or a file: FAST, SLOW, SAME or UNCERTAIN", metavar="REF"),
-    Option("triton_perf_compare_by", "string", "time",
-           "compare times (one GPU model), or fractions of the measured ceiling (any two GPUs)",
-           choices=("time", "fraction")),
-    Option("triton_perf_threshold", "string", "3%",
-           "the least change called SLOW or FAST; within it, SAME", metavar="PERCENT"),
-    Option("triton_perf_fail_on", "string", "off",
-           "fail the run on these verdicts of the compare: slow, or a comma list of slow, "
-           "uncertain, missing, refused, more-work", metavar="VERDICTS"),
-    Option("triton_perf_report_md", "string", None,
-           "write the compare's table as Markdown to PATH (and to $GITHUB_STEP_SUMMARY if set)",
-           metavar="PATH"),
+           "(pip install matplotlib)", metavar="PATH", perf_only=True),
 )
 
 
 
 def _help(opt: Option) -> str:
-    if opt.name in _PERF_ONLY and "with --triton-perf" not in opt.help:
+    if opt.perf_only and "with --triton-perf" not in opt.help:
         return opt.help + " (acts only with --triton-perf)"
     return opt.help
 
@@ -235,8 +247,10 @@ def _source(config: pytest.Config, name: str) -> str:
     return f"ini option {name} (default of {BY_NAME[name].flag})"
 
 
-def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> float:
+def get_float(config: pytest.Config, name: str, *, minimum: float | None = None) -> float:
+    """An option that holds a number: a finite one >= minimum (default: its declared minimum)."""
     raw = get(config, name)
+    minimum = BY_NAME[name].minimum if minimum is None else minimum
     try:
         value = float(raw)
     except (TypeError, ValueError):
@@ -248,9 +262,10 @@ def get_float(config: pytest.Config, name: str, *, minimum: float = 0.0) -> floa
     return value
 
 
-def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
-    """An option that counts something: an integer >= minimum."""
+def get_count(config: pytest.Config, name: str, *, minimum: int | None = None) -> int:
+    """An option that counts something: an integer >= minimum (default: its declared minimum)."""
     raw = get(config, name)
+    minimum = int(BY_NAME[name].minimum) if minimum is None else minimum
     try:
         value = int(str(raw).strip())
     except (TypeError, ValueError):
@@ -258,15 +273,6 @@ def get_count(config: pytest.Config, name: str, *, minimum: int = 0) -> int:
     if value < minimum:
         raise pytest.UsageError(f"{_source(config, name)} {raw!r}: must be >= {minimum}")
     return value
-
-
-# The options that hold a number, with their least value: read as numbers where they act, and
-# checked at start-up (validate) in every run.
-FLOATS = {"triton_perf_max_time": 0.01, "triton_gpu_wait": 0.0}
-PERCENTS = ("triton_perf_threshold",)
-# comma lists of words, each one of these ("off": none)
-WORDS = {"triton_perf_fail_on": ("slow", "uncertain", "missing", "refused", "more-work")}
-COUNTS = {"triton_perf_retries": 0}
 
 
 class OptionError(pytest.UsageError):  # a bad value, named with where it came from
@@ -292,15 +298,16 @@ def get_words(config: pytest.Config, name: str) -> frozenset[str]:
 
 
 def words(raw, name: str, source: str) -> frozenset[str]:
-    """A comma list of WORDS[name] ('off' or '': none)."""
+    """A comma list of option `name`'s words ('off' or '': none)."""
     raw = str(raw or "")
     found = [w.strip().lower() for w in raw.split(",") if w.strip()]
     if found in ([], ["off"]):
         return frozenset()
-    bad = [w for w in found if w not in WORDS[name]]
+    known = BY_NAME[name].words
+    bad = [w for w in found if w not in known]
     if bad:
         raise OptionError(f"{source} {raw!r}: {', '.join(bad)} is not one of "
-                          f"{', '.join(WORDS[name])} (a comma list, or off)")
+                          f"{', '.join(known)} (a comma list, or off)")
     return frozenset(found)
 
 
@@ -315,25 +322,9 @@ def validate(config: pytest.Config) -> None:
     for opt in all_options():
         if opt.kind == "linelist":
             continue
-        if opt.name in FLOATS:
-            get_float(config, opt.name, minimum=FLOATS[opt.name])
-        elif opt.name in COUNTS:
-            get_count(config, opt.name, minimum=COUNTS[opt.name])
-        elif opt.name in PERCENTS:
-            get_percent(config, opt.name)
-        elif opt.name in WORDS:
-            get_words(config, opt.name)
-        else:
-            get(config, opt.name)
-
-
-# Options that act on perf measurements, which only --triton-perf makes.
-_PERF_ONLY = ("triton_perf_save", "triton_perf_history", "triton_perf_compare",
-              "triton_perf_compare_by", "triton_perf_threshold", "triton_perf_fail_on",
-              "triton_perf_report_md", "triton_perf_explain", "triton_perf_profile",
-              "triton_perf_plot", "triton_perf_json", "triton_perf_calibrate", "triton_perf_peak",
-              "triton_perf_l2", "triton_perf_max_time", "triton_perf_retries",
-              "triton_perf_allow_unchecked")
+        read = {"number": get_float, "count": get_count, "percent": get_percent,
+                "words": get_words}.get(opt.value, get)
+        read(config, opt.name)
 
 
 def _given(config: pytest.Config, opt: Option) -> bool:
@@ -350,7 +341,7 @@ def _given(config: pytest.Config, opt: Option) -> bool:
 
 def perf_only_given(config: pytest.Config) -> list[str]:
     """The perf-only options this run was given (their flags), whether or not --triton-perf was."""
-    return [BY_NAME[name].flag for name in _PERF_ONLY if _given(config, BY_NAME[name])]
+    return [opt.flag for opt in all_options() if opt.perf_only and _given(config, opt)]
 
 
 def warn_without_perf(config: pytest.Config) -> None:

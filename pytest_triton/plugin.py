@@ -14,13 +14,16 @@ from .correctness import configs, pinning, poison
 from .env import role, runtime, seeding
 from .env.role import Role
 from .judge import identities, wiring
-from .perf import checklist, resource_gate, session
-from .process import child, forked, supervise
+from .perf import checklist, markers, resource_gate, session
+from .process import child, forked, gpuholds, supervise
+from .regress import settings as regress_settings
+from .report import order
 
-# The modules that declare options beside their feature (OPTIONS in each, declared as they are
-# imported); options.py declares the rest. --help lists them all in options.HELP_ORDER.
+# The modules that declare options or markers beside their feature (OPTIONS and MARKERS in each,
+# declared as they are imported); options.py declares the other options. --help lists them all
+# in options.HELP_ORDER, --markers in options.MARKER_ORDER.
 DECLARING = (runtime, seeding, session, checklist, supervise, configs, poison, wiring, pinning,
-             resource_gate)
+             resource_gate, gpuholds, regress_settings, order, markers)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -128,8 +131,8 @@ FEATURES = (
     ("triton-benchmark", benchmarking, "pytest_triton.report.benchbridge", "BenchBridge"),
     ("triton-configs-summary", not_a_worker, "pytest_triton.correctness.configs", "ConfigsSummary"),
     # every run: a bad triton_exclusive argument errors its test; the lock itself is taken under
-    # xdist on a GPU only (gpulock._wanted)
-    ("triton-gpu-lock", always, "pytest_triton.process.gpulock", "GPULock"),
+    # xdist on a GPU only (gpuholds._wanted)
+    ("triton-gpu-lock", always, "pytest_triton.process.gpuholds", "GPULock"),
     ("triton-lock-waits", always, "pytest_triton.process.lockwaits", "LockWaits"),
     # each xdist worker's busy and idle time: tallied where reports arrive, its GPU named by each worker
     ("triton-busy", role.holds_the_session, "pytest_triton.report.busy", "WorkerTimes"),
@@ -183,6 +186,7 @@ def _import_own_modules() -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     options.validate(config)  # every option's value, used by this run or not
+    options.add_markers(config)  # each declared beside its feature, as the options are
     role.decide(config)  # controller, worker, supervised child or plain: once, for every feature
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)

@@ -54,6 +54,7 @@ MARKER_HELP = (
     "NaN, or the dtype's least likely value for integers, so an element a kernel never writes "
     "fails assert_close (as --triton-poison-allocations does for every test)."
 )
+MARKERS = options.declare_markers(options.Marker(MARKER_HELP))
 _FACTORIES = ("empty", "empty_like", "new_empty", "empty_strided", "new_empty_strided",
               "empty_permuted")
 
@@ -203,7 +204,7 @@ class Poison:
     run with poisoned allocations, and a failure says what was poisoned."""
 
     def __init__(self, config: pytest.Config):
-        config.addinivalue_line("markers", MARKER_HELP)
+        self._config = config
 
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtest_setup(self, item: pytest.Item):

@@ -35,6 +35,7 @@ MARKER_HELP = (
     "every test (docs/judging.md): the timed call's probe and GPU trace, poisoned allocations, "
     "seeds and sizes the test did not announce (sizes=False: not the sizes)."
 )
+MARKERS = options.declare_markers(options.Marker(MARKER_HELP))
 
 
 def mode(config: pytest.Config) -> str:
@@ -140,7 +141,6 @@ class Judge:
 def configure(config: pytest.Config) -> None:
     """Register the judge's plugin objects."""
     identities.note(config)  # where pytest_load_initial_conftests did not (-p registration)
-    config.addinivalue_line("markers", MARKER_HELP)
     if mode(config) == "off":
         token = checking.ENABLED.set(False)
         config.pluginmanager.register(_Cleanup([lambda: checking.ENABLED.reset(token)]),

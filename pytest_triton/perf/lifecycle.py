@@ -23,11 +23,6 @@ class PerfTests:
     def __init__(self, config: pytest.Config):
         self._config = config
 
-    def pytest_configure(self, config: pytest.Config) -> None:
-        for line in (markers.PERF_TARGET_HELP, markers.INTERPRETER_GAP_HELP,
-                     markers.EXCLUSIVE_HELP, markers.NO_GPU_HELP):
-            config.addinivalue_line("markers", line)
-
     @pytest.hookimpl(wrapper=True)
     def pytest_pycollect_makeitem(self, collector: pytest.Collector, name: str, obj: object):
         result = yield

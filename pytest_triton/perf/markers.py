@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 
 import pytest
 
+from .. import options
 from ..env import dtypes
 from ..env.interpreter.gaps import INTERPRETER_GAP_KEY, INTERPRETER_GAPS, gap_reason
 
@@ -17,11 +18,6 @@ perf_target = pytest.mark.perf_target
 # per item: what is wrong with its markers, found at collection and raised at its setup, so that
 # only that test errors (and not at all when it is deselected)
 MARKER_ERROR_KEY = pytest.StashKey[str]()
-
-# The plugin's markers, for "did you mean" on a misspelt one.
-OUR_MARKERS = ("perf_target", "interpreter_gap", "triton_exclusive", "triton_no_gpu",
-               "poison_allocations", "triton_resources", "triton_judge")
-
 
 PERF_TARGET_HELP = (
     "perf_target(name=None, *, bandwidth_frac=None, tflops_frac=None, gbps=None, tflops=None, "
@@ -40,20 +36,8 @@ INTERPRETER_GAP_HELP = (
     f"or gets wrong what it needs; gap is one of {', '.join(INTERPRETER_GAPS)} (or 'other' with "
     "reason=)."
 )
-
-EXCLUSIVE_HELP = (
-    "triton_exclusive(scope='test'): under pytest-xdist, this test has its GPU to itself (no other "
-    "worker's test runs on it meanwhile): from its setup to its teardown, or with scope='timing' "
-    "only while it times (triton_bench's measurement, in it or in the pytest runs it starts), as "
-    "a perf test does; for tests that time things. Such tests run after the others."
-)
-
-NO_GPU_HELP = (
-    "triton_no_gpu: the test does not use the GPU (say, it runs kernels under the interpreter in "
-    "a subprocess): under pytest-xdist it takes no GPU lock, so it runs while a test that times "
-    "has the GPU to itself; it is ordered after the tests that share the GPU, before those that "
-    "time."
-)
+MARKERS = options.declare_markers(options.Marker(PERF_TARGET_HELP),
+                                  options.Marker(INTERPRETER_GAP_HELP))
 
 FRACTIONS = ("bandwidth_frac", "tflops_frac")
 # triton_resources' keywords, which perf_target takes too (the resources gate reads them there)
@@ -264,9 +248,9 @@ def _near_misses(item: pytest.Item) -> str | None:
                   for line in item.config.getini("markers")}
     misses = []
     for mark in item.iter_markers():
-        if mark.name in registered or mark.name in OUR_MARKERS:
+        if mark.name in registered or mark.name in options.MARKERS_BY_NAME:
             continue
-        close = difflib.get_close_matches(mark.name, OUR_MARKERS, n=1, cutoff=0.75)
+        close = difflib.get_close_matches(mark.name, options.MARKER_ORDER, n=1, cutoff=0.75)
         if close:
             misses.append(f"unknown marker {mark.name!r}: did you mean {close[0]}?")
     if not misses:

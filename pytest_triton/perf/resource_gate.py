@@ -41,6 +41,7 @@ MARKER_HELP = (
     "shared memory per program (default: the architecture's limit) or allows a lower occupancy "
     "than asked. perf_target takes the same keywords."
 )
+MARKERS = options.declare_markers(options.Marker(MARKER_HELP))
 
 LIMITS_KEY = pytest.StashKey["rc.ResourceLimits | None"]()
 RECORDER_KEY = pytest.StashKey[Recorder]()
@@ -92,7 +93,6 @@ class ResourceGate:
     reports where they arrive: in-process, on the xdist controller, in a supervising parent)."""
 
     def __init__(self, config: pytest.Config) -> None:
-        config.addinivalue_line("markers", MARKER_HELP)
         for arch in default_archs(config) or ("(none)",):
             try:
                 ptxas.capability(arch)

@@ -21,27 +21,29 @@ OPTIONS = options.declare(
            "time every test marked perf_target on the GPU and fail those that miss their target"),
     Option("triton_perf_json", "string", None,
            "write every measurement, its statistics, the environment and the verdicts to PATH",
-           metavar="PATH"),
+           metavar="PATH", perf_only=True),
     Option("triton_perf_calibrate", "bool", False,
            "measure this device's real ceilings again (a 1 GiB copy; an 8192^3 cuBLAS matmul per "
            "dtype), replacing those cached for its fingerprint (they are measured once per "
-           "device fingerprint anyway, at the first perf test)"),
+           "device fingerprint anyway, at the first perf test)", perf_only=True),
     Option("triton_perf_peak", "string", "datasheet",
            "what fractions of peak are taken against where a perf_target does not say (peak=): "
            "the SKU's datasheet, or this device's measured ceilings",
-           choices=("datasheet", "measured")),
+           choices=("datasheet", "measured"), perf_only=True),
     Option("triton_perf_l2", "string", "cold",
            "L2 state while timing: cold (flushed before every sample) or warm",
-           choices=("cold", "warm")),
+           choices=("cold", "warm"), perf_only=True),
     Option("triton_perf_max_time", "string", "2.0",
            "seconds of GPU sampling allowed per kernel per round, before the verdict is taken "
-           "on what was collected", metavar="SECONDS"),
+           "on what was collected", metavar="SECONDS", value="number", minimum=0.01,
+           perf_only=True),
     Option("triton_perf_retries", "string", "2",
            "how many times an inconclusive verdict is measured again before it fails",
-           metavar="N"),
+           metavar="N", value="count", perf_only=True),
     Option("triton_perf_allow_unchecked", "bool", False,
            "with --triton-perf, let the run pass although perf targets were left unchecked (no "
-           "GPU to time on: their bodies only dry-ran); without it such a run fails"),
+           "GPU to time on: their bodies only dry-ran); without it such a run fails",
+           perf_only=True),
 )
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import gpulock
+from . import gpuholds
 
 TITLE = "pytest-triton: waits for the GPU lock (pytest-xdist)"
 _KINDS = {"shared": "to share it", "alone": "to time alone", "test": "to hold it alone"}
@@ -28,7 +28,7 @@ class LockWaits:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
         report = yield
-        waits = item.stash.get(gpulock.WAITS_KEY, None)
+        waits = item.stash.get(gpuholds.WAITS_KEY, None)
         if call.when == "teardown" and waits:
             report.triton_gpu_lock = list(waits)
         return report

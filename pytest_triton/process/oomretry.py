@@ -24,7 +24,7 @@ import pytest
 
 from .. import state
 from ..env import nvml
-from . import gpufaults, gpulock
+from . import gpufaults, gpuholds, gpulock
 
 GiB = 1 << 30
 _OOM_KEY = pytest.StashKey["_OutOfMemory"]()  # item: this attempt ran out beside neighbours
@@ -88,7 +88,7 @@ class OOMRetry:
         self.config = config
 
     def _applies(self, item: pytest.Item) -> bool:
-        wanted = gpulock._wanted(item)  # the GPU lock is on: a GPU, a worker, not nested
+        wanted = gpuholds._wanted(item)  # the GPU lock is on: a GPU, a worker, not nested
         return wanted is not None and wanted[1] != "none" and not gpulock.nested(wanted[0])
 
     @pytest.hookimpl(wrapper=True)
@@ -129,7 +129,7 @@ class OOMRetry:
         oom.exc = None
         logged = [r for r in first if r.when == "setup" and oom.when == "call"]
         try:
-            with gpulock.alone_for(item):
+            with gpuholds.alone_for(item):
                 again = _run(item, nextitem, log=lambda report: False)
         except gpulock.GPUWaitTimeout as exc:  # the first attempt's failure stands
             again = first

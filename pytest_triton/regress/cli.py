@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .. import options
 from ..report import expected
-from . import jsonfile, render, rows, schema, shards, storage, trend
+from . import jsonfile, render, rows, schema, settings, shards, storage, trend
 
 
 def parser() -> argparse.ArgumentParser:
@@ -180,7 +180,7 @@ def _compare(args: argparse.Namespace) -> int:
     if args.md == "-" and args.json == "-":
         raise options.OptionError("--md - and --json -: only one of them can write to standard "
                                   "output")
-    fail_on = options.words(args.fail_on, "triton_perf_fail_on", "--fail-on")
+    fail_on = options.words(args.fail_on, settings.FAIL_ON.name, "--fail-on")
     loaded = []
     for ref in (args.ref, args.new):
         path = storage.find(ref, args.history, None)

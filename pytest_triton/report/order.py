@@ -8,7 +8,7 @@ bins (each next-longest test to the block with the least time in it), and every 
 follows longest first; --maxschedchunk 1 is set where it was not given (as GPULock does on a
 GPU), so the blocks hold two tests each and a refill is one test, handed to whichever worker
 frees first. Within the GPU lock's groups (tests alone throughout, shared, no lock, timing:
-gpulock.order) each group is ordered this way, the groups keeping their order.
+gpuholds.order) each group is ordered this way, the groups keeping their order.
 
 The order is computed once, on the controller (the saved durations it reads are handed to every
 worker in its workerinput): xdist aborts a run whose workers collected different orders. Ties
@@ -24,8 +24,19 @@ import pytest
 
 from .. import options, state
 from ..env import role
-from ..process import gpulock
+from ..process import gpuholds
 from . import expected
+
+OPTIONS = options.declare(
+    options.Option(
+        "triton_order", "string", "auto",
+        "the order tests are handed out in: longest-first (by the durations the saved runs in "
+        "--triton-perf-history hold, else an estimate from each test's perf target; under "
+        "pytest-xdist laid out so that no worker is left with the long tail) or collection "
+        "(the order pytest collected). auto: longest-first under pytest-xdist, collection in "
+        "a run of one process", metavar="auto|longest-first|collection",
+        choices=("auto", "longest-first", "collection")),
+)
 
 WORKERINPUT_KEY = "pytest_triton_order"  # {"durations", "dist", "maxschedchunk"}
 
@@ -118,5 +129,5 @@ def _groups(items: list[pytest.Item]) -> list[list[pytest.Item]]:
     """The GPU lock's groups, in its order (one group where it takes no lock)."""
     out: dict[int, list[pytest.Item]] = {}
     for it in items:
-        out.setdefault(gpulock.rank(it), []).append(it)
+        out.setdefault(gpuholds.rank(it), []).append(it)
     return [out[k] for k in sorted(out)]

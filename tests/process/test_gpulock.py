@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pytest_triton.process import gpulock
+from pytest_triton.process import gpuholds, gpulock
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="flock locks are POSIX only")
 
@@ -91,13 +91,13 @@ def test_tests_alone_throughout_go_first_and_tests_that_time_last(monkeypatch):
     kinds = {"perf1": "timing", "perf2": "timing", "alone1": "test", "alone2": "test",
              "cpu1": "none", "cpu2": "none"}
     items = [NS(name=n, kind=kinds.get(n, "shared")) for n in names]
-    monkeypatch.setattr(gpulock, "_wanted", lambda it: ("0", it.kind))
-    gpulock.order(items)
+    monkeypatch.setattr(gpuholds, "_wanted", lambda it: ("0", it.kind))
+    gpuholds.order(items)
     assert [it.name for it in items] == ["alone1", "alone2", "a", "b", "c", "cpu1", "cpu2",
                                          "perf1", "perf2"]
-    monkeypatch.setattr(gpulock, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
+    monkeypatch.setattr(gpuholds, "_wanted", lambda it: None)  # no GPU lock (CPU, no xdist): as is
     items.reverse()
-    gpulock.order(items)
+    gpuholds.order(items)
     assert [it.name for it in items] == ["perf2", "perf1", "cpu2", "cpu1", "c", "b", "a",
                                          "alone2", "alone1"]
 
@@ -141,8 +141,8 @@ def test_a_wait_past_its_bound_names_who_holds_the_gpu():
 
 # Under xdist on a CPU machine the lock is off (no GPU); the inner runs pretend a GPU for it.
 LOCK_ON = """
-from pytest_triton.process import gpulock
-gpulock._wanted = lambda item: ("fake0", "shared")
+from pytest_triton.process import gpuholds
+gpuholds._wanted = lambda item: ("fake0", "shared")
 """
 HOLDER = """
 import os, sys, time
@@ -202,7 +202,7 @@ def test_a_failed_wait_for_the_gpu_fails_its_test_not_the_run(pytester, gpu_held
         result.stdout.fnmatch_lines(["*Timeout (>2.0s) from pytest-timeout*"])
 
 
-# The real gpulock._wanted, with the run's runtime made a GPU's (a stand-in id): the inner tests
+# The real gpuholds._wanted, with the run's runtime made a GPU's (a stand-in id): the inner tests
 # use no fixture, so nothing else reads it.
 STAND_IN_GPU = """
 import dataclasses
@@ -242,7 +242,7 @@ def test_on_a_gpu_xdist_sends_tests_one_at_a_time(monkeypatch, given, interpret,
     from types import SimpleNamespace as NS
 
     config = NS(option=NS(dist="load", maxschedchunk=given))
-    monkeypatch.setattr(gpulock.role, "is_controller", lambda c: True)
-    monkeypatch.setattr(gpulock.state, "get", lambda c: NS(runtime=NS(interpret=interpret)))
-    gpulock.GPULock(config)
+    monkeypatch.setattr(gpuholds.role, "is_controller", lambda c: True)
+    monkeypatch.setattr(gpuholds.state, "get", lambda c: NS(runtime=NS(interpret=interpret)))
+    gpuholds.GPULock(config)
     assert config.option.maxschedchunk == expected

@@ -13,7 +13,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 from pytest_triton.perf import timing
-from pytest_triton.process import gpulock, lockfiles, lockwaits
+from pytest_triton.process import gpuholds, gpulock, lockfiles, lockwaits
 
 from ..correctness import _fake_gpu
 
@@ -361,19 +361,19 @@ def test_holders_that_exited_unwaited_for_count_for_nothing(tmp_path):
 def test_order_names_the_kinds(monkeypatch):
     # what order() sorts by comes from the markers and --triton-perf (the docstring's groups)
     state = NS(runtime=NS(interpret=False, gpu_id="0"), perf=True)
-    monkeypatch.setattr(gpulock.state, "get", lambda config: state)
+    monkeypatch.setattr(gpuholds.state, "get", lambda config: state)
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
 
     def item(marks=(), target=None):
         found = {m.name: m for m in marks}
-        stash = {gpulock.record.RECORD_KEY: gpulock.record.PerfRecord("t.py::x", target)} \
+        stash = {gpuholds.record.RECORD_KEY: gpuholds.record.PerfRecord("t.py::x", target)} \
             if target else {}
         return NS(get_closest_marker=found.get, stash=stash, config=None, nodeid="t.py::x")
 
     exclusive = pytest.mark.triton_exclusive.mark
-    assert gpulock._wanted(item())[1] == "shared"
-    assert gpulock._wanted(item(target=object()))[1] == "timing"
-    assert gpulock._wanted(item([exclusive]))[1] == "test"
-    assert gpulock._wanted(item([exclusive.combined_with(
+    assert gpuholds._wanted(item())[1] == "shared"
+    assert gpuholds._wanted(item(target=object()))[1] == "timing"
+    assert gpuholds._wanted(item([exclusive]))[1] == "test"
+    assert gpuholds._wanted(item([exclusive.combined_with(
         pytest.mark.triton_exclusive(scope="timing").mark)]))[1] == "timing"
-    assert gpulock._wanted(item([pytest.mark.triton_no_gpu.mark]))[1] == "none"
+    assert gpuholds._wanted(item([pytest.mark.triton_no_gpu.mark]))[1] == "none"
