@@ -191,6 +191,10 @@ def pytest_configure(config: pytest.Config) -> None:
     rt = config.stash.get(state.RUNTIME_KEY, None)
     if rt is None:  # registered after the initial conftests (pytest -p pytest_triton.plugin)
         rt = runtime.decide(config)
+    elif rt.why == runtime.CONTROLLER_WHY and not role.is_controller(config):
+        # the command line foretold a controller; xdist settled on no workers: this process
+        # runs the tests, and asks torch for its device after all
+        rt = config.stash[state.RUNTIME_KEY] = runtime.decide(config, may_control=False)
     config.add_cleanup(lambda: runtime.restore_environment(rt))
     if runtime.import_for_nested_runs(config):  # before a pytester run inside a test could
         _import_own_modules()

@@ -51,14 +51,23 @@ def _work_out(config: pytest.Config) -> Role:
 
 def will_control(early_config: pytest.Config) -> bool:
     """Whether this process will be pytest-xdist's controller, as its command line says before
-    xdist settles -n (usable from pytest_load_initial_conftests on): -n (not 0) or --tx, and
-    not a worker (xdist names each in PYTEST_XDIST_WORKER before its config exists)."""
+    xdist settles -n (usable from pytest_load_initial_conftests on): -n (not 0), or --tx with a
+    --dist; not under --pdb (xdist then starts no workers: -n auto becomes 0), not with
+    PYTEST_XDIST_AUTO_NUM_WORKERS=0 behind -n auto, and not a worker (xdist names each in
+    PYTEST_XDIST_WORKER before its config exists). A conftest's pytest_xdist_auto_num_workers
+    can still make -n auto 0: pytest_configure then finds the role plain and decides again."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return False
     ns = early_config.known_args_namespace
-    if getattr(ns, "collectonly", False):
+    if getattr(ns, "collectonly", False) or getattr(ns, "usepdb", False):
         return False
-    return bool(getattr(ns, "tx", None)) or getattr(ns, "numprocesses", None) not in (None, 0, "0")
+    workers = getattr(ns, "numprocesses", None)
+    if workers in ("auto", "logical") and \
+            os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").strip() == "0":
+        return False
+    if workers not in (None, 0, "0"):
+        return True
+    return bool(getattr(ns, "tx", None)) and getattr(ns, "dist", "no") != "no"
 
 
 def decide(config: pytest.Config) -> Role:

@@ -101,6 +101,11 @@ def _visible_gpu_ids() -> list[str]:
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")
     if outer is not None:
         return [g.strip() for g in outer.split(",") if g.strip() and g.strip() != "-1"]
+    return _driver_gpu_ids()
+
+
+def _driver_gpu_ids() -> list[str]:
+    """The GPUs the driver lists (NVML, else nvidia-smi), whatever CUDA_VISIBLE_DEVICES says."""
     try:
         import pynvml  # nvidia-ml-py
 
@@ -125,10 +130,16 @@ CONTROLLER_WHY = "pytest-xdist's controller: each worker takes a GPU"
 
 
 def _gpus_without_torch() -> bool:
-    """A torch built for CUDA and at least one GPU that NVML (or nvidia-smi) sees, found without
-    importing torch or starting CUDA."""
+    """A torch built for CUDA, a GPU driver, and at least one GPU the driver lists (NVML, else
+    nvidia-smi) that CUDA_VISIBLE_DEVICES leaves visible, found without importing torch or
+    starting CUDA. A CUDA_VISIBLE_DEVICES alone, without a driver that lists a GPU, is not one."""
     build = versions.torch_build() or {}
-    return build.get("cuda") is not None and bool(_visible_gpu_ids())
+    if build.get("cuda") is None or surely_no_gpu():
+        return False
+    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if outer is not None and not [g for g in outer.split(",") if g.strip() and g.strip() != "-1"]:
+        return False
+    return bool(_driver_gpu_ids())
 
 
 def _xdist_worker() -> tuple[int, int] | None:
@@ -139,10 +150,12 @@ def _xdist_worker() -> tuple[int, int] | None:
     return int(worker[2:]), int(count)
 
 
-def decide(early_config: pytest.Config) -> Runtime:
-    """Choose interpreter or GPU for this process; set the environment that choice needs."""
+def decide(early_config: pytest.Config, *, may_control: bool = True) -> Runtime:
+    """Choose interpreter or GPU for this process; set the environment that choice needs.
+    may_control=False: this process runs its tests, whatever its command line foretold (xdist
+    settled -n to no workers after the first choice was made)."""
     before = {k: os.environ.get(k) for k in (INTERPRET_ENV, "CUDA_VISIBLE_DEVICES")}
-    rt = _decide(early_config)
+    rt = _decide(early_config, may_control)
     rt = replace(rt, env_before={k: v for k, v in before.items() if os.environ.get(k) != v})
     if not rt.interpret and rt.why != CONTROLLER_WHY:
         # On a GPU torch is imported already; Triton is imported here too, in the outermost run
@@ -201,7 +214,7 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _decide(early_config: pytest.Config) -> Runtime:
+def _decide(early_config: pytest.Config, may_control: bool = True) -> Runtime:
     requested = options.get_early(early_config, "triton_device")
     if options.get_early(early_config, "triton_interpret") or interpreting():
         if requested and requested != "cpu":
@@ -211,7 +224,7 @@ def _decide(early_config: pytest.Config) -> Runtime:
         os.environ[INTERPRET_ENV] = "1"
         return Runtime("cpu", True, "interpreter requested")
 
-    if not requested and role.will_control(early_config) and _gpus_without_torch():
+    if may_control and not requested and role.will_control(early_config) and _gpus_without_torch():
         # The controller runs no test; its workers each take a GPU (below). It neither imports
         # torch nor starts CUDA here: that would hold back the start of every worker.
         return Runtime("cuda", False, CONTROLLER_WHY)

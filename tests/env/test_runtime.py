@@ -103,7 +103,7 @@ import json, os, sys
 from pytest_triton.env import runtime, versions
 
 versions.torch_build = lambda: {"__version__": "0", "cuda": "13.0", "hip": None}
-runtime._visible_gpu_ids = lambda: ["0"]
+runtime._visible_gpu_ids = runtime._driver_gpu_ids = lambda: ["0"]
 runtime.surely_no_gpu = lambda: False  # torch is asked, as on a machine with a GPU driver
 
 
@@ -141,3 +141,54 @@ def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytest
     result.assert_outcomes(passed=1)
     seen = json.loads(out.read_text())
     assert seen["torch"] and seen["why"] != runtime.CONTROLLER_WHY, seen
+
+
+@pytest.mark.requires_plugin("pytest-xdist")
+@pytest.mark.parametrize("args, env, conftest", [
+    (["-n", "auto", "--pdb"], {}, None),  # xdist starts no workers under --pdb
+    (["-n", "auto"], {"PYTEST_XDIST_AUTO_NUM_WORKERS": "0"}, None),
+    (["-n", "auto"], {}, "def pytest_xdist_auto_num_workers(config):\n    return 0\n"),
+    (["--tx", "popen"], {}, None),  # --tx without --dist distributes nothing
+], ids=["pdb", "auto-env-0", "auto-hook-0", "tx-without-dist"])
+def test_a_command_line_that_ends_without_workers_runs_its_tests_on_the_device_torch_finds(
+        pytester, monkeypatch, args, env, conftest):
+    """-n on the command line, but xdist settles on no workers: this process runs the tests, so
+    it asks torch for its device (none here: the interpreter), not the controller's shortcut."""
+    import json
+
+    pytester.makepyfile(fakegpu=_FAKE_GPU_HOST)
+    pytester.makepyfile(test_a="def test_a(triton_device):\n    assert str(triton_device) == 'cpu'\n")
+    if conftest:
+        pytester.makeconftest(conftest)
+    monkeypatch.setenv("PYTHONPATH", str(pytester.path), prepend=os.pathsep)
+    out = pytester.path / "out.json"
+    monkeypatch.setenv("FAKE_GPU_OUT", str(out))
+    for name in ("TRITON_INTERPRET", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
+                 "PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = pytester.runpytest_subprocess("-p", "fakegpu", *args, "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    seen = json.loads(out.read_text())
+    assert seen["why"] == "no CUDA GPU visible", seen
+
+
+def test_a_visible_devices_variable_without_a_driver_is_no_gpu(monkeypatch):
+    """The controller's shortcut needs a driver that lists a GPU: CUDA_VISIBLE_DEVICES=0 on a CPU
+    runner with torch built for CUDA is not one; a driver listing one, with the variable unset
+    or naming it, is; the variable set to none hides it."""
+    monkeypatch.setattr(runtime.versions, "torch_build",
+                        lambda: {"__version__": "0", "cuda": "13.0", "hip": None})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(runtime, "surely_no_gpu", lambda: True)
+    assert not runtime._gpus_without_torch()
+    monkeypatch.setattr(runtime, "surely_no_gpu", lambda: False)
+    monkeypatch.setattr(runtime, "_driver_gpu_ids", lambda: [])
+    assert not runtime._gpus_without_torch()
+    monkeypatch.setattr(runtime, "_driver_gpu_ids", lambda: ["0"])
+    assert runtime._gpus_without_torch()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert runtime._gpus_without_torch()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert not runtime._gpus_without_torch()
