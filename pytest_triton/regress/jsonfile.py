@@ -35,13 +35,29 @@ def write_temp(doc, folder: Path | str, stem: str, *, compress: bool = False) ->
 
 def write_atomic(doc, path: Path | str) -> Path:
     """Write `doc` to `path` as JSON, replacing the file there in one step (gzip where the name
-    ends in .gz): a reader sees the old file or the new one, never part of either."""
+    ends in .gz): a reader sees the old file or the new one, never part of either. A path that
+    is a link, or names no regular file (/dev/stdout, a pipe), or beside which no file can be
+    made (/dev/fd/N), is written where it leads, as open() would: replacing it would cut the
+    link or fail."""
     path = Path(path)
-    tmp = write_temp(doc, path.parent, path.name, compress=path.suffix == ".gz")
+    compress = path.suffix == ".gz"
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        return _write_through(doc, path, compress)
+    try:
+        tmp = write_temp(doc, path.parent, path.name, compress=compress)
+    except OSError:
+        return _write_through(doc, path, compress)
     try:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    return path
+
+
+def _write_through(doc, path: Path, compress: bool) -> Path:
+    text = json.dumps(doc, indent=1, default=str).encode()  # whole before the target is opened
+    with open(path, "wb") as f:
+        f.write(gzip.compress(text) if compress else text)
     return path
 
 

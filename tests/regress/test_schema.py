@@ -8,6 +8,7 @@ import gzip
 import json
 import re
 import types
+from pathlib import Path
 
 import pytest
 
@@ -152,3 +153,27 @@ def test_the_perf_json_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.setattr(summary, "document", lambda config: {"new": True})
     summary.write_json(None)
     assert json.loads(path.read_text()) == {"new": True}
+
+
+def test_a_link_or_a_device_is_written_where_it_leads(tmp_path):
+    """--triton-perf-json /dev/stdout, or a link to a file kept elsewhere: written through, as
+    open() writes (a replace would cut the link, or fail beside /dev/fd/N)."""
+    target = tmp_path / "kept" / "perf.json"
+    target.parent.mkdir()
+    target.write_text("{}")
+    link = tmp_path / "perf.json"
+    link.symlink_to(target)
+    jsonfile.write_atomic({"a": 1}, link)
+    assert link.is_symlink() and json.loads(target.read_text()) == {"a": 1}
+    jsonfile.write_atomic({"a": 1}, "/dev/null")  # not a regular file: written, not replaced
+    assert not Path("/dev/null").is_file()
+
+
+def test_a_regular_file_is_still_replaced_whole(tmp_path):
+    """The negative control of the above: a plain file gets a new inode (replaced, not written
+    through), so a reader holding the old one never sees it half written."""
+    path = tmp_path / "perf.json"
+    path.write_text("{}")
+    before = path.stat().st_ino
+    jsonfile.write_atomic({"a": 1}, path)
+    assert path.stat().st_ino != before and json.loads(path.read_text()) == {"a": 1}
