@@ -38,7 +38,7 @@ def recheck(m: dict) -> list[str]:
     each figure of the two compared."""
     try:
         said = Measurement.from_dict(m)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a part of the wrong shape
         return [f"{m.get('nodeid', '?')}: its report cannot be read back ({e!r})"]
     label = said.label
     if not said.timings.ms:

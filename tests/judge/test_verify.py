@@ -69,3 +69,6 @@ def test_a_report_agreeing_with_its_samples_passes_and_each_figure_is_rechecked(
                                     "(invalid), and it was reported 'pass'"]
     assert verify.recheck({**m, "samples_ms": None}) == [
         "t: the report carries no raw samples to recompute its verdict from"]
+    # a part of the wrong shape is a report that cannot be read back, not an internal error
+    [problem] = verify.recheck({**m, "peaks": "x"})
+    assert problem.startswith("t: its report cannot be read back (AttributeError"), problem
