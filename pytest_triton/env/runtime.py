@@ -98,10 +98,16 @@ def restore_environment(rt: Runtime) -> None:
 
 def _visible_gpu_ids() -> list[str]:
     """The GPUs this process may use, as CUDA_VISIBLE_DEVICES would name them, without starting CUDA."""
+    outer = _outer_visible()
+    return outer if outer is not None else _driver_gpu_ids()
+
+
+def _outer_visible() -> list[str] | None:
+    """The GPU ids an outer CUDA_VISIBLE_DEVICES names ([] for "" or -1); None where it is unset."""
     outer = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if outer is not None:
-        return [g.strip() for g in outer.split(",") if g.strip() and g.strip() != "-1"]
-    return _driver_gpu_ids()
+    if outer is None:
+        return None
+    return [g.strip() for g in outer.split(",") if g.strip() and g.strip() != "-1"]
 
 
 def _driver_gpu_ids() -> list[str]:
@@ -136,10 +142,7 @@ def _gpus_without_torch() -> bool:
     build = versions.torch_build() or {}
     if build.get("cuda") is None or surely_no_gpu():
         return False
-    outer = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if outer is not None and not [g for g in outer.split(",") if g.strip() and g.strip() != "-1"]:
-        return False
-    return bool(_driver_gpu_ids())
+    return _outer_visible() != [] and bool(_driver_gpu_ids())
 
 
 def _xdist_worker() -> tuple[int, int] | None:

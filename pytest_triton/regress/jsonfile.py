@@ -23,8 +23,7 @@ def write_temp(doc, folder: Path | str, stem: str, *, compress: bool = False) ->
     tmp = Path(folder) / f".{stem}-{os.getpid()}-{secrets.token_hex(4)}.part"
     try:
         with open(tmp, "xb") as f:
-            text = json.dumps(doc, indent=1, default=str).encode()
-            f.write(gzip.compress(text) if compress else text)
+            f.write(_encode(doc, compress))
             f.flush()
             os.fsync(f.fileno())
     except BaseException:
@@ -54,10 +53,15 @@ def write_atomic(doc, path: Path | str) -> Path:
     return path
 
 
+def _encode(doc, compress: bool) -> bytes:
+    text = json.dumps(doc, indent=1, default=str).encode()
+    return gzip.compress(text) if compress else text
+
+
 def _write_through(doc, path: Path, compress: bool) -> Path:
-    text = json.dumps(doc, indent=1, default=str).encode()  # whole before the target is opened
+    data = _encode(doc, compress)  # whole before the target is opened
     with open(path, "wb") as f:
-        f.write(gzip.compress(text) if compress else text)
+        f.write(data)
     return path
 
 
