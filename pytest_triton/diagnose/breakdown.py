@@ -24,8 +24,6 @@ import tempfile
 import time
 
 import pytest
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import options, state
 from ..perf import record, timing
@@ -251,6 +249,9 @@ def profile_call(config: pytest.Config, fn) -> list[dict] | None:
     rt = state.get(config).runtime
     if rt.interpret:
         return None
+    import torch  # import time: only a measured run profiles, and an xdist controller measures none
+    from torch.profiler import ProfilerActivity, profile, record_function
+
     torch.cuda.synchronize(rt.device)
     t0 = time.perf_counter()
     fn()  # warm, and how long the host takes to issue one call

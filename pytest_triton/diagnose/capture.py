@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from .. import options, state
 from ..env import compile_watch
@@ -40,6 +39,8 @@ def after_measure(item: pytest.Item, m, fn, kernel, compiles) -> None:
     rt = state.get(item.config).runtime
     sync = None
     if not rt.interpret:
+        import torch  # import time: a measured run has it; an xdist controller measures nothing
+
         def sync():
             torch.cuda.synchronize(rt.device)
     cap = launches_mod.capture(fn, sync)

@@ -117,7 +117,15 @@ def pytest_unconfigure(config):
 
 
 @pytest.mark.requires_plugin("pytest-xdist")
-def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytester, monkeypatch):
+@pytest.mark.parametrize("options", [
+    [],
+    # the main job's options: every feature the controller registers under them (the perf
+    # summaries, the diagnoses' summary, the judge, the reports) imports no torch either
+    ["--triton-perf", "--triton-perf-explain", "--triton-judge", "--triton-perf-json", "r.json",
+     "--triton-perf-report-md", "r.md", "--triton-perf-save", "x", "--triton-perf-history", "h"],
+], ids=["plain", "main-job-options"])
+def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytester, monkeypatch,
+                                                                          options):
     """The controller runs no test: on a host with a GPU it decides without importing torch or
     Triton (seconds before its workers can start); negative control: without -n the same process
     asks torch."""
@@ -131,7 +139,8 @@ def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytest
     # an outer xdist worker's variables would make the inner controller a worker
     for name in ("TRITON_INTERPRET", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT"):
         monkeypatch.delenv(name, raising=False)
-    result = pytester.runpytest_subprocess("-p", "fakegpu", "-n", "2", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "fakegpu", "-n", "2", "-p", "no:cacheprovider",
+                                           *options)
     result.assert_outcomes(passed=1)
     seen = json.loads(out.read_text())
     assert seen == {"torch": False, "triton": False, "why": runtime.CONTROLLER_WHY}, seen
