@@ -71,11 +71,6 @@ def sanitizing(config: pytest.Config) -> bool:  # --triton-sanitize TOOL, or the
     return options.get(config, "triton_sanitize") not in (None, "", "off") or role.under_sanitizer()
 
 
-def warming(config: pytest.Config) -> bool:  # an xdist worker with a GPU of its own
-    rt = state.get(config).runtime
-    return role.is_worker(config) and not rt.interpret and rt.gpu_alone
-
-
 def pinning(config: pytest.Config) -> bool:  # --triton-autotune=heuristic|first
     return options.get(config, "triton_autotune") != "full"
 
@@ -116,7 +111,6 @@ def ncu_child(config: pytest.Config) -> bool:  # the run Nsight Compute profiles
 # its reverse, and hook wrappers of one priority nest with the later registered outside.
 FEATURES = (
     ("triton-header", always, "pytest_triton.report.summary", "Header"),
-    ("triton-warmup", warming, "pytest_triton.process.warmup", "WarmUp"),
     ("triton-sanitize", sanitizing, "pytest_triton.correctness.sanitize", "Sanitize"),
     ("triton-interpreter", interpreting, "pytest_triton.env.interpreter.feature", "Interpreter"),
     ("triton-autotune-pin", pinning, "pytest_triton.correctness.pinning", "Pinning"),

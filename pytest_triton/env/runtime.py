@@ -42,9 +42,6 @@ class Runtime:
     interpret: bool
     why: str  # how the choice was made, for the report header
     gpu_id: str | None = None  # the physical GPU as the outer CUDA_VISIBLE_DEVICES names it
-    # An xdist worker that no other worker of its run shares its GPU with (as many workers as
-    # GPUs, or fewer): nothing it does on the GPU outside a test can disturb another's timing.
-    gpu_alone: bool = False
     # The environment variables the choice set, with their values before (None: unset), put back
     # when the session ends (restore_environment): a pytest run nested in a test (pytester) must
     # not leave TRITON_INTERPRET=1 behind, or every later child process of a GPU session (a perf
@@ -268,5 +265,4 @@ def _decide(early_config: pytest.Config, may_control: bool = True) -> Runtime:
         gpu_id = ids[index] if index < len(ids) else str(index)
     torch.cuda.set_device(index)
     why = f"xdist worker {worker[0]} -> GPU {gpu_id}" if worker and not requested else "CUDA GPU"
-    alone = worker is not None and not requested and worker[1] <= len(ids)
-    return Runtime(f"cuda:{index}", False, why, gpu_id, gpu_alone=alone)
+    return Runtime(f"cuda:{index}", False, why, gpu_id)
