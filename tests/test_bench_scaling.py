@@ -37,10 +37,11 @@ def test_the_dry_pipeline_runs_both_configurations_and_finds_them_the_same(tmp_p
     assert two["differences"] == [] and two["speedup"] > 0
     assert [w["worker"] for w in one["worker_times"]] == ["this process"]
     assert sorted(w["worker"] for w in two["worker_times"]) == ["gw0", "gw1"]
-    # the 1.5 s test makes its worker busy at least that long; the other worker ends first
+    # the 1.5 s test makes its worker busy at least that long; the other worker ends first (by
+    # how much depends on the machine: each worker's first test also pays its start)
     busiest = max(two["worker_times"], key=lambda w: w["busy_s"])
     other = min(two["worker_times"], key=lambda w: w["busy_s"])
-    assert busiest["busy_s"] >= 1.5 and other["tail_s"] >= 1.0
+    assert busiest["busy_s"] >= 1.5 and other["tail_s"] > busiest["tail_s"], two["worker_times"]
     # the process's time outside the session (start-up, the end) and each worker's on ceilings
     for cfg in (one, two):
         assert 0 <= cfg["before_s"] < cfg["wall_s"] and 0 <= cfg["after_s"] < cfg["wall_s"], cfg

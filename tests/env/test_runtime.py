@@ -162,11 +162,17 @@ def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytest
 def test_a_command_line_that_ends_without_workers_runs_its_tests_on_the_device_torch_finds(
         pytester, monkeypatch, args, env, conftest):
     """-n on the command line, but xdist settles on no workers: this process runs the tests, so
-    it asks torch for its device (none here: the interpreter), not the controller's shortcut."""
+    it asks torch for its device (the interpreter here, the GPU on a GPU machine), not the
+    controller's shortcut."""
     import json
 
     pytester.makepyfile(fakegpu=_FAKE_GPU_HOST)
-    pytester.makepyfile(test_a="def test_a(triton_device):\n    assert str(triton_device) == 'cpu'\n")
+    pytester.makepyfile(test_a="""
+        import torch
+
+        def test_a(triton_device):
+            assert str(triton_device) == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    """)
     if conftest:
         pytester.makeconftest(conftest)
     monkeypatch.setenv("PYTHONPATH", str(pytester.path), prepend=os.pathsep)
@@ -180,7 +186,10 @@ def test_a_command_line_that_ends_without_workers_runs_its_tests_on_the_device_t
     result = pytester.runpytest_subprocess("-p", "fakegpu", *args, "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     seen = json.loads(out.read_text())
-    assert seen["why"] == "no CUDA GPU visible", seen
+    import torch
+
+    # torch's answer: none here (the interpreter), the GPU on a machine with one
+    assert seen["why"] == ("CUDA GPU" if torch.cuda.is_available() else "no CUDA GPU visible"), seen
 
 
 def test_a_visible_devices_variable_without_a_driver_is_no_gpu(monkeypatch):
