@@ -15,6 +15,9 @@ tuning would cost more than it saves, and correctness tests stay quick and deter
 Triton's interpreter, CUDA-graph capture (nothing may be timed inside one: a key timed before the
 capture keeps its choice, so that a graph replays the launch the eager calls chose), and
 PYTEST_TRITON_TUNE=0 (every launch on its heuristic).
+
+The kernels tuned by triton.autotune instead (matmul, attention, conv2d) launch through
+launch_autotuned, which times Triton's closest configs again, interleaved, where Triton tuned.
 """
 
 from __future__ import annotations
@@ -207,3 +210,79 @@ def autotune_kwargs() -> dict:
     if "do_bench" in inspect.signature(triton.autotune).parameters:
         return {"do_bench": do_bench}
     return {}  # pragma: no cover - older Triton: its default timing
+
+
+# A triton.autotune choice is timed again where Triton timed a config within this fraction of its
+# fastest: at most CONFIRM_MAX of them, the fastest first.
+CONFIRM_BAND = 0.10
+CONFIRM_MAX = 4
+
+
+def launch_autotuned(tuner, grid, *args, **kwargs):
+    """`tuner[grid](*args, **kwargs)` for a bundled kernel's triton.autotune, its choice confirmed.
+
+    Triton's autotuner times its configs one after another and keeps the fastest. A GPU's clock
+    moves over the seconds that takes (its power cap, a neighbour card's load), so a config timed
+    at a higher clock can win over a faster one: the same 4096 bfloat16 matmul that chose a
+    128x256 tile in every other run chose 128x128 once, 6% slower (docs/kernels.md). Where this
+    call tuned a new key, the configs Triton timed within CONFIRM_BAND of its fastest are timed
+    again interleaved (do_bench_each, as LaunchTuner times its candidates), and the fastest of
+    them becomes the key's choice. For kernels that write only their outputs: each timed launch
+    writes them again, with the same values."""
+    before = set(tuner.cache)
+    result = tuner[grid](*args, **kwargs)
+    new = [key for key in tuner.cache if key not in before]
+    if len(new) == 1 and not interpreting():
+        _confirm(tuner, new[0], grid, args, kwargs)
+    return result
+
+
+def _first_ms(timing) -> float:
+    """Triton's timing of one config as a number: its median, the first of the quantiles."""
+    value = timing[0] if isinstance(timing, (list, tuple)) else timing
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.inf
+
+
+def finalists(configs_timings: dict) -> list:
+    """The configs to time again: those within CONFIRM_BAND of the fastest, fastest first, at
+    most CONFIRM_MAX; none where fewer than two are."""
+    ranked = sorted(((_first_ms(t), i, c) for i, (c, t) in enumerate(configs_timings.items())),
+                    key=lambda r: r[:2])
+    ranked = [r for r in ranked if math.isfinite(r[0])]
+    if not ranked:
+        return []
+    near = [c for ms, _, c in ranked if ms <= ranked[0][0] * (1 + CONFIRM_BAND)][:CONFIRM_MAX]
+    return near if len(near) > 1 else []
+
+
+def _confirm(tuner, key, grid, args: tuple, kwargs: dict) -> None:
+    timings = getattr(tuner, "configs_timings", None) or {}
+    near = finalists(timings)
+    if not near:
+        return
+    nargs = dict(zip(tuner.arg_names, args))
+
+    def run(cfg):  # one launch with cfg, its hooks around it, as Triton's tuning launches it
+        current = {**kwargs, **cfg.all_kwargs()}
+        full = {**nargs, **current}
+        if cfg.pre_hook is not None:
+            cfg.pre_hook(full)
+        tuner.pre_hook(full)
+        try:
+            tuner.fn.run(*args, grid=grid, warmup=False, **current)
+        finally:
+            tuner.post_hook(full, exception=None)
+
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    ms = _medians_ms(run, near, device)
+    best = min(range(len(near)), key=lambda i: (ms[i], i))
+    if not math.isfinite(ms[best]):
+        return  # none ran: Triton's choice stands
+    tuner.cache[key] = tuner.best_config = near[best]
+    # the finalists' interleaved medians in place of Triton's quantiles (median, 20%, 80%)
+    tuner.configs_timings = {**timings, **{c: [m] * 3 for c, m in zip(near, ms)}}

@@ -61,7 +61,7 @@ from pytest_triton import autotune_configs
 
 from ._checks import config_values, output, require_dtype, require_tensor
 from ._gemm import TensorDescriptor, tma_available
-from ._tuning import autotune_kwargs
+from ._tuning import autotune_kwargs, launch_autotuned
 
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -471,7 +471,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool
         return (triton.cdiv(S, m["BLOCK_M"]), B * H)
 
     if config is None:
-        _AUTOTUNED[chosen][grid](*args, **meta)
+        launch_autotuned(_AUTOTUNED[chosen], grid, *args, **meta)
         return out
     if not isinstance(config, triton.Config):
         raise TypeError(f"attention: config must be a triton.Config, got "

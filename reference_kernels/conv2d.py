@@ -57,7 +57,7 @@ from pytest_triton import autotune_configs, do_bench, interpreting
 from ._checks import config_values, output, require_dtype, require_tensor
 from ._device import sm_count
 from ._gemm import TensorDescriptor, grouped_tile, tma_available
-from ._tuning import autotune_kwargs
+from ._tuning import autotune_kwargs, launch_autotuned
 from .matmul import matmul, matmul_kernel_for
 
 DTYPES = (torch.float16, torch.bfloat16)
@@ -841,7 +841,7 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return (triton.cdiv(N * P * Q, meta["BLOCK_M"]) * triton.cdiv(K, meta["BLOCK_N"]),)
 
     if config is None:
-        _conv2d_kernel[grid](*args, HAS_BIAS=bias is not None)
+        launch_autotuned(_conv2d_kernel, grid, *args, HAS_BIAS=bias is not None)
     else:
         meta = {"HAS_BIAS": bias is not None, **_check_config(config)}
         _conv2d_kernel.fn[grid(meta)](*args, **meta)

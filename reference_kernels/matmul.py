@@ -677,7 +677,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, bias: torch.Tensor | None = None
                 out.stride(0), out.stride(1))
         kernel = _matmul_kernel
     if config is None:
-        _AUTOTUNED[chosen][grid](*args, **common)
+        _tuning.launch_autotuned(_AUTOTUNED[chosen], grid, *args, **common)
     else:
         meta = {**common, **cfg}
         if chosen.startswith("tma"):

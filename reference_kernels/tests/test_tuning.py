@@ -314,3 +314,113 @@ def test_no_bundled_autotuner_restores_its_output_around_every_timed_launch():
             if isinstance(obj, Autotuner) and obj.restore_value:
                 restoring.append(f"{info.name}.{name}")
     assert restoring == []
+
+
+class _FakeAutotuner:
+    """What launch_autotuned reads of Triton's Autotuner: tuning a new key (its first argument)
+    times every config one after another (`drifted`: the GPU's clock moving meanwhile) and keeps
+    the fastest; `launched` and `hooks` record what ran."""
+
+    arg_names = ["n", "x"]
+
+    def __init__(self, configs, drifted):
+        self.configs, self.drifted = configs, drifted
+        self.cache, self.configs_timings, self.best_config = {}, None, None
+        self.launched, self.hooks = [], []
+        self.fn = SimpleNamespace(run=self._run)
+
+    def __getitem__(self, grid):
+        def call(*args, **kwargs):
+            if args[0] not in self.cache:
+                self.configs_timings = {c: [ms, ms, ms] for c, ms in zip(self.configs, self.drifted)}
+                self.cache[args[0]] = min(self.configs_timings, key=self.configs_timings.get)
+            self.best_config = self.cache[args[0]]
+            return self._run(*args, grid=grid, warmup=False, **kwargs, **self.best_config.all_kwargs())
+        return call
+
+    def _run(self, *args, grid, warmup, **kwargs):
+        self.launched.append(kwargs["BLOCK"])
+
+    def pre_hook(self, nargs, reset_only=False):
+        self.hooks.append(("pre", nargs["BLOCK"]))
+
+    def post_hook(self, nargs, exception):
+        self.hooks.append(("post", nargs["BLOCK"]))
+
+
+@pytest.fixture
+def true_ms(monkeypatch):
+    """Timing on a 'GPU' whose clock holds still: config BLOCK=b takes TRUE[b] ms; what was timed."""
+    true = {}
+    timed = []
+
+    def medians_ms(run, space, device):
+        for cfg in space:
+            run(cfg)
+        timed.append([cfg.kwargs["BLOCK"] for cfg in space])
+        return [true[cfg.kwargs["BLOCK"]] for cfg in space]
+
+    monkeypatch.setattr(_tuning, "interpreting", lambda: False)
+    monkeypatch.setattr(_tuning, "_medians_ms", medians_ms)
+    return SimpleNamespace(ms=true, timed=timed)
+
+
+def _configs(*blocks):
+    import triton
+
+    return [triton.Config({"BLOCK": b}) for b in blocks]
+
+
+def test_a_choice_the_gpus_drift_made_is_confirmed_interleaved(true_ms):
+    # timed one after another, 128 ran while the clock was high and came out 2% ahead of 256,
+    # which is 6% faster on a steady clock; 64 was far behind either way
+    tuner = _FakeAutotuner(_configs(64, 128, 256), drifted=[1.5, 0.98, 1.0])
+    true_ms.ms.update({64: 1.5, 128: 1.06, 256: 1.0})
+    _tuning.launch_autotuned(tuner, (1,), 4096, torch.empty(1))
+    assert true_ms.timed == [[128, 256]]  # the finalists, fastest first; 64 is out of the band
+    assert tuner.cache[4096].kwargs == {"BLOCK": 256} and tuner.best_config.kwargs == {"BLOCK": 256}
+    assert {c.kwargs["BLOCK"]: t[0] for c, t in tuner.configs_timings.items()} == {
+        64: 1.5, 128: 1.06, 256: 1.0}
+    assert tuner.launched == [128, 128, 256]  # the call itself, then each finalist once
+    # each timed launch between the tuner's hooks, as Triton's own tuning launches it
+    assert tuner.hooks == [("pre", 128), ("post", 128), ("pre", 256), ("post", 256)]
+    tuner.launched.clear()
+    _tuning.launch_autotuned(tuner, (1,), 4096, torch.empty(1))  # the key is tuned: nothing is timed again
+    assert true_ms.timed == [[128, 256]] and tuner.launched == [256]
+
+
+def test_a_confirmed_choice_that_stands_and_a_lone_finalist_time_nothing_more(true_ms):
+    tuner = _FakeAutotuner(_configs(128, 256), drifted=[1.0, 1.05])
+    true_ms.ms.update({128: 1.0, 256: 1.05})
+    _tuning.launch_autotuned(tuner, (1,), 1, torch.empty(1))
+    assert tuner.cache[1].kwargs == {"BLOCK": 128} and true_ms.timed == [[128, 256]]
+    alone = _FakeAutotuner(_configs(128, 256), drifted=[1.0, 1.5])  # 256 out of the band
+    _tuning.launch_autotuned(alone, (1,), 1, torch.empty(1))
+    assert alone.cache[1].kwargs == {"BLOCK": 128} and true_ms.timed == [[128, 256]]
+
+
+def test_the_finalists_are_the_fastest_few_within_the_band():
+    cfgs = _configs(1, 2, 3, 4, 5, 6)
+    timings = dict(zip(cfgs, [[1.0], [1.02], [float("inf")], [1.09], [1.05], [1.08]]))
+    assert [c.kwargs["BLOCK"] for c in _tuning.finalists(timings)] == [1, 2, 5, 6][:_tuning.CONFIRM_MAX]
+    assert _tuning.finalists(dict(zip(cfgs[:2], [[1.0], [1.2]]))) == []
+    assert _tuning.finalists({}) == []
+
+
+def test_no_confirmation_under_the_interpreter(true_ms, monkeypatch):
+    monkeypatch.setattr(_tuning, "interpreting", lambda: True)
+    tuner = _FakeAutotuner(_configs(128, 256), drifted=[0.98, 1.0])
+    true_ms.ms.update({128: 1.06, 256: 1.0})
+    _tuning.launch_autotuned(tuner, (1,), 1, torch.empty(1))
+    assert tuner.cache[1].kwargs == {"BLOCK": 128} and true_ms.timed == []
+
+
+def test_the_compute_bound_kernels_launch_their_autotuners_through_the_confirmation():
+    import inspect
+
+    from reference_kernels import attention, conv2d, matmul
+
+    for module in (matmul, attention, conv2d):
+        source = inspect.getsource(module)
+        assert "launch_autotuned(" in source, module.__name__
+        assert "_AUTOTUNED[chosen][grid](" not in source and "_conv2d_kernel[grid](" not in source
