@@ -42,6 +42,9 @@ class Runtime:
     interpret: bool
     why: str  # how the choice was made, for the report header
     gpu_id: str | None = None  # the physical GPU as the outer CUDA_VISIBLE_DEVICES names it
+    # An xdist worker that no other worker of its run shares its GPU with (as many workers as
+    # GPUs, or fewer, say): no test of another worker runs there, so it takes no GPU lock.
+    gpu_alone: bool = False
     # The environment variables the choice set, with their values before (None: unset), put back
     # when the session ends (restore_environment): a pytest run nested in a test (pytester) must
     # not leave TRITON_INTERPRET=1 behind, or every later child process of a GPU session (a perf
@@ -265,4 +268,7 @@ def _decide(early_config: pytest.Config, may_control: bool = True) -> Runtime:
         gpu_id = ids[index] if index < len(ids) else str(index)
     torch.cuda.set_device(index)
     why = f"xdist worker {worker[0]} -> GPU {gpu_id}" if worker and not requested else "CUDA GPU"
-    return Runtime(f"cuda:{index}", False, why, gpu_id)
+    # alone: no other worker of the run gets this GPU (workers take the visible GPUs in turn)
+    alone = worker is not None and not requested and bool(ids) and sum(
+        1 for j in range(worker[1]) if j % len(ids) == worker[0] % len(ids)) == 1
+    return Runtime(f"cuda:{index}", False, why, gpu_id, gpu_alone=alone)

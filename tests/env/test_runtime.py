@@ -1,6 +1,7 @@
 """Where kernels run: the interpreter switch, the device fixture, options and their ini twins."""
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -210,3 +211,35 @@ def test_a_visible_devices_variable_without_a_driver_is_no_gpu(monkeypatch):
     assert runtime._gpus_without_torch()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     assert not runtime._gpus_without_torch()
+
+
+def _decide_as_worker(monkeypatch, index: int, count: int, gpus: list[str]):
+    """runtime's choice in xdist worker `index` of `count` on a host whose driver lists `gpus`
+    (torch and CUDA stand-ins: no GPU here)."""
+    import torch
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{index}")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv(runtime.INTERPRET_ENV, raising=False)
+    monkeypatch.setattr(runtime, "_driver_gpu_ids", lambda: list(gpus))
+    monkeypatch.setattr(runtime, "_cuda_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda index: None)
+    monkeypatch.setattr(runtime.options, "get_early", lambda config, name: None)
+    return runtime._decide(SimpleNamespace(), may_control=False)
+
+
+@pytest.mark.parametrize("index, count, gpus, alone", [
+    (0, 2, ["0", "1"], True),  # one worker per GPU
+    (3, 4, ["0", "1", "2", "3"], True),
+    (1, 2, ["0", "1", "2", "3"], True),  # fewer workers than GPUs
+    (0, 3, ["0", "1"], False),  # gw0 and gw2 share GPU 0
+    (1, 3, ["0", "1"], True),  # gw1 is alone on GPU 1 (gw0 and gw2 share GPU 0)
+    (0, 14, ["0"], False),  # the CUDA suite: 14 workers on one GPU
+])
+def test_a_worker_has_its_gpu_alone_only_with_no_more_workers_than_gpus(monkeypatch, index,
+                                                                        count, gpus, alone):
+    rt = _decide_as_worker(monkeypatch, index, count, gpus)
+    assert rt.gpu_id == gpus[index % len(gpus)]
+    assert rt.gpu_alone is alone

@@ -252,6 +252,48 @@ def test_a_perf_test_holds_the_gpu_alone_only_while_it_measures(pytester, monkey
     ])
 
 
+ONE_TIMED = """
+import json
+from pytest_triton import perf_target
+from pytest_triton.process import gpulock
+
+
+@perf_target(max_ms=1.0)
+def test_timed(triton_bench):
+    def fn():
+        with open("fn-saw.json", "a") as f:
+            f.write(json.dumps([r["exclusive"] for r in gpulock.holders("fake0")]) + "\\n")
+
+    triton_bench(fn)
+"""
+
+
+@pytest.mark.triton_no_gpu  # the inner run pretends a GPU; it runs under the interpreter
+@pytest.mark.requires_plugin("pytest-xdist")
+@pytest.mark.parametrize("alone", [False, True], ids=["gpu-shared-by-workers", "gpu-of-its-own"])
+def test_a_worker_with_a_gpu_of_its_own_takes_no_lock_and_tunes_once(pytester, monkeypatch,
+                                                                     alone):
+    # On two GPUs of an H200 host, one worker each, the tests that tune (attention, the LLM
+    # matmuls) took 6-11 s longer than in one process: their first call tuned while the GPU was
+    # shared, and the choices were forgotten and tuned again once alone, with no other worker of
+    # the run on that GPU.
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    stand_in = STAND_IN_GPU.replace('gpu_id="fake0")', f'gpu_id="fake0", gpu_alone={alone})')
+    pytester.makeconftest(_fake_gpu.CONFTEST + stand_in + MEASURE)
+    pytester.makepyfile(test_k=ONE_TIMED)
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "no:cacheprovider", "--triton-perf",
+                                           "--triton-interpret")
+    result.assert_outcomes(passed=1)
+    timing_holders = json.loads((pytester.path / "holders-while-timing.json").read_text())
+    saw = [json.loads(line) for line in (pytester.path / "fn-saw.json").read_text().splitlines()]
+    if alone:  # no hold at all: fn runs only as the measurement calls it, as in one process
+        assert timing_holders == [] and all(s == [] for s in saw), (timing_holders, saw)
+    else:  # the control: compiled first while shared (False), timed alone (True)
+        assert [r["exclusive"] for r in timing_holders] == [True]
+        assert saw[0] == [False] and saw[-1] == [True], saw
+
+
 def test_a_bad_triton_exclusive_argument_errors_its_test_naming_it(pytester):
     pytester.makepyfile("""
         import pytest
@@ -360,7 +402,7 @@ def test_holders_that_exited_unwaited_for_count_for_nothing(tmp_path):
 
 def test_order_names_the_kinds(monkeypatch):
     # what order() sorts by comes from the markers and --triton-perf (the docstring's groups)
-    state = NS(runtime=NS(interpret=False, gpu_id="0"), perf=True)
+    state = NS(runtime=NS(interpret=False, gpu_id="0", gpu_alone=False), perf=True)
     monkeypatch.setattr(gpuholds.state, "get", lambda config: state)
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
 
@@ -377,3 +419,7 @@ def test_order_names_the_kinds(monkeypatch):
     assert gpuholds._wanted(item([exclusive.combined_with(
         pytest.mark.triton_exclusive(scope="timing").mark)]))[1] == "timing"
     assert gpuholds._wanted(item([pytest.mark.triton_no_gpu.mark]))[1] == "none"
+    # a worker with a GPU of its own takes no lock, for any kind of test
+    state.runtime.gpu_alone = True
+    assert [gpuholds._wanted(item(marks, target)) for marks, target in (
+        ((), None), ((), object()), ([exclusive], None))] == [None, None, None]
