@@ -229,11 +229,16 @@ def launch_autotuned(tuner, grid, *args, **kwargs):
     again interleaved (do_bench_each, as LaunchTuner times its candidates), and the fastest of
     them becomes the key's choice. For kernels that write only their outputs: each timed launch
     writes them again, with the same values."""
-    before = set(tuner.cache)
+    before, timed_before = set(tuner.cache), getattr(tuner, "configs_timings", None)
     result = tuner[grid](*args, **kwargs)
     new = [key for key in tuner.cache if key not in before]
-    if len(new) == 1 and not interpreting():
-        _confirm(tuner, new[0], grid, args, kwargs)
+    # A key Triton chose for untimed (its pruning left one config) keeps the last key's
+    # configs_timings: only a new timing is confirmed.
+    timed = getattr(tuner, "configs_timings", None)
+    if len(new) == 1 and timed is not None and timed is not timed_before and not interpreting() \
+            and _confirm(tuner, new[0], grid, args, kwargs):
+        # the timed launches left a finalist's output: the chosen config's writes the result
+        result = tuner[grid](*args, **kwargs)
     return result
 
 
@@ -258,11 +263,12 @@ def finalists(configs_timings: dict) -> list:
     return near if len(near) > 1 else []
 
 
-def _confirm(tuner, key, grid, args: tuple, kwargs: dict) -> None:
+def _confirm(tuner, key, grid, args: tuple, kwargs: dict) -> bool:
+    """Time the key's finalists interleaved and keep the fastest; whether any launch ran."""
     timings = getattr(tuner, "configs_timings", None) or {}
     near = finalists(timings)
     if not near:
-        return
+        return False
     nargs = dict(zip(tuner.arg_names, args))
 
     def run(cfg):  # one launch with cfg, its hooks around it, as Triton's tuning launches it
@@ -282,7 +288,8 @@ def _confirm(tuner, key, grid, args: tuple, kwargs: dict) -> None:
     ms = _medians_ms(run, near, device)
     best = min(range(len(near)), key=lambda i: (ms[i], i))
     if not math.isfinite(ms[best]):
-        return  # none ran: Triton's choice stands
+        return True  # none ran to the end: Triton's choice stands
     tuner.cache[key] = tuner.best_config = near[best]
     # the finalists' interleaved medians in place of Triton's quantiles (median, 20%, 80%)
     tuner.configs_timings = {**timings, **{c: [m] * 3 for c, m in zip(near, ms)}}
+    return True

@@ -14,8 +14,6 @@ import os
 import re
 
 import pytest
-import torch
-from torch.profiler import ProfilerActivity, profile, record_function
 
 from .. import options, state
 from ..perf import record
@@ -43,6 +41,9 @@ def after_measure(item: pytest.Item, m, fn) -> None:
     if not out:
         return
     rt = state.get(item.config).runtime
+    import torch  # import time: a measured run has it; an xdist controller profiles nothing
+    from torch.profiler import ProfilerActivity, profile, record_function
+
     activities = [ProfilerActivity.CPU]
     if not rt.interpret:
         activities.append(ProfilerActivity.CUDA)

@@ -43,7 +43,7 @@ class Runtime:
     why: str  # how the choice was made, for the report header
     gpu_id: str | None = None  # the physical GPU as the outer CUDA_VISIBLE_DEVICES names it
     # An xdist worker that no other worker of its run shares its GPU with (as many workers as
-    # GPUs, or fewer, say): no test of another worker runs there, so it takes no GPU lock.
+    # GPUs, or fewer, say): its perf tests need not compile before they hold the GPU alone.
     gpu_alone: bool = False
     # The environment variables the choice set, with their values before (None: unset), put back
     # when the session ends (restore_environment): a pytest run nested in a test (pytester) must
@@ -269,6 +269,7 @@ def _decide(early_config: pytest.Config, may_control: bool = True) -> Runtime:
     torch.cuda.set_device(index)
     why = f"xdist worker {worker[0]} -> GPU {gpu_id}" if worker and not requested else "CUDA GPU"
     # alone: no other worker of the run gets this GPU (workers take the visible GPUs in turn)
-    alone = worker is not None and not requested and bool(ids) and sum(
+    # (a worker xdist started in place of a retired one is numbered from the count up: not alone)
+    alone = worker is not None and not requested and bool(ids) and worker[0] < worker[1] and sum(
         1 for j in range(worker[1]) if j % len(ids) == worker[0] % len(ids)) == 1
     return Runtime(f"cuda:{index}", False, why, gpu_id, gpu_alone=alone)

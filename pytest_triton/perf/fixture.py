@@ -177,9 +177,12 @@ class TritonBench:
                 pytest.skip(f"{gap} (its triton_bench arguments were checked; fn was not run)")
             self._dry_call(fn, baseline, name, bytes, flops)
             return None
-        # Under xdist the measurement holds the GPU alone (gpulock): compile first, sharing it
+        # Under xdist the measurement holds the GPU alone (gpulock): compile first, sharing it,
+        # where other workers of the run share this GPU; a worker with a GPU of its own compiles
+        # and tunes once, holding it alone (with no other worker there, it waits for none)
+        rt = state.get(self._config).runtime
         with compile_watch.watch_compiles() as first:
-            tuned = self._compile(fn, baseline) if gpulock.sharing() else []
+            tuned = self._compile(fn, baseline) if gpulock.sharing() and not rt.gpu_alone else []
         wait_s = options.get_float(self._config, "triton_gpu_wait", minimum=0.0)
         with gpulock.alone(wait_s=wait_s, nodeid=self._item.nodeid):
             timing.retune(tuned)  # their configs compiled: timed again, alone

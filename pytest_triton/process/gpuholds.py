@@ -67,15 +67,12 @@ def exclusive_scope(item: pytest.Item) -> str | None:
 
 
 def _wanted(item: pytest.Item) -> tuple[str, str] | None:
-    """(GPU id, kind) where the lock is on (under xdist, on a GPU that other workers of the run
-    share), else None. kind: "none" (a test marked triton_no_gpu takes no lock), "shared",
-    "timing" (shared, alone where it times: perf tests, triton_exclusive(scope="timing")) or
-    "test" (alone throughout: triton_exclusive). A worker with a GPU of its own (no more workers
-    than GPUs) takes none: no test of another worker runs there, and its perf tests time as in a
-    run of one process (no compile first, no second tuning once alone)."""
+    """(GPU id, kind) where the lock is on (under xdist, on a GPU), else None. kind: "none" (a test
+    marked triton_no_gpu takes no lock), "shared", "timing" (shared, alone where it times: perf
+    tests, triton_exclusive(scope="timing")) or "test" (alone throughout: triton_exclusive)."""
     rt = state.get(item.config).runtime
-    if rt.interpret or rt.gpu_id is None or rt.gpu_alone \
-            or not os.environ.get("PYTEST_XDIST_WORKER") or os.name != "posix":
+    if rt.interpret or rt.gpu_id is None or not os.environ.get("PYTEST_XDIST_WORKER") \
+            or os.name != "posix":
         return None
     if item.get_closest_marker("triton_no_gpu") is not None:
         return rt.gpu_id, "none"

@@ -15,10 +15,9 @@ import math
 import os
 
 import pytest
-import torch
 
 from .. import options
-from ..env import dtypes
+from ..env import dtypes, versions
 from ..perf import roofline
 from ..perf import session as perf
 from ..perf.record import Measurement, label
@@ -92,11 +91,10 @@ def terminal_summary(tr, config: pytest.Config) -> None:
 
 
 def _title(config: pytest.Config, device, points: list[dict]) -> str:
-    import triton
-
     name = device.name if device is not None else \
         (points[0].device.name or "no device")
-    return (f"{name} — torch {torch.__version__}, triton {triton.__version__}"
+    # the versions as installed, read without importing torch or Triton (an xdist controller)
+    return (f"{name} — torch {versions.torch_version()}, triton {versions.triton_version()}"
             f" — L2 {perf.session(config).l2}")
 
 

@@ -323,15 +323,17 @@ class _FakeAutotuner:
 
     arg_names = ["n", "x"]
 
-    def __init__(self, configs, drifted):
-        self.configs, self.drifted = configs, drifted
+    def __init__(self, configs, drifted, untimed=()):
+        self.configs, self.drifted, self.untimed = configs, drifted, set(untimed)
         self.cache, self.configs_timings, self.best_config = {}, None, None
         self.launched, self.hooks = [], []
         self.fn = SimpleNamespace(run=self._run)
 
     def __getitem__(self, grid):
         def call(*args, **kwargs):
-            if args[0] not in self.cache:
+            if args[0] in self.untimed and args[0] not in self.cache:
+                self.cache[args[0]] = self.configs[0]  # pruned to one: chosen untimed
+            elif args[0] not in self.cache:
                 self.configs_timings = {c: [ms, ms, ms] for c, ms in zip(self.configs, self.drifted)}
                 self.cache[args[0]] = min(self.configs_timings, key=self.configs_timings.get)
             self.best_config = self.cache[args[0]]
@@ -381,12 +383,20 @@ def test_a_choice_the_gpus_drift_made_is_confirmed_interleaved(true_ms):
     assert tuner.cache[4096].kwargs == {"BLOCK": 256} and tuner.best_config.kwargs == {"BLOCK": 256}
     assert {c.kwargs["BLOCK"]: t[0] for c, t in tuner.configs_timings.items()} == {
         64: 1.5, 128: 1.06, 256: 1.0}
-    assert tuner.launched == [128, 128, 256]  # the call itself, then each finalist once
+    # the call itself, each finalist once, then the choice again: its output is the result
+    assert tuner.launched == [128, 128, 256, 256]
     # each timed launch between the tuner's hooks, as Triton's own tuning launches it
     assert tuner.hooks == [("pre", 128), ("post", 128), ("pre", 256), ("post", 256)]
     tuner.launched.clear()
     _tuning.launch_autotuned(tuner, (1,), 4096, torch.empty(1))  # the key is tuned: nothing is timed again
     assert true_ms.timed == [[128, 256]] and tuner.launched == [256]
+    # a key Triton chose for untimed (pruned to one config) keeps the last key's configs_timings:
+    # nothing is confirmed from them
+    tuner.untimed.add(16)
+    tuner.launched.clear()
+    _tuning.launch_autotuned(tuner, (1,), 16, torch.empty(1))
+    assert tuner.cache[16].kwargs == {"BLOCK": 64} and tuner.launched == [64]
+    assert true_ms.timed == [[128, 256]]
 
 
 def test_a_confirmed_choice_that_stands_and_a_lone_finalist_time_nothing_more(true_ms):

@@ -123,7 +123,8 @@ def pytest_unconfigure(config):
     # the main job's options: every feature the controller registers under them (the perf
     # summaries, the diagnoses' summary, the judge, the reports) imports no torch either
     ["--triton-perf", "--triton-perf-explain", "--triton-judge", "--triton-perf-json", "r.json",
-     "--triton-perf-report-md", "r.md", "--triton-perf-save", "x", "--triton-perf-history", "h"],
+     "--triton-perf-report-md", "r.md", "--triton-perf-save", "x", "--triton-perf-history", "h",
+     "--triton-perf-profile", "traces"],
 ], ids=["plain", "main-job-options"])
 def test_the_xdist_controller_on_a_gpu_host_starts_neither_torch_nor_cuda(pytester, monkeypatch,
                                                                           options):
@@ -237,6 +238,7 @@ def _decide_as_worker(monkeypatch, index: int, count: int, gpus: list[str]):
     (0, 3, ["0", "1"], False),  # gw0 and gw2 share GPU 0
     (1, 3, ["0", "1"], True),  # gw1 is alone on GPU 1 (gw0 and gw2 share GPU 0)
     (0, 14, ["0"], False),  # the CUDA suite: 14 workers on one GPU
+    (2, 2, ["0", "1"], False),  # started in place of a retired worker: it shares GPU 0 with gw0
 ])
 def test_a_worker_has_its_gpu_alone_only_with_no_more_workers_than_gpus(monkeypatch, index,
                                                                         count, gpus, alone):
