@@ -285,6 +285,8 @@ def _confirm(tuner, key, grid, args: tuple, kwargs: dict) -> bool:
     device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device())
+    if _capturing(device):
+        return False  # nothing may be timed inside a CUDA-graph capture
     ms = _medians_ms(run, near, device)
     best = min(range(len(near)), key=lambda i: (ms[i], i))
     if not math.isfinite(ms[best]):

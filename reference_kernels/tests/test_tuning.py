@@ -417,6 +417,14 @@ def test_the_finalists_are_the_fastest_few_within_the_band():
     assert _tuning.finalists({}) == []
 
 
+def test_no_confirmation_inside_a_graph_capture(true_ms, monkeypatch):
+    monkeypatch.setattr(_tuning, "_capturing", lambda device: True)
+    tuner = _FakeAutotuner(_configs(128, 256), drifted=[0.98, 1.0])
+    true_ms.ms.update({128: 1.06, 256: 1.0})
+    _tuning.launch_autotuned(tuner, (1,), 1, torch.empty(1))
+    assert tuner.cache[1].kwargs == {"BLOCK": 128} and true_ms.timed == [] and tuner.launched == [128]
+
+
 def test_no_confirmation_under_the_interpreter(true_ms, monkeypatch):
     monkeypatch.setattr(_tuning, "interpreting", lambda: True)
     tuner = _FakeAutotuner(_configs(128, 256), drifted=[0.98, 1.0])
