@@ -236,7 +236,7 @@ def launch_autotuned(tuner, grid, *args, **kwargs):
     # configs_timings: only a new timing is confirmed.
     timed = getattr(tuner, "configs_timings", None)
     if len(new) == 1 and timed is not None and timed is not timed_before and not interpreting() \
-            and _confirm(tuner, new[0], grid, args, kwargs):
+            and _confirm(tuner, new[0], timed, grid, args, kwargs):
         # the timed launches left a finalist's output: the chosen config's writes the result
         result = tuner[grid](*args, **kwargs)
     return result
@@ -254,18 +254,17 @@ def _first_ms(timing) -> float:
 def finalists(configs_timings: dict) -> list:
     """The configs to time again: those within CONFIRM_BAND of the fastest, fastest first, at
     most CONFIRM_MAX; none where fewer than two are."""
-    ranked = sorted(((_first_ms(t), i, c) for i, (c, t) in enumerate(configs_timings.items())),
-                    key=lambda r: r[:2])
-    ranked = [r for r in ranked if math.isfinite(r[0])]
+    ranked = sorted(((ms, i, c) for i, (c, t) in enumerate(configs_timings.items())
+                     if math.isfinite(ms := _first_ms(t))), key=lambda r: r[:2])
     if not ranked:
         return []
     near = [c for ms, _, c in ranked if ms <= ranked[0][0] * (1 + CONFIRM_BAND)][:CONFIRM_MAX]
     return near if len(near) > 1 else []
 
 
-def _confirm(tuner, key, grid, args: tuple, kwargs: dict) -> bool:
-    """Time the key's finalists interleaved and keep the fastest; whether any launch ran."""
-    timings = getattr(tuner, "configs_timings", None) or {}
+def _confirm(tuner, key, timings: dict, grid, args: tuple, kwargs: dict) -> bool:
+    """Time the key's finalists (of Triton's `timings` for it) interleaved and keep the fastest;
+    whether any launch ran."""
     near = finalists(timings)
     if not near:
         return False

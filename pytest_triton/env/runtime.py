@@ -268,8 +268,9 @@ def _decide(early_config: pytest.Config, may_control: bool = True) -> Runtime:
         gpu_id = ids[index] if index < len(ids) else str(index)
     torch.cuda.set_device(index)
     why = f"xdist worker {worker[0]} -> GPU {gpu_id}" if worker and not requested else "CUDA GPU"
-    # alone: no other worker of the run gets this GPU (workers take the visible GPUs in turn)
-    # (a worker xdist started in place of a retired one is numbered from the count up: not alone)
-    alone = worker is not None and not requested and bool(ids) and worker[0] < worker[1] and sum(
-        1 for j in range(worker[1]) if j % len(ids) == worker[0] % len(ids)) == 1
+    # alone: no other worker of the run gets this GPU. Workers take the visible GPUs in turn, so
+    # worker i of `count` has GPU i to itself when i < len(ids) and i + len(ids) >= count (a
+    # worker xdist started in place of a retired one is numbered from the count up: not alone).
+    alone = worker is not None and not requested and worker[0] < min(worker[1], len(ids)) \
+        and worker[0] + len(ids) >= worker[1]
     return Runtime(f"cuda:{index}", False, why, gpu_id, gpu_alone=alone)
