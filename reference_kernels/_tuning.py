@@ -223,8 +223,7 @@ def launch_autotuned(tuner, grid, *args, **kwargs):
 
     Triton's autotuner times its configs one after another and keeps the fastest. A GPU's clock
     moves over the seconds that takes (its power cap, a neighbour card's load), so a config timed
-    at a higher clock can win over a faster one: the same 4096 bfloat16 matmul that chose a
-    128x256 tile in every other run chose 128x128 once, 6% slower (docs/kernels.md). Where this
+    at a higher clock can win over a faster one (docs/kernels.md, Tuning, has a case). Where this
     call tuned a new key, the configs Triton timed within CONFIRM_BAND of its fastest are timed
     again interleaved (do_bench_each, as LaunchTuner times its candidates), and the fastest of
     them becomes the key's choice. For kernels that write only their outputs: each timed launch

@@ -273,10 +273,9 @@ def test_timed(triton_bench):
 @pytest.mark.parametrize("alone", [False, True], ids=["gpu-shared-by-workers", "gpu-of-its-own"])
 def test_a_worker_with_a_gpu_of_its_own_compiles_and_tunes_once_holding_it_alone(
         pytester, monkeypatch, alone):
-    # On two GPUs of an H200 host, one worker each, the tests that tune (attention, the LLM
-    # matmuls) took 6-11 s longer than in one process: their first call tuned while the GPU was
-    # shared, and the choices were forgotten and tuned again once alone, with no other worker of
-    # the run on that GPU. It still takes the lock (a worker started in place of a retired one
+    # A first call while the GPU is shared tunes the autotuners, whose choices are then forgotten
+    # and tuned again alone: wasted where no other worker of the run uses that GPU (measured in
+    # docs/several-gpus.md). It still takes the lock (a worker started in place of a retired one
     # may come to share its GPU).
     for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
         monkeypatch.delenv(name, raising=False)
