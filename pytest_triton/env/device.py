@@ -115,8 +115,39 @@ MEASURED_CUBLAS = "measured cuBLAS ceiling"
 def ceiling_kind(words: str | None) -> str:
     """Which kind of peak the words peak_gbps or peak_tflops returned with it name: "measured"
     or "datasheet". The words are what a saved record keeps of which peak it was judged on."""
-    return "measured" if (words or "").endswith((MEASURED_COPY, MEASURED_CUBLAS)) \
-        else "datasheet"
+    words = words or ""
+    measured = words.endswith((MEASURED_COPY, MEASURED_CUBLAS)) or f"{MEASURED_COPY} for " in words
+    return "measured" if measured else "datasheet"
+
+
+def _size(nbytes: float) -> str:
+    mib = nbytes / 2**20
+    return f"{mib / 1024:.3g} GiB" if mib >= 1024 else f"{mib:.3g} MiB"
+
+
+def copy_ceiling(copies: dict, nbytes: float) -> tuple[float, float]:
+    """(GB/s, bytes) a device-to-device copy moving `nbytes` reaches, from the copies measured
+    at a few sizes (`copies`: {bytes moved: GB/s}, calibrate.measure_ceilings).
+
+    A copy's time is a fixed part (its ramp up and down, the timing's own) plus its bytes over
+    the bandwidth, so a smaller copy reaches less of the largest one's rate; how much less
+    grows with the bandwidth (on an H200 a 512 MiB copy reaches about 97% of a 2 GiB one's).
+    Between two measured sizes the time is interpolated linearly in bytes; outside them the
+    nearest measured size stands, so a kernel is never judged against a copy smaller, and so
+    slower, than one that was measured. Returns the size that stood in as the second item."""
+    points = sorted((float(b), float(g)) for b, g in copies.items())
+    if nbytes <= points[0][0]:
+        return points[0][1], points[0][0]
+    if nbytes >= points[-1][0]:
+        return points[-1][1], points[-1][0]
+    for b, g in points:
+        if nbytes == b:
+            return g, b
+    for (b0, g0), (b1, g1) in zip(points, points[1:]):
+        if b0 < nbytes < b1:
+            t0, t1 = b0 / g0, b1 / g1
+            return nbytes / (t0 + (nbytes - b0) * (t1 - t0) / (b1 - b0)), nbytes
+    raise AssertionError("unreachable: nbytes lies within the measured sizes")
 
 
 @dataclass(frozen=True)
@@ -132,7 +163,8 @@ class DeviceInfo:
     cc: tuple[int, int] = (9, 0)
     driver: str = "unknown"
     fingerprint: str = ""
-    measured: dict | None = None  # {"dram_gbps": ..., "tflops": {...}} from --triton-perf-calibrate
+    # {"dram_gbps": ..., "copy_gbps": {bytes: GB/s}, "tflops": {...}} (calibrate.py)
+    measured: dict | None = None
     use_measured: bool = False  # take fractions against `measured`
     notes: tuple[str, ...] = field(default_factory=tuple)
     # Per-SM limits that bound occupancy (--triton-perf-explain); None where unknown.
@@ -152,13 +184,19 @@ class DeviceInfo:
             return "measured" if self.use_measured and self.measured else "datasheet"
         return peak
 
-    def peak_gbps(self, peak: str | None = None) -> tuple[float | None, str]:
+    def peak_gbps(self, peak: str | None = None,
+                  nbytes: float | None = None) -> tuple[float | None, str]:
         """The DRAM bandwidth fractions are taken against, and what it is. peak: "datasheet",
         "measured" (None when this device has no measured ceilings), or None for the run's
         setting (--triton-perf-peak, which falls back to the datasheet where nothing was
-        measured)."""
+        measured). nbytes: the bytes a measurement moves; the measured ceiling is then that of
+        a copy of those bytes (copy_ceiling), where copies of several sizes were measured."""
         if self._kind(peak) == "measured":
             if self.measured and self.measured.get("dram_gbps"):
+                copies = self.measured.get("copy_gbps")
+                if nbytes and copies:
+                    gbps, size = copy_ceiling(copies, nbytes)
+                    return gbps, f"{self.label} {MEASURED_COPY} for {_size(size)}"
                 return self.measured["dram_gbps"], f"{self.label} {MEASURED_COPY}"
             if peak == "measured":
                 return None, f"{self.label} {MEASURED_COPY} (not measured)"

@@ -1,14 +1,17 @@
 """This device's real ceilings, measured once per device fingerprint and cached on disk.
 
-A large device-to-device copy gives the DRAM ceiling (bytes read plus bytes written); a large
-cuBLAS matmul per dtype gives the tensor-core ceiling. Both are timed like any kernel (bench.py),
+A large device-to-device copy gives the DRAM ceiling (bytes read plus bytes written), and copies
+of two smaller sizes what a copy of fewer bytes reaches (a kernel's bandwidth is taken against a
+copy of its own bytes: env/device.py copy_ceiling); a large cuBLAS matmul per dtype gives the
+tensor-core ceiling. Both are timed like any kernel (bench.py),
 on random data: zeros can run faster than real data.
 
 The cache is one JSON file per fingerprint (device name, SMs, memory, UUID, driver, CUDA) in
 $PYTEST_TRITON_CACHE_DIR, else $XDG_CACHE_HOME/pytest-triton, else ~/.cache/pytest-triton:
 independent of pytest's cache plugin (so `-p no:cacheprovider` runs reuse it too), shared by
 pytest-xdist workers (the first to need it measures, under a file lock, the others read it).
-A new driver or CUDA is a new fingerprint, measured again; --triton-perf-calibrate measures
+A new driver or CUDA is a new fingerprint, measured again, and so is a file an older version of
+this module wrote (CACHE_VERSION); --triton-perf-calibrate measures
 again regardless, once per run and card: the first xdist worker on a card measures, the others
 of that run read it (the file names its run). The UUID in the fingerprint keeps cards of one
 model apart: each worker on its own GPU measures its own card.
@@ -21,6 +24,7 @@ import datetime
 import json
 import os
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 from . import rates
@@ -28,7 +32,13 @@ from .stats import positive_finite
 from .timing import Settings, measure
 
 COPY_BYTES = 1 << 30
+# The smaller copies: the sizes a perf test's tensors commonly have (the bundled memory-bound
+# tests move 512-768 MiB), and one below; a kernel moving fewer bytes than the smallest is judged
+# against the smallest.
+SMALL_COPY_BYTES = (64 << 20, 256 << 20)
 MATMUL_N = 8192
+# 2: "copy_gbps" added; a file without it (or of another version) is measured again
+CACHE_VERSION = 2
 
 
 def measure_ceilings(device) -> dict:
@@ -36,20 +46,24 @@ def measure_ceilings(device) -> dict:
 
     settings = Settings(l2="cold", max_time=1.0)
 
-    def median_ms(fn) -> float:
-        return statistics.median(measure(fn, None, settings, device).ms)
+    def median_ms(fn, how: Settings = settings) -> float:
+        return statistics.median(measure(fn, None, how, device).ms)
 
-    def copy_ms() -> float:
-        src = torch.randn(COPY_BYTES // 4, device=device)
+    def copy_ms(nbytes: int) -> float:
+        src = torch.randn(nbytes // 4, device=device)
         dst = torch.empty_like(src)
-        return median_ms(lambda: dst.copy_(src))
+        # the smaller copies take many samples in less time
+        return median_ms(lambda: dst.copy_(src),
+                         settings if nbytes == COPY_BYTES else replace(settings, max_time=0.5))
 
     def matmul_ms(dtype) -> float:
         a, b = (torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=dtype) for _ in range(2))
         c = torch.empty_like(a)
         return median_ms(lambda: torch.matmul(a, b, out=c))
 
-    dram = rates.gbps(2 * COPY_BYTES, copy_ms())  # read and written once
+    # read and written once: a copy of N bytes moves 2N
+    copies = {str(2 * n): rates.gbps(2 * n, copy_ms(n)) for n in (*SMALL_COPY_BYTES, COPY_BYTES)}
+    dram = copies[str(2 * COPY_BYTES)]
     tflops = {}
     for key, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("tf32", torch.float32)):
         old = torch.backends.cuda.matmul.allow_tf32
@@ -59,9 +73,11 @@ def measure_ceilings(device) -> dict:
         finally:
             torch.backends.cuda.matmul.allow_tf32 = old
     torch.cuda.empty_cache()
-    return {"dram_gbps": dram, "tflops": tflops,
+    sizes = ", ".join(f"{n >> 20}" for n in SMALL_COPY_BYTES)
+    return {"dram_gbps": dram, "copy_gbps": copies, "tflops": tflops,
             "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-            "how": f"copy of {COPY_BYTES >> 20} MiB (read + write); torch.matmul {MATMUL_N}^3 per dtype"}
+            "how": f"copy of {COPY_BYTES >> 20} MiB (read + write; also of {sizes} MiB); "
+                   f"torch.matmul {MATMUL_N}^3 per dtype"}
 
 
 def cache_dir() -> Path:
@@ -99,6 +115,13 @@ def _implausible(found) -> str | None:
         return f"{type(found).__name__}, not a dict"
     if found.get("dram_gbps") is not None and not positive_finite(found["dram_gbps"]):
         return f"dram_gbps={found['dram_gbps']!r} (expected a finite number of GB/s > 0)"
+    copies = found.get("copy_gbps")
+    if copies is not None:
+        if not isinstance(copies, dict) or not copies:
+            return f"copy_gbps={copies!r} (expected a dict of bytes moved: GB/s)"
+        for k, v in copies.items():
+            if not str(k).isdigit() or int(k) <= 0 or not positive_finite(v):
+                return f"copy_gbps[{k!r}]={v!r} (expected bytes moved > 0: a finite GB/s > 0)"
     tflops = found.get("tflops") or {}
     if not isinstance(tflops, dict):
         return f"tflops={tflops!r} (expected a dict of dtype: TFLOP/s)"
@@ -118,7 +141,8 @@ def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | 
             try:
                 found = json.loads(path.read_text())
                 # forced: measured again once per run, by its first worker on this card
-                if not force or (run and found.get("run") == run):
+                current = found.get("version") == CACHE_VERSION
+                if current and (not force or (run and found.get("run") == run)):
                     return found, f"cached in {path}"
             except (OSError, ValueError, AttributeError):
                 pass  # unreadable: measure again
@@ -128,7 +152,7 @@ def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | 
         bad = _implausible(found)
         if bad:  # neither used nor cached: the next run measures again
             return None, f"not used: pytest_triton_calibrate returned {bad}"
-        found = {**found, "fingerprint": fingerprint, "run": run}
+        found = {**found, "fingerprint": fingerprint, "run": run, "version": CACHE_VERSION}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(found, indent=1))
         tmp.replace(path)

@@ -64,11 +64,13 @@ class Peaks:
     tflops_measured: float | None = None
 
     @classmethod
-    def of(cls, device: DeviceInfo, dtype: str | None) -> Peaks:
-        dram, dram_source = device.peak_gbps()
+    def of(cls, device: DeviceInfo, dtype: str | None, nbytes: float | None = None) -> Peaks:
+        """The peaks of a measurement of `dtype` moving `nbytes` (the measured copy ceiling is
+        that of a copy of those bytes: DeviceInfo.peak_gbps)."""
+        dram, dram_source = device.peak_gbps(nbytes=nbytes)
         out = dict(dram_gbps=dram, dram_source=dram_source,
                    dram_gbps_datasheet=device.peak_gbps("datasheet")[0],
-                   dram_gbps_measured=device.peak_gbps("measured")[0])
+                   dram_gbps_measured=device.peak_gbps("measured", nbytes)[0])
         if dtype:
             tf, tf_source = device.peak_tflops(dtype)
             out.update(tflops=tf, tflops_source=tf_source,

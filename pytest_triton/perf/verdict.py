@@ -39,7 +39,7 @@ def _pct(x: float) -> str:
 
 def roofline(m: Measurement, device: DeviceInfo) -> str:
     """Where the kernel sits, in one line (roofline.py: the bound, the fraction, its grade)."""
-    peak_bw, bw_src = device.peak_gbps()
+    peak_bw, bw_src = device.peak_gbps(nbytes=m.bytes)
     peak_tf, tf_src = device.peak_tflops(m.dtype) if m.dtype else (None, "")
     pos = _roofline.position(flops=m.flops, bytes=m.bytes, peak_gbps=peak_bw,
                              peak_tflops=peak_tf)
@@ -61,7 +61,7 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
              checklist_note: str | None = None) -> None:
     """Fill m.peaks, m.fractions, m.checks and m.roofline for `target` on `device`."""
     t = m.time
-    m.peaks = Peaks.of(device, m.dtype)
+    m.peaks = Peaks.of(device, m.dtype, m.bytes)
     m.fractions = Fractions.taken(m.peaks, m.gbps, m.tflops)
     m.roofline = roofline(m, device)
     m.checks = []
@@ -103,7 +103,7 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
         m.checks.append(Check(key, asked, achieved, (lo, hi), verdict, text + note, short))
 
     if target.bandwidth_frac is not None:
-        peak_bw, bw_src = device.peak_gbps(target.peak)
+        peak_bw, bw_src = device.peak_gbps(target.peak, m.bytes)
         f = m.fraction("bandwidth", ceiling_kind(bw_src) if peak_bw else None)
         flo, fhi = _gbps(m.bytes, t.ci_hi) / peak_bw, _gbps(m.bytes, t.ci_lo) / peak_bw
         add("bandwidth_frac", target.bandwidth_frac, f, flo, fhi,
@@ -113,7 +113,7 @@ def evaluate(m: Measurement, target: PerfTarget | None, device: DeviceInfo,
             f"bw>={_pct(target.bandwidth_frac)}"
             f"{' of copy' if ceiling_kind(bw_src) == 'measured' else ''} "
             f"({target.bandwidth_frac * peak_bw:.0f} GB/s)")
-    peak_bw, bw_src = device.peak_gbps()
+    peak_bw, bw_src = device.peak_gbps(nbytes=m.bytes)
     if target.gbps is not None:
         lo, hi = _gbps(m.bytes, t.ci_hi), _gbps(m.bytes, t.ci_lo)
         of_peak = _pct(m.fraction("bandwidth", ceiling_kind(bw_src)))

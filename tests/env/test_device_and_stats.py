@@ -1,8 +1,17 @@
 """Peak lookup by SKU, the fallback estimate, and the statistics behind the verdicts."""
 
+from dataclasses import replace
+
 import pytest
 
-from pytest_triton.env.device import DeviceInfo, estimate_peaks, flush_bytes, match_sku
+from pytest_triton.env.device import (
+    DeviceInfo,
+    ceiling_kind,
+    copy_ceiling,
+    estimate_peaks,
+    flush_bytes,
+    match_sku,
+)
 from pytest_triton.perf import stats
 
 
@@ -74,6 +83,36 @@ def test_peaks_measured_or_datasheet():
     assert d.peak_gbps("datasheet") == (100.0, "X datasheet peak")
     unmeasured = DeviceInfo(name="X", sms=1, dram_gbps=100.0, tflops={}, sku="X")
     assert unmeasured.peak_gbps("measured")[0] is None and unmeasured.peak_gbps()[0] == 100.0
+
+
+# Copies measured as an H200 measured them (tensors of 64 MiB, 256 MiB and 1 GiB: bytes moved).
+H200_COPIES = {str(128 << 20): 3953.0, str(512 << 20): 4106.0, str(2 << 30): 4228.0}
+
+
+def test_the_copy_ceiling_of_a_size_is_that_of_a_copy_of_those_bytes():
+    # At a measured size: that copy's rate; between two: the time interpolated in bytes.
+    assert copy_ceiling(H200_COPIES, 512 << 20) == (4106.0, 512 << 20)
+    gbps, size = copy_ceiling(H200_COPIES, 768 << 20)
+    t = (512 << 20) / 4106.0 + (256 << 20) * ((2 << 30) / 4228.0 - (512 << 20) / 4106.0) / (1536 << 20)
+    assert size == 768 << 20 and gbps == pytest.approx((768 << 20) / t)
+    assert 4106.0 < gbps < 4228.0
+    # Outside them the nearest measured size stands: never a copy smaller (slower) than measured.
+    assert copy_ceiling(H200_COPIES, 1 << 20) == (3953.0, 128 << 20)
+    assert copy_ceiling(H200_COPIES, 8 << 30) == (4228.0, 2 << 30)
+
+
+def test_a_measured_bandwidth_ceiling_follows_the_bytes_moved():
+    d = DeviceInfo(name="X", sms=1, dram_gbps=4800.0, tflops={}, sku="X", use_measured=True,
+                   measured={"dram_gbps": 4228.0, "copy_gbps": H200_COPIES, "tflops": {}})
+    assert d.peak_gbps() == (4228.0, "X measured copy ceiling")  # no bytes: the largest copy
+    assert d.peak_gbps("measured", 512 << 20) == (4106.0, "X measured copy ceiling for 512 MiB")
+    assert d.peak_gbps(nbytes=3 << 30) == (4228.0, "X measured copy ceiling for 2 GiB")
+    assert d.peak_gbps("datasheet", 512 << 20) == (4800.0, "X datasheet peak")
+    assert ceiling_kind(d.peak_gbps(nbytes=512 << 20)[1]) == "measured"
+    assert ceiling_kind("X measured copy ceiling (not measured)") == "datasheet"
+    # Ceilings of one size only (a pytest_triton_calibrate hook's, say): that one, at any size.
+    flat = replace(d, measured={"dram_gbps": 4228.0, "tflops": {}})
+    assert flat.peak_gbps(nbytes=512 << 20) == (4228.0, "X measured copy ceiling")
 
 
 def test_median_ci_covers_the_median_and_narrows_with_samples():

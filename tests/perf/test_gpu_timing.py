@@ -52,3 +52,19 @@ def test_do_bench_is_a_drop_in_for_autotuners(device):
     ms = do_bench(lambda: x.mul_(1.0))
     q = do_bench(lambda: x.mul_(1.0), quantiles=[0.5, 0.2, 0.8])
     assert 0 < ms < 1 and len(q) == 3 and q[1] <= q[0] <= q[2]
+
+
+def test_the_ceilings_hold_copies_of_three_sizes_the_largest_the_ceiling(device):
+    # calibrate.measure_ceilings on the GPU: a copy of each size, keyed by the bytes it moves;
+    # the largest is dram_gbps; a smaller copy reaches no more than a few % above it (the
+    # intervals of two medians), and the kernels' ceilings are read from them (copy_ceiling)
+    from pytest_triton.env.device import copy_ceiling
+    from pytest_triton.perf import calibrate
+
+    found = calibrate.measure_ceilings(device)
+    assert calibrate._implausible(found) is None
+    copies = {int(k): v for k, v in found["copy_gbps"].items()}
+    sizes = [2 * n for n in (*calibrate.SMALL_COPY_BYTES, calibrate.COPY_BYTES)]
+    assert sorted(copies) == sizes and found["dram_gbps"] == copies[max(sizes)]
+    assert all(copies[b] <= 1.03 * found["dram_gbps"] for b in sizes)
+    assert copy_ceiling(found["copy_gbps"], sizes[1])[0] == copies[sizes[1]]

@@ -34,10 +34,15 @@ def pytest_triton_calibrate(config, device):
         raise RuntimeError("the copy did not run")
     if os.environ.get("BAD_CEILING"):
         return {"dram_gbps": float(os.environ["BAD_CEILING"]), "tflops": {"float16": 80.0}}
-    return {"dram_gbps": DEV["measured"], "tflops": {"float16": 80.0, "bfloat16": 80.0}}
+    if os.environ.get("BAD_COPIES"):
+        return {"dram_gbps": DEV["measured"], "copy_gbps": {"1000000000": -1.0}, "tflops": {}}
+    # SIZED: copies of two sizes, a copy of the tests' 1e9 bytes reaching 850/900 of the largest
+    copies = {"copy_gbps": {"1000000000": DEV["measured"] * 850 / 900,
+                            str(2 << 30): DEV["measured"]}} if os.environ.get("SIZED") else {}
+    return {"dram_gbps": DEV["measured"], "tflops": {"float16": 80.0, "bfloat16": 80.0}, **copies}
 
 def pytest_triton_measure(config, request, fn, baseline, settings):
-    gbps = 0.95 * DEV["measured"]
+    gbps = float(os.environ.get("KERNEL_FRAC", "0.95")) * DEV["measured"]
     ms = request.module.BYTES / gbps / 1e6
     jitter = [1 + 0.001 * ((i * 7) % 5 - 2) for i in range(40)]
     return Timings(ms=[ms * j for j in jitter], method="injected", l2=settings.l2)
@@ -186,3 +191,61 @@ def test_a_forced_calibration_is_measured_once_per_run_and_card(monkeypatch):
     calibrate.ceilings("card-0", measure, force=True)
     calibrate.ceilings("card-0", measure, force=True)
     assert len(calls) == 5
+
+
+def test_a_kernel_is_judged_against_a_copy_of_its_own_bytes(run, monkeypatch):
+    # A copy of the test's 1e9 bytes reaches 850 GB/s where the largest copy reaches 900 (as a
+    # 512 MiB copy reaches 97% of a 2 GiB one on an H200). A kernel at 774 GB/s is 86% of the
+    # largest copy but 91.1% of a copy of its own bytes: its 90% target passes (the positive
+    # control; without the sized copies it fails, the case that false-failed); one at 720 GB/s
+    # is 84.7% of the same-size copy and fails (the negative control).
+    monkeypatch.setenv("SIZED", "1")
+    monkeypatch.setenv("KERNEL_FRAC", "0.86")
+    result, _ = run("a")
+    result.assert_outcomes(passed=1, failed=1)  # the datasheet target: 77.4% of 1000 < 80%
+    result.stdout.fnmatch_lines([
+        "*measured copy ceiling 900 GB/s*",
+        "*test_of_measured *91.1% of copy*bw>=90.0% of copy (765 GB/s)*pass*"])
+    monkeypatch.setenv("KERNEL_FRAC", "0.80")
+    result, _ = run("a", "--triton-perf-calibrate")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines([
+        "*FAIL bandwidth_frac: 720 GB/s = 84.7% of GPU a measured copy ceiling for 954 MiB "
+        "850 GB/s; target 90.0%*"])
+    monkeypatch.delenv("SIZED")
+    monkeypatch.setenv("KERNEL_FRAC", "0.86")
+    result, _ = run("a", "--triton-perf-calibrate")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*FAIL bandwidth_frac: 774 GB/s = 86.0% of GPU a measured copy "
+                                 "ceiling 900 GB/s; target 90.0%*"])
+
+
+def test_implausible_copy_sizes_are_neither_used_nor_cached(run, monkeypatch):
+    monkeypatch.setenv("BAD_COPIES", "1")
+    result, _ = run("a")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*GPU a has no measured copy ceiling; not used: pytest_triton_"
+                                 "calibrate returned copy_gbps?'1000000000'?=-1.0*"])
+
+
+def test_ceilings_an_older_version_cached_are_measured_again(monkeypatch, tmp_path):
+    # A file written before the copies of several sizes were measured has no "copy_gbps": every
+    # measured bandwidth would be judged against the largest copy. It is measured again.
+    from pytest_triton.perf import calibrate
+
+    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"dram_gbps": 900.0, "copy_gbps": {"1000": 800.0, "2000": 900.0}, "tflops": {}}
+
+    found, _ = calibrate.ceilings("card-0", measure)
+    path = next(tmp_path.rglob("*.json"))
+    assert found["version"] == calibrate.CACHE_VERSION and len(calls) == 1
+    assert calibrate.ceilings("card-0", measure)[1].startswith("cached in")
+    old = {k: v for k, v in found.items() if k not in ("version", "copy_gbps")}
+    path.write_text(json.dumps(old))
+    again, how = calibrate.ceilings("card-0", measure)
+    assert len(calls) == 2 and how.startswith("measured now") and "copy_gbps" in again
