@@ -59,7 +59,7 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
         python3 bench/series.py --make "${SERIES_RUNS:-12}" --first "${SERIES_FROM:-0}" --gpus "${SELF_GPUS:-1}" \
           --budget $(( secs - 15 )) --dir "$HIST/series" --json "$OUT/series.json" --md "$OUT/series.md" > "$LOGS/series.log" 2>&1
       cp "$HIST"/series/series-0.json "$OUT/perf.json" 2>/dev/null  # the first run: the perf section
-      grep -E "^series-|runs on" "$LOGS/series.log" | tail -${SERIES_RUNS:-12} ;;
+      grep -E "^series-|runs on" "$LOGS/series.log" ;;  # this call's runs, a not started one too
     scaling)
       # The main job cold on 1 GPU, then -n 2 on 2 and -n N on N (SELF_GPUS, else every GPU
       # nvidia-smi lists), one worker per GPU, each configuration with empty caches of its own:

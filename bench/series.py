@@ -148,9 +148,11 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
     """Run the main job n times, `gpus` at once, as series-FIRST ... in `folder`: each run's
     report (.json), output (.log), and pytest's exit status and wall time in s (.status). With a
     `budget` (s), a run that would not finish within it (at the longest run's wall time so far,
-    or ESTIMATE_S before any finished) is not started: a run cut short would count as failed."""
+    an earlier call's runs in `folder` among them, or ESTIMATE_S before any finished) is not
+    started: a run cut short would count as failed."""
     folder.mkdir(parents=True, exist_ok=True)
-    start, walls = time.time(), []
+    start = time.time()
+    walls = [json.loads(p.read_text())["wall_s"] for p in sorted(folder.glob("series-*.status"))]
     free: queue.Queue = queue.Queue()
     for gpu in gpu_ids(gpus):
         free.put(gpu)

@@ -77,3 +77,27 @@ def test_runs_go_to_the_gpus_an_outer_cuda_visible_devices_names(monkeypatch):
         assert "names only 3" in str(e)
     else:
         raise AssertionError("4 runs at once on 3 visible GPUs was accepted")
+
+
+def test_a_later_call_sizes_its_budget_by_the_runs_an_earlier_call_made(monkeypatch, tmp_path):
+    # A second call on the warm machine adds runs to the same folder: a run fits a budget by the
+    # runs already made there (150 s), not by the estimate for a machine that made none (200 s)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("series", SERIES)
+    series = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(series)
+    started = []
+
+    def fake_run(cmd, **kwargs):
+        started.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(series.subprocess, "run", fake_run)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    (tmp_path / "series-0.status").write_text(json.dumps({"rc": 0, "wall_s": 150.0}))
+    assert series.ESTIMATE_S > 180
+    series.make_runs(1, 1, tmp_path, first=1, budget=180)
+    assert len(started) == 1 and (tmp_path / "series-1.status").exists()
+    series.make_runs(1, 1, tmp_path, first=2, budget=140)  # the longest run so far: 150 s
+    assert len(started) == 1 and not (tmp_path / "series-2.status").exists()
