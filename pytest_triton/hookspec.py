@@ -20,8 +20,10 @@ def pytest_triton_measure(config, request, fn, baseline, settings):
 @pytest.hookspec(firstresult=True)
 def pytest_triton_calibrate(config, device):
     """Measure `device`'s (a DeviceInfo) ceilings: {"dram_gbps": float, "tflops": {"float16": ...,
-    "bfloat16": ..., "tf32": ...}}, or None when there is nothing to measure on. Called at most
-    once per device fingerprint (the result is cached on disk: calibrate.cache_dir())."""
+    "bfloat16": ..., "tf32": ...}}, optionally "copy_gbps": {bytes moved: GB/s} (copies of
+    several sizes: a measurement is then judged against a copy of its own bytes), or None when
+    there is nothing to measure on. Called at most once per device fingerprint (the result is
+    cached on disk: calibrate.cache_dir())."""
 
 
 @pytest.hookspec(firstresult=True)
