@@ -122,7 +122,16 @@ def ceiling_kind(words: str | None) -> str:
 
 def _size(nbytes: float) -> str:
     mib = nbytes / 2**20
-    return f"{mib / 1024:.3g} GiB" if mib >= 1024 else f"{mib:.3g} MiB"
+    if mib >= 1024:
+        return f"{mib / 1024:.4g} GiB"
+    return f"{mib:.0f} MiB" if mib >= 10 else f"{mib:.3g} MiB"
+
+
+def unsized(words: str | None) -> str | None:
+    """The words peak_gbps names a peak with, without the copy's size ("... measured copy
+    ceiling for 512 MiB" -> "... measured copy ceiling"): the device's kind of peak."""
+    return words.split(f"{MEASURED_COPY} for ")[0] + MEASURED_COPY \
+        if words and f"{MEASURED_COPY} for " in words else words
 
 
 def copy_ceiling(copies: dict, nbytes: float) -> tuple[float, float]:

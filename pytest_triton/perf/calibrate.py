@@ -120,7 +120,11 @@ def _implausible(found) -> str | None:
         if not isinstance(copies, dict) or not copies:
             return f"copy_gbps={copies!r} (expected a dict of bytes moved: GB/s)"
         for k, v in copies.items():
-            if not str(k).isdigit() or int(k) <= 0 or not positive_finite(v):
+            try:
+                size = float(k)
+            except (TypeError, ValueError):
+                size = None
+            if not positive_finite(size) or not positive_finite(v):
                 return f"copy_gbps[{k!r}]={v!r} (expected bytes moved > 0: a finite GB/s > 0)"
     tflops = found.get("tflops") or {}
     if not isinstance(tflops, dict):
@@ -141,7 +145,8 @@ def ceilings(fingerprint: str, measure, *, force: bool = False) -> tuple[dict | 
             try:
                 found = json.loads(path.read_text())
                 # forced: measured again once per run, by its first worker on this card
-                current = found.get("version") == CACHE_VERSION
+                # an older version's file, or one edited into nonsense: measured again
+                current = found.get("version") == CACHE_VERSION and not _implausible(found)
                 if current and (not force or (run and found.get("run") == run)):
                     return found, f"cached in {path}"
             except (OSError, ValueError, AttributeError):

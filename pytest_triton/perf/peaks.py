@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..env.device import DeviceInfo
+from ..env.device import DeviceInfo, copy_ceiling
 
 SOURCES = ("datasheet", "measured")  # the two kinds of peak a fraction is taken of
 
@@ -58,6 +58,10 @@ class Peaks:
     dram_source: str | None = None  # the run's DRAM peak in words: 'H100 SXM datasheet peak'
     dram_gbps_datasheet: float | None = None
     dram_gbps_measured: float | None = None
+    # the bytes moved by the copy dram_gbps_measured is of (copies of several sizes measured:
+    # DeviceInfo.peak_gbps); None where it is the device's one ceiling for every size, as every
+    # record saved before the sizes were measured has it
+    dram_measured_for: float | None = None
     tflops: float | None = None
     tflops_source: str | None = None
     tflops_datasheet: float | None = None
@@ -68,15 +72,24 @@ class Peaks:
         """The peaks of a measurement of `dtype` moving `nbytes` (the measured copy ceiling is
         that of a copy of those bytes: DeviceInfo.peak_gbps)."""
         dram, dram_source = device.peak_gbps(nbytes=nbytes)
+        measured = device.peak_gbps("measured", nbytes)[0]
+        copies = (device.measured or {}).get("copy_gbps")
         out = dict(dram_gbps=dram, dram_source=dram_source,
                    dram_gbps_datasheet=device.peak_gbps("datasheet")[0],
-                   dram_gbps_measured=device.peak_gbps("measured", nbytes)[0])
+                   dram_gbps_measured=measured,
+                   dram_measured_for=copy_ceiling(copies, nbytes)[1]
+                   if measured and copies and nbytes else None)
         if dtype:
             tf, tf_source = device.peak_tflops(dtype)
             out.update(tflops=tf, tflops_source=tf_source,
                        tflops_datasheet=device.peak_tflops(dtype, "datasheet")[0],
                        tflops_measured=device.peak_tflops(dtype, "measured")[0])
         return cls(**out)
+
+    def one_size_measured(self) -> float | None:
+        """The measured bandwidth ceiling where it is the device's one for every size (not a
+        copy of this measurement's bytes), else None."""
+        return self.dram_gbps_measured if self.dram_measured_for is None else None
 
     def of_kind(self, kind: str, src: str) -> float | None:
         """The peak of `kind` ("bandwidth" or "tflops") from `src` ("datasheet", "measured")."""
@@ -86,12 +99,14 @@ class Peaks:
 
     def to_dict(self) -> dict:
         """The keys each group was given: {} before the measurement is judged, no tflops keys
-        without a dtype."""
+        without a dtype, no dram_measured_for for a one-size ceiling."""
         out = {}
-        for group in (fields(self)[:4], fields(self)[4:]):
+        for group in (fields(self)[:5], fields(self)[5:]):
             values = {f.name: getattr(self, f.name) for f in group}
             if any(v is not None for v in values.values()):
                 out.update(values)
+        if out.get("dram_measured_for", 0) is None:  # a one-size ceiling: the keys of old
+            del out["dram_measured_for"]
         return out
 
     @classmethod

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..perf.record import Measurement
 from . import storage
 from .change import Change
-from .rows import ORDER, QUIET, Outcome, Row, peak, sku
+from .rows import ORDER, QUIET, Outcome, Row, measured_alike, peak, sku
 
 
 def to_json(out: Outcome) -> dict:
@@ -45,7 +45,7 @@ def _units(row: Row) -> str:
         text += f"; {a.tflops:.1f} -> {b.tflops:.1f} TFLOP/s"
     elif a.gbps and b.gbps:
         text += f"; {a.gbps:,.0f} -> {b.gbps:,.0f} GB/s"
-    both = all(peak(m, True) for m in (a, b))
+    both = measured_alike(a, b)
     fa, fb = (_fraction(m, peak(m, both)) for m in (a, b))
     if fa and fb:
         of = "measured ceiling" if both else "datasheet peak"

@@ -62,6 +62,17 @@ def _kind(m: Measurement) -> str:
     return change.kind_of(m.time.median, m.flops)
 
 
+def measured_alike(a: Measurement, b: Measurement) -> bool:
+    """Whether two measurements' fractions can both be taken of their measured ceilings: both
+    have one of their kind, and, for bandwidth, both are of a copy of their own bytes or both of
+    the device's one ceiling (a run saved before the copies' sizes were measured): a fraction of
+    a copy of 512 MiB and one of a 1 GiB copy differ by the copy's size effect, not the kernel."""
+    if not all(peak(m, True) for m in (a, b)):
+        return False
+    return bool(a.flops) or ((a.peaks.dram_measured_for is None)
+                             == (b.peaks.dram_measured_for is None))
+
+
 def peak(m: Measurement, both_measured: bool) -> float | None:
     """The peak a fraction of `m` is taken of: the measured ceiling where both runs measured
     theirs, else the datasheet's; TFLOP/s for a flops= measurement, else GB/s."""
@@ -154,7 +165,7 @@ def _row(label: str, ref: Measurement, new: Measurement, out: Outcome, same_gpu:
          medians: list[float] | None) -> Row:
     a, b = ref.time, new.time
     if out.by == "fraction":
-        both = all(peak(m, True) for m in (ref, new))
+        both = measured_alike(ref, new)
         pa, pb = peak(ref, both), peak(new, both)
         if not (ref.bytes or ref.flops) or not pa or not pb:
             return Row(label, Change.REFUSED, ref=ref, new=new,

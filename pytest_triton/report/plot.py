@@ -117,8 +117,9 @@ def _ceilings(device, dtypes: list[str], measurements: list[Measurement] = ()) -
     bw, tf = {}, {}
     for src in ("datasheet", "measured"):
         value = device.peak_gbps(src)[0] if device else None
-        for m in measurements:
-            value = value or m.peaks.of_kind("bandwidth", src)
+        for m in measurements:  # a copy of one measurement's bytes is no line for all
+            value = value or (m.peaks.one_size_measured() if src == "measured"
+                              else m.peaks.of_kind("bandwidth", src))
         if value:
             bw[src] = value
         for dt in dtypes:

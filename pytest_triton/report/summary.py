@@ -14,6 +14,7 @@ from .. import options, state
 from ..correctness import configs
 from ..env import nvml, seeding
 from ..env import versions as _versions
+from ..env.device import unsized
 from ..env.seeding import fixed_seed
 from ..perf.record import PerfRecord, Verdict, label
 from ..perf.session import dry_run, session, unchecked_summary
@@ -166,12 +167,13 @@ def terminal_summary(tr, config: pytest.Config) -> None:
         clocks = (f"SM {gpu.get('sm_clock_mhz', '?')} MHz, memory {gpu.get('mem_clock_mhz', '?')} "
                   f"MHz, {gpu.get('temperature_c', '?')} C" if gpu else "clocks unknown (no NVML)")
         peaks = first.peaks
-        # the device's largest copy (the measurements' own ceilings are copies of their bytes)
+        # the device's largest copy, not a measurement's copy of its own bytes: where this
+        # process has no device (an xdist controller), a measurement's one-size ceiling only
         measured = ((ps.device.measured or {}).get("dram_gbps") if ps.device is not None
-                    else None) or peaks.dram_gbps_measured
+                    else None) or peaks.one_size_measured()
         tr.write_line(f"{dev['name']} ({dev['sms']} SMs), driver {dev['driver']}; torch "
                       f"{env['torch']}, triton {env['triton']}; {clocks}; L2 {ps.l2}; peaks: "
-                      f"{peaks.dram_source or '?'}"
+                      f"{unsized(peaks.dram_source) or '?'}"
                       + (f"; measured copy ceiling {measured:.0f} GB/s" if measured else ""))
     if options.get(config, "triton_perf_peak") == "measured" and ps.device is not None \
             and not (ps.device.measured or {}).get("dram_gbps"):

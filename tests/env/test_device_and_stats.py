@@ -174,3 +174,21 @@ def test_nvml_readings_and_throttle_reasons(monkeypatch):
     assert nvml.gpu_settings("cuda:0") == {
         "applications_sm_clock_mhz": 1980, "applications_mem_clock_mhz": 2619,
         "power_limit_w": 700.0, "persistence_mode": 1, "compute_mode": 0}
+
+
+def test_a_measurement_records_the_size_of_the_copy_its_ceiling_is_of():
+    from pytest_triton.env.device import unsized
+    from pytest_triton.perf.peaks import Peaks
+
+    d = DeviceInfo(name="X", sms=1, dram_gbps=4800.0, tflops={}, sku="X", use_measured=True,
+                   measured={"dram_gbps": 4228.0, "copy_gbps": H200_COPIES, "tflops": {}})
+    sized = Peaks.of(d, None, 768 << 20)
+    assert sized.dram_measured_for == 768 << 20 and sized.one_size_measured() is None
+    assert Peaks.from_dict(sized.to_dict()) == sized
+    assert unsized(sized.dram_source) == "X measured copy ceiling"
+    one = Peaks.of(replace(d, measured={"dram_gbps": 4228.0, "tflops": {}}), None, 768 << 20)
+    assert "dram_measured_for" not in one.to_dict() and one.one_size_measured() == 4228.0
+    # the size in the words: whole MiB below 1 GiB (not 1e+03), GiB above
+    assert [d.peak_gbps(nbytes=n)[1].rsplit(" for ", 1)[1]
+            for n in (1000 << 20, 512 << 20, 3 << 29, 8 << 30)] == \
+        ["1000 MiB", "512 MiB", "1.5 GiB", "2 GiB"]

@@ -249,3 +249,26 @@ def test_ceilings_an_older_version_cached_are_measured_again(monkeypatch, tmp_pa
     path.write_text(json.dumps(old))
     again, how = calibrate.ceilings("card-0", measure)
     assert len(calls) == 2 and how.startswith("measured now") and "copy_gbps" in again
+
+
+def test_a_cached_file_edited_into_nonsense_is_measured_again(monkeypatch, tmp_path):
+    # the cache is read as plausibility is checked when measured: a copy rate of 0 would divide
+    # by zero where a kernel's ceiling is read from it
+    from pytest_triton.perf import calibrate
+
+    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"dram_gbps": 900.0, "copy_gbps": {"1000": 800.0, "2000": 900.0}, "tflops": {}}
+
+    found, _ = calibrate.ceilings("card-0", measure)
+    path = next(tmp_path.rglob("*.json"))
+    path.write_text(json.dumps({**found, "copy_gbps": {"1000": 0.0, "2000": 900.0}}))
+    again, how = calibrate.ceilings("card-0", measure)
+    assert len(calls) == 2 and how.startswith("measured now") and again["copy_gbps"]["1000"] == 800.0
+    # bytes as numbers (a hook's) are sizes too; a size that is no number is not
+    assert calibrate._implausible({"dram_gbps": 9.0, "copy_gbps": {1e9: 8.0, 2.0**31: 9.0}}) is None
+    assert "copy_gbps['big']" in calibrate._implausible({"dram_gbps": 9.0, "copy_gbps": {"big": 8.0}})

@@ -334,3 +334,37 @@ def test_advice_shared_by_many_uncertain_rows_is_said_once(capsys):
     assert sum(int(n) for n, _ in advice) <= len(rows)
     # each row keeps its own facts
     assert len(re.findall(r"^ +ran \d+ samples; noise [\d.]+%$", out, re.M)) >= 50
+
+
+def test_by_fraction_a_sized_copy_ceiling_is_not_set_against_a_one_size_one(tmp_path, capsys):
+    # A run saved before the copies' sizes were measured took its memory-bound fractions of the
+    # 1 GiB copy; one after, of a copy of its own bytes (~3% slower at 512 MiB on an H200). Set
+    # against each other, the size effect would read as the kernel's: those rows are taken of
+    # the datasheet peaks instead; compute-bound rows keep their measured ceilings. The control:
+    # both runs sized, the measured ceilings again.
+    from ._docs import H100, H200, report
+
+    def sized(doc):
+        for r in doc["results"]:
+            for m in r["measurements"]:
+                p = m.get("peaks") or {}
+                if m.get("bytes") and not m.get("flops") and p.get("dram_gbps_measured"):
+                    p["dram_gbps_measured"] *= 0.97
+                    p["dram_measured_for"] = float(m["bytes"])
+        return doc
+
+    paths = {}
+    for name, doc in (("h100", report(H100)), ("h200", sized(report(H200))),
+                      ("h100-sized", sized(report(H100)))):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(doc))
+
+    def ofs(ref):
+        assert cli(["compare", str(paths[ref]), str(paths["h200"]), "--by", "fraction"]) == 0
+        found = re.findall(r"^(?:SLOW|FAST|SAME|UNCERTAIN) (.*?): .*GB/s; [\d.]+% -> [\d.]+% of (.*)$",
+                           capsys.readouterr().out, re.M)
+        assert found
+        return {of for _, of in found}
+
+    assert ofs("h100") == {"datasheet peak"}
+    assert ofs("h100-sized") == {"measured ceiling"}
