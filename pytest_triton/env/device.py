@@ -110,13 +110,14 @@ _FP16_FLOP_PER_SM_CLK = {(8, 0): 2048, (8, 6): 1024, (8, 7): 1024, (8, 9): 1024,
 # peak they return is the datasheet's (or an estimate standing for it).
 MEASURED_COPY = "measured copy ceiling"
 MEASURED_CUBLAS = "measured cuBLAS ceiling"
+_SIZED_COPY = f"{MEASURED_COPY} for "  # the copy of a measurement's bytes: "... for 512 MiB"
 
 
 def ceiling_kind(words: str | None) -> str:
     """Which kind of peak the words peak_gbps or peak_tflops returned with it name: "measured"
     or "datasheet". The words are what a saved record keeps of which peak it was judged on."""
     words = words or ""
-    measured = words.endswith((MEASURED_COPY, MEASURED_CUBLAS)) or f"{MEASURED_COPY} for " in words
+    measured = words.endswith((MEASURED_COPY, MEASURED_CUBLAS)) or _SIZED_COPY in words
     return "measured" if measured else "datasheet"
 
 
@@ -130,8 +131,8 @@ def _size(nbytes: float) -> str:
 def unsized(words: str | None) -> str | None:
     """The words peak_gbps names a peak with, without the copy's size ("... measured copy
     ceiling for 512 MiB" -> "... measured copy ceiling"): the device's kind of peak."""
-    return words.split(f"{MEASURED_COPY} for ")[0] + MEASURED_COPY \
-        if words and f"{MEASURED_COPY} for " in words else words
+    return words.split(_SIZED_COPY)[0] + MEASURED_COPY if words and _SIZED_COPY in words \
+        else words
 
 
 def copy_ceiling(copies: dict, nbytes: float) -> tuple[float, float]:
@@ -147,16 +148,11 @@ def copy_ceiling(copies: dict, nbytes: float) -> tuple[float, float]:
     points = sorted((float(b), float(g)) for b, g in copies.items())
     if nbytes <= points[0][0]:
         return points[0][1], points[0][0]
-    if nbytes >= points[-1][0]:
-        return points[-1][1], points[-1][0]
-    for b, g in points:
-        if nbytes == b:
-            return g, b
     for (b0, g0), (b1, g1) in zip(points, points[1:]):
-        if b0 < nbytes < b1:
+        if nbytes < b1:
             t0, t1 = b0 / g0, b1 / g1
             return nbytes / (t0 + (nbytes - b0) * (t1 - t0) / (b1 - b0)), nbytes
-    raise AssertionError("unreachable: nbytes lies within the measured sizes")
+    return points[-1][1], points[-1][0]  # at the largest measured size or above it
 
 
 @dataclass(frozen=True)
@@ -202,14 +198,22 @@ class DeviceInfo:
         a copy of those bytes (copy_ceiling), where copies of several sizes were measured."""
         if self._kind(peak) == "measured":
             if self.measured and self.measured.get("dram_gbps"):
-                copies = self.measured.get("copy_gbps")
-                if nbytes and copies:
-                    gbps, size = copy_ceiling(copies, nbytes)
-                    return gbps, f"{self.label} {MEASURED_COPY} for {_size(size)}"
+                sized = self.measured_copy(nbytes)
+                if sized:
+                    return sized[0], f"{self.label} {_SIZED_COPY}{_size(sized[1])}"
                 return self.measured["dram_gbps"], f"{self.label} {MEASURED_COPY}"
             if peak == "measured":
                 return None, f"{self.label} {MEASURED_COPY} (not measured)"
         return self.dram_gbps, f"{self.label} {'datasheet' if self.sku else 'estimated'} peak"
+
+    def measured_copy(self, nbytes: float | None) -> tuple[float, float] | None:
+        """(GB/s, bytes) of the measured copy a measurement moving `nbytes` is judged against
+        (copy_ceiling), or None where there is none of its own size: no bytes, no measured
+        ceiling, or one ceiling for every size."""
+        copies = (self.measured or {}).get("copy_gbps")
+        if not (nbytes and copies and self.measured.get("dram_gbps")):
+            return None
+        return copy_ceiling(copies, nbytes)
 
     def peak_tflops(self, dtype: str, peak: str | None = None) -> tuple[float | None, str]:
         """The dense tensor-core rate of `dtype` fractions are taken against, and what it is."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..env.device import DeviceInfo, copy_ceiling
+from ..env.device import DeviceInfo
 
 SOURCES = ("datasheet", "measured")  # the two kinds of peak a fraction is taken of
 
@@ -72,13 +72,11 @@ class Peaks:
         """The peaks of a measurement of `dtype` moving `nbytes` (the measured copy ceiling is
         that of a copy of those bytes: DeviceInfo.peak_gbps)."""
         dram, dram_source = device.peak_gbps(nbytes=nbytes)
-        measured = device.peak_gbps("measured", nbytes)[0]
-        copies = (device.measured or {}).get("copy_gbps")
+        sized = device.measured_copy(nbytes)
         out = dict(dram_gbps=dram, dram_source=dram_source,
                    dram_gbps_datasheet=device.peak_gbps("datasheet")[0],
-                   dram_gbps_measured=measured,
-                   dram_measured_for=copy_ceiling(copies, nbytes)[1]
-                   if measured and copies and nbytes else None)
+                   dram_gbps_measured=device.peak_gbps("measured", nbytes)[0],
+                   dram_measured_for=sized[1] if sized else None)
         if dtype:
             tf, tf_source = device.peak_tflops(dtype)
             out.update(tflops=tf, tflops_source=tf_source,

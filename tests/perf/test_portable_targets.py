@@ -228,46 +228,49 @@ def test_implausible_copy_sizes_are_neither_used_nor_cached(run, monkeypatch):
                                  "calibrate returned copy_gbps?'1000000000'?=-1.0*"])
 
 
-def test_ceilings_an_older_version_cached_are_measured_again(monkeypatch, tmp_path):
+@pytest.fixture
+def card(monkeypatch, tmp_path):
+    """calibrate.ceilings of one card over a cache of its own in tmp_path: (ceilings(), the
+    measurements made so far, as a list), measure() returning copies of two sizes."""
+    from pytest_triton.perf import calibrate
+
+    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return {"dram_gbps": 900.0, "copy_gbps": {"1000": 800.0, "2000": 900.0}, "tflops": {}}
+
+    return (lambda: calibrate.ceilings("card-0", measure)), calls
+
+
+def test_ceilings_an_older_version_cached_are_measured_again(card, tmp_path):
     # A file written before the copies of several sizes were measured has no "copy_gbps": every
     # measured bandwidth would be judged against the largest copy. It is measured again.
     from pytest_triton.perf import calibrate
 
-    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
-    calls = []
-
-    def measure():
-        calls.append(1)
-        return {"dram_gbps": 900.0, "copy_gbps": {"1000": 800.0, "2000": 900.0}, "tflops": {}}
-
-    found, _ = calibrate.ceilings("card-0", measure)
+    ceilings, calls = card
+    found, _ = ceilings()
     path = next(tmp_path.rglob("*.json"))
     assert found["version"] == calibrate.CACHE_VERSION and len(calls) == 1
-    assert calibrate.ceilings("card-0", measure)[1].startswith("cached in")
+    assert ceilings()[1].startswith("cached in")
     old = {k: v for k, v in found.items() if k not in ("version", "copy_gbps")}
     path.write_text(json.dumps(old))
-    again, how = calibrate.ceilings("card-0", measure)
+    again, how = ceilings()
     assert len(calls) == 2 and how.startswith("measured now") and "copy_gbps" in again
 
 
-def test_a_cached_file_edited_into_nonsense_is_measured_again(monkeypatch, tmp_path):
+def test_a_cached_file_edited_into_nonsense_is_measured_again(card, tmp_path):
     # the cache is read as plausibility is checked when measured: a copy rate of 0 would divide
     # by zero where a kernel's ceiling is read from it
     from pytest_triton.perf import calibrate
 
-    monkeypatch.setenv("PYTEST_TRITON_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("PYTEST_XDIST_TESTRUNUID", raising=False)
-    calls = []
-
-    def measure():
-        calls.append(1)
-        return {"dram_gbps": 900.0, "copy_gbps": {"1000": 800.0, "2000": 900.0}, "tflops": {}}
-
-    found, _ = calibrate.ceilings("card-0", measure)
+    ceilings, calls = card
+    found, _ = ceilings()
     path = next(tmp_path.rglob("*.json"))
     path.write_text(json.dumps({**found, "copy_gbps": {"1000": 0.0, "2000": 900.0}}))
-    again, how = calibrate.ceilings("card-0", measure)
+    again, how = ceilings()
     assert len(calls) == 2 and how.startswith("measured now") and again["copy_gbps"]["1000"] == 800.0
     # bytes as numbers (a hook's) are sizes too; a size that is no number is not
     assert calibrate._implausible({"dram_gbps": 9.0, "copy_gbps": {1e9: 8.0, 2.0**31: 9.0}}) is None
