@@ -4,6 +4,7 @@
 #                            again|self|regress]...
 #   (default: perf suite thirdparty checks resources sweeps, in that order, within FINAL_LIMIT
 #   seconds; judge, not in the default list, wants a run of its own: bash bench/final_run.sh judge)
+# First compiles the bytecode of what the runs import (bench/bytecode.py, below), then the steps.
 # Writes under $OUT (few files, as the GPU tool brings back at most 8): env.txt, runs.txt (each
 # step's command, rc and wall time), perf.json, scaling.json and .md, gpu_checks.json,
 # resources_check.json, sweeps.json, judge.json, and logs.tar.gz (perf.log, suite.log, thirdparty.log, sweeps.log, the
@@ -26,6 +27,12 @@ run() {  # run STEP SECONDS TITLE CMD...: one step under a limit, its rc and wal
   echo "$step: rc=$rc wall=$(( $(date +%s) - s ))s (limit ${secs} s$( [ $rc = 124 ] && echo ', STOPPED AT THE LIMIT'))" | tee -a "$OUT/runs.txt"
 }
 python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 2>&1
+# The machines' Python sets PYTHONDONTWRITEBYTECODE=1 and ships its packages without .pyc files:
+# every pytest process (every xdist worker, every run a test starts) would compile torch's and
+# Triton's Python from source, seconds each. Compile it once into a cache every step reads, as a
+# pip install leaves one (bench/bytecode.py). Triton's cache and the ceilings stay cold per step.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pytest-triton-pycache}
 {
   date -u +"date (UTC): %Y-%m-%d %H:%M"
   # .commit first: the GPU machine's copy of the tree can carry an older .git than the files
@@ -34,6 +41,9 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 
   python3 -c "import sys, torch, triton, pytest, pytest_benchmark, numpy; print('python', sys.version.split()[0], '| torch', torch.__version__, '| triton', triton.__version__, '| numpy', numpy.__version__, '| pytest', pytest.__version__, '| pytest-benchmark', pytest_benchmark.__version__)"
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
+run bytecode "$(cap 120)" "\`bench/bytecode.py\` (the bytecode of what the runs import, into $PYTHONPYCACHEPREFIX)" \
+  python3 bench/bytecode.py > "$LOGS/bytecode.log" 2>&1
+cat "$LOGS/bytecode.log"
 for step in ${*:-perf suite thirdparty checks resources sweeps}; do
   case $step in
     perf)

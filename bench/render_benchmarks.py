@@ -386,7 +386,8 @@ def scaling_section(doc, runs):
         "scaling", os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling.py"))
     scaling = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(scaling)
-    text = scaling.markdown(doc["configurations"], doc.get("dry", False)).strip().splitlines()
+    text = scaling.markdown(doc["configurations"], doc.get("dry", False),
+                            doc.get("bytecode")).strip().splitlines()
     step = [f"- {r}" for r in runs.get("scaling", [])[1:]]
     return [*text[:2], *step, *([""] if step else []), *text[2:], ""]
 

@@ -26,6 +26,9 @@ one-GPU run always starts, stopped at the budget.
 hook sleeps instead of timing, so verdicts are decided and workers are busy) under
 TRITON_INTERPRET=1, `-n 2` for "2 GPUs" (CUDA_VISIBLE_DEVICES has no effect there).
 
+The runs inherit the environment's bytecode settings; bench/final_run.sh compiles the bytecode
+beforehand (bench/bytecode.py), and the tables say which way it was.
+
 Writes DIR/scaling-<G>gpu.{json,xml,log} per configuration, --json (every configuration, its
 workers and differences) and --md (the tables BENCHMARKS.md includes).
 """
@@ -224,7 +227,24 @@ def compare(configs: list[dict]) -> None:
             cfg["differences"].insert(0, "no JUnit XML: the run wrote none")
 
 
-def markdown(configs: list[dict], dry: bool) -> str:
+def bytecode_state() -> str:
+    """How the runs' Python gets its modules' bytecode: a cache compiled beforehand
+    (PYTHONPYCACHEPREFIX, bench/bytecode.py), compiled from source in every process
+    (PYTHONDONTWRITEBYTECODE on an install without .pyc files), or as installed."""
+    if os.environ.get("PYTHONPYCACHEPREFIX"):
+        return "precompiled"
+    return "not written" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "as installed"
+
+
+BYTECODE_WORDS = {
+    "precompiled": "Python's bytecode compiled before either configuration (bench/bytecode.py), "
+                   "as a pip install leaves it. ",
+    "not written": "Python writes no bytecode (PYTHONDONTWRITEBYTECODE): where the install has "
+                   "no .pyc files, every process compiles what it imports. ",
+}
+
+
+def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str:
     """The tables BENCHMARKS.md shows (bench/render_benchmarks.py renders them from scaling.json):
     each configuration against the one-GPU run, what differs, and each worker's time."""
     ran = [c for c in configs if not c.get("skipped")]
@@ -233,7 +253,8 @@ def markdown(configs: list[dict], dry: bool) -> str:
            f"{' --dry' if dry else ''}`)", "",
            f"On {device}; each configuration cold (an empty Triton cache and ceilings cache of its "
            "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
-           "GPU. Speedup: the one-GPU run's wall time over this one's.", "",
+           "GPU. " + BYTECODE_WORDS.get(bytecode, "")
+           + "Speedup: the one-GPU run's wall time over this one's.", "",
            "| GPUs | wall s | speedup | of linear | before session s | after session s | tests | "
            "pytest rc | same outcomes and verdicts |",
            "|---|---|---|---|---|---|---|---|---|"]
@@ -307,13 +328,14 @@ def main(argv: list[str] | None = None) -> int:
         configs.append(cfg)
         print(f"{n} GPU(s): rc={cfg['rc']} in {cfg['wall_s']:.1f} s, {cfg['counts']}", flush=True)
     compare(configs)
-    text = markdown(configs, args.dry)
+    text = markdown(configs, args.dry, bytecode_state())
     print(text)
     if args.md:
         args.md.write_text(text)
     if args.json:
         slim = [{k: v for k, v in c.items() if k not in ("outcomes", "verdicts")} for c in configs]
-        args.json.write_text(json.dumps({"dry": args.dry, "gpus": gpus, "configurations": slim},
+        args.json.write_text(json.dumps({"dry": args.dry, "gpus": gpus, "bytecode": bytecode_state(),
+                                         "configurations": slim},
                                         indent=1))
     if suite is not None:
         shutil.rmtree(suite, ignore_errors=True)

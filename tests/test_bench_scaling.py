@@ -80,3 +80,24 @@ def test_the_configurations_are_one_two_and_all_or_those_chosen():
     assert mod.configurations(4) == [1, 2, 4] and mod.configurations(1) == [1]
     assert mod.configurations(4, "4") == [1, 4]  # the one-GPU run is always made
     assert mod.configurations(4, "2,8") == [1, 2]  # none over the host's GPUs
+
+
+@pytest.mark.parametrize("env, state, words", [
+    ({"PYTHONPYCACHEPREFIX": "/tmp/pyc", "PYTHONDONTWRITEBYTECODE": ""}, "precompiled",
+     "bytecode compiled before either configuration"),
+    ({"PYTHONDONTWRITEBYTECODE": "1"}, "not written", "every process compiles what it imports"),
+    ({}, "as installed", None),
+])
+def test_the_tables_say_how_the_runs_got_their_bytecode(monkeypatch, env, state, words):
+    mod = _module()
+    for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        if value:
+            monkeypatch.setenv(name, value)
+    assert mod.bytecode_state() == state
+    one = {"gpus": 1, "wall_s": 100.0, "outcomes": {"t.py::a": "passed"}, "verdicts": {},
+           "counts": {"passed": 1}, "rc": 0, "worker_times": [], "device": "NVIDIA H200"}
+    mod.compare([one])
+    md = mod.markdown([one], False, state)
+    assert (words in md) if words else ("bytecode" not in md)
