@@ -47,6 +47,7 @@ def pytest_triton_judged(item, record):
     adds to the record (an explanation) reaches every output."""
 
 
+@pytest.hookspec
 def pytest_triton_resources_checked(item, recorded, lines):
     """The triton_resources gate judged `item`, before raising its verdict: `recorded` (each
     distinct launch: its CompileSpec, and on a GPU the CompiledKernel that ran), `lines` (each

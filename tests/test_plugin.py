@@ -90,3 +90,13 @@ def test_the_makereport_wrappers_nest_in_the_documented_order(pytester, tmp_path
             if (pm.get_name(i.plugin) or "").startswith("triton-")]
     assert ours == [name for name in plugin.MAKEREPORT_ORDER if name in ours]
     assert set(plugin.MAKEREPORT_ORDER) - set(ours) <= {"triton-oom-retry"}  # an xdist worker's
+
+
+def test_every_hook_the_plugin_offers_is_declared_with_its_options():
+    """Each pytest_triton_* hook in hookspec.py carries pytest.hookspec's mark (an unmarked one
+    is taken as a legacy spec, whose options a reader cannot see)."""
+    from pytest_triton import hookspec
+
+    names = [n for n in dir(hookspec) if n.startswith("pytest_triton_")]
+    assert names
+    assert [n for n in names if not hasattr(getattr(hookspec, n), "pytest_spec")] == []
