@@ -7,10 +7,11 @@ controller's session start to its end) less that; its tail is the time from its 
 to the session's end (the wait for the slowest worker). Each worker names its GPU in xdist's
 workeroutput, which the controller reads when the worker finishes.
 
-Under xdist the terminal summary has a section of one line per worker; the --triton-perf-json
-document has a "workers" list (one entry per worker, "this process" without xdist, so that
-scripts read one shape). Without xdist the terminal gets nothing: one process is busy for the
-whole session but collection, which pytest's own last line states.
+Under xdist the terminal summary has a section of one line per worker, and a line more where
+every worker compiles torch's or Triton's Python from source at its start (env/bytecode.py);
+the --triton-perf-json document has a "workers" list (one entry per worker, "this process"
+without xdist, so that scripts read one shape). Without xdist the terminal gets nothing: one
+process is busy for the whole session but collection, which pytest's own last line states.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass
 import pytest
 
 from .. import state
+from ..env import bytecode
 from ..perf.session import session as perf_session
 
 TITLE = "pytest-triton: each worker's busy and idle time (pytest-xdist)"
@@ -124,6 +126,9 @@ class WorkerTimes:
             terminalreporter.write_sep("=", TITLE)
             for line in summary_lines(self.rows(), self.wall_s()):
                 terminalreporter.write_line(line)
+            slow_start = bytecode.hint()  # the workers inherit this process's Python settings
+            if slow_start:
+                terminalreporter.write_line(slow_start)
 
     def wall_s(self) -> float:
         return (self.end or time.time()) - self.start
