@@ -1,7 +1,7 @@
 """A series of main-job runs of one commit: did any fail a correct kernel, and how close did each
 target come to failing (not a test; a step of bench/final_run.sh: `series`).
 
-    python bench/series.py RUN.json [RUN.json ...] [--json FILE] [--md FILE]
+    python bench/series.py RUN.json|SERIES.json [...] [--json FILE] [--md FILE]
     python bench/series.py --make N [--gpus G] [--first K] [--budget S] --dir DIR [--json FILE]
                            [--md FILE]
 
@@ -18,8 +18,14 @@ target: for a floor (speedup=0.95, bandwidth_frac=0.9, tflops=...) the interval'
 the target, minus one; for a ceiling (max_ms=...) the target over the interval's high end, minus
 one. A margin under 1% is a target that noise alone may fail: the table marks it.
 
+A SERIES.json (an earlier --json) stands for its runs, each with its margins: series of one
+commit made in several calls or sessions (a GPU lent for less time than twelve runs take) join
+into one. Runs of different commits (a run --make made knows its checkout's: .commit, else git)
+or of different GPU models are refused (exit 2, naming them).
+
 Prints the runs and the margins, smallest first; --json writes
-{"runs": [{"name", "file", "passed", "failed": [...], "inconclusive": [...]}],
+{"runs": [{"name", "file", "passed", "failed": [...], "inconclusive": [...], "device",
+           "commit", "checks": [{"test", "shape", "target", "short", "asked", "margin"}]}],
  "margins": [{"test", "shape", "target", "asked", "smallest", "median", "runs"}]};
 --md writes the tables BENCHMARKS.md includes.
 """
@@ -64,8 +70,8 @@ def _checks(result: dict):
         yield "geomean", result["geomean"]
 
 
-def read_run(path: Path) -> dict:
-    doc = json.loads(path.read_text())
+def read_run(path: Path, doc: dict | None = None) -> dict:
+    doc = json.loads(path.read_text()) if doc is None else doc
     name = (doc.get("run") or {}).get("name") or path.stem
     failed, inconclusive, checks = [], [], {}
     for r in doc["results"]:
@@ -85,7 +91,47 @@ def read_run(path: Path) -> dict:
             checks[key] = (c.get("short") or c["target"], margin(c))
     return {"name": name, "file": str(path), "failed": failed, "inconclusive": inconclusive,
             "passed": not failed and not inconclusive, "checks": checks,
-            "device": (doc.get("device") or {}).get("name")}
+            "device": (doc.get("device") or {}).get("name"),
+            "commit": (doc.get("run") or {}).get("commit")}  # a saved run's; --make's: .status
+
+
+CHECK_FIELDS = ("test", "shape", "target", "asked")
+
+
+def checks_out(checks: dict) -> list[dict]:
+    """A run's checks as JSON: one entry per target, its key's fields, words and margin."""
+    return [{**dict(zip(CHECK_FIELDS, key)), "short": short, "margin": m}
+            for key, (short, m) in checks.items()]
+
+
+def checks_in(entries: list[dict]) -> dict:
+    """checks_out's entries back into a run's checks."""
+    return {tuple(e[f] for f in CHECK_FIELDS): (e["short"], e["margin"]) for e in entries}
+
+
+def read_series(path: Path, doc: dict) -> list[dict]:
+    """The runs of an earlier --json, each with its checks (a file written before the runs kept
+    their checks cannot join: ValueError naming it)."""
+    if any("checks" not in r for r in doc["runs"]):
+        raise ValueError(f"{path}: its runs hold no margins (written before they were kept); "
+                         "give its runs' reports instead")
+    # named by their file and its folder too: two calls' series.json both hold a series-0
+    where = f"{path.parent.name}/{path.stem}"
+    return [{**r, "name": f"{where}:{r['name']}", "checks": checks_in(r["checks"])}
+            for r in doc["runs"]]
+
+
+def mixed(runs: list[dict]) -> str | None:
+    """Why these runs are not one series: runs of several commits or GPU models, or None."""
+    for field, what in (("commit", "commits"), ("device", "GPU models")):
+        seen: dict[str, list[str]] = {}
+        for r in runs:
+            if r.get(field):
+                seen.setdefault(r[field], []).append(r["name"])
+        if len(seen) > 1:
+            return f"runs of different {what}: " + "; ".join(
+                f"{v} ({', '.join(names)})" for v, names in sorted(seen.items()))
+    return None
 
 
 def summarize(runs: list[dict]) -> list[dict]:
@@ -106,8 +152,10 @@ def summarize(runs: list[dict]) -> list[dict]:
 def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
     bad = [r for r in runs if not r["passed"]]
     devices = sorted({r["device"] or "?" for r in runs})
+    commits = sorted({r["commit"] for r in runs if r.get("commit")})
+    at = f" of {', '.join(commits)}" if commits else ""
     out = [f"### The main job, {len(runs)} runs in a row (`bench/series.py`)", "",
-           f"{len(runs)} runs on {', '.join(devices)}, each its own process with a cold Triton "
+           f"{len(runs)} runs{at} on {', '.join(devices)}, each its own process with a cold Triton "
            f"cache: {len(runs) - len(bad)} passed, {sum(bool(r['failed']) for r in runs)} with a "
            f"failed test, {sum(bool(r['inconclusive']) for r in runs)} with an INCONCLUSIVE "
            "target."]
@@ -132,6 +180,22 @@ def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
 
 
 ESTIMATE_S = 200.0  # a cold run of the main job on an H100 or H200, before one has finished
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def checkout_commit() -> str | None:
+    """The commit of the checkout the runs are made from: its .commit file (a GPU machine's copy
+    of the tree may carry an older .git than its files), else git's HEAD, else None."""
+    stamp = ROOT / ".commit"
+    if stamp.exists() and stamp.read_text().strip():
+        return stamp.read_text().strip()
+    try:
+        with subprocess.Popen(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as git:
+            out, _ = git.communicate(timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.strip() or None) if git.returncode == 0 else None
 MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
 
 
@@ -153,6 +217,7 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
     folder.mkdir(parents=True, exist_ok=True)
     start = time.time()
     walls = [json.loads(p.read_text())["wall_s"] for p in sorted(folder.glob("series-*.status"))]
+    commit = checkout_commit()
     free: queue.Queue = queue.Queue()
     for gpu in gpu_ids(gpus):
         free.put(gpu)
@@ -181,7 +246,8 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
             shutil.rmtree(cache, ignore_errors=True)
         wall = time.time() - t0
         walls.append(wall)
-        (folder / f"series-{i}.status").write_text(json.dumps({"rc": rc, "wall_s": round(wall, 1)}))
+        (folder / f"series-{i}.status").write_text(
+            json.dumps({"rc": rc, "wall_s": round(wall, 1), "commit": commit}))
         print(f"series-{i}: rc={rc} in {wall:.0f} s on GPU {gpu}", flush=True)
 
     with ThreadPoolExecutor(max_workers=gpus) as pool:
@@ -220,17 +286,30 @@ def main(argv: list[str] | None = None) -> int:
         p.error("no runs: give RUN.json files or --make N")
     runs = []
     for path in paths:
-        if not path.exists():  # a run that wrote no report (it crashed, or was stopped)
+        doc = json.loads(path.read_text()) if path.exists() else None
+        if isinstance(doc, dict) and "margins" in doc and "runs" in doc:  # an earlier --json
+            try:
+                runs += read_series(path, doc)
+            except ValueError as exc:
+                print(f"series: refused: {exc}", file=sys.stderr)
+                return 2
+            continue
+        if doc is None:  # a run that wrote no report (it crashed, or was stopped)
             runs.append({"name": path.stem, "file": str(path), "failed": ["(no report)"],
-                         "inconclusive": [], "passed": False, "checks": {}, "device": None})
+                         "inconclusive": [], "passed": False, "checks": {}, "device": None,
+                         "commit": None})
         else:
-            runs.append(read_run(path))
+            runs.append(read_run(path, doc))
         status = path.with_suffix(".status")
         if status.exists():  # a run --make made: its exit status fails it too (UNCHECKED, say)
             runs[-1].update(json.loads(status.read_text()))
             if runs[-1]["rc"] != 0 and not runs[-1]["failed"]:
                 runs[-1]["failed"].append(f"(pytest exit status {runs[-1]['rc']})")
                 runs[-1]["passed"] = False
+    why = mixed(runs)
+    if why:
+        print(f"series: refused: {why}", file=sys.stderr)
+        return 2
     rows = summarize(runs)
     text = markdown(runs, rows, args.top)
     print(text)
@@ -238,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         args.md.write_text(text)
     if args.json:
         args.json.write_text(json.dumps(
-            {"runs": [{k: v for k, v in r.items() if k != "checks"} for r in runs],
+            {"runs": [{**r, "checks": checks_out(r["checks"])} for r in runs],
              "margins": rows}, indent=1))
     return 0 if all(r["passed"] for r in runs) else 1
 

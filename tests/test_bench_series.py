@@ -101,3 +101,79 @@ def test_a_later_call_sizes_its_budget_by_the_runs_an_earlier_call_made(monkeypa
     assert len(started) == 1 and (tmp_path / "series-1.status").exists()
     series.make_runs(1, 1, tmp_path, first=2, budget=140)  # the longest run so far: 150 s
     assert len(started) == 1 and not (tmp_path / "series-2.status").exists()
+
+
+def _join(tmp_path, *series):
+    out = tmp_path / "joined.json"
+    done = subprocess.run([sys.executable, str(SERIES), *map(str, series), "--json", str(out)],
+                          capture_output=True, text=True)
+    return done, (json.loads(out.read_text()) if out.exists() else None)
+
+
+def test_series_of_one_commit_made_in_several_calls_join_into_one(tmp_path):
+    """Three runs read at once, and the same runs as a series of two and a series of one joined:
+    the same runs, verdicts and margins (the closest one in the later series)."""
+    a, b, c = (copy.deepcopy(REPORT) for _ in range(3))
+    check = _check(c, "test_vector_add_speed[float32]")
+    check["ci"] = [check["asked"] * 1.004, check["ci"][1]]
+    (tmp_path / "all").mkdir()
+    _, whole = _series(tmp_path / "all", a, b, c)
+    (tmp_path / "first").mkdir()
+    (tmp_path / "later").mkdir()
+    _series(tmp_path / "first", a, b)
+    _series(tmp_path / "later", c)
+    first = tmp_path / "first" / "series.json"
+    later = tmp_path / "later" / "series.json"
+    done, joined = _join(tmp_path, first, later)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert joined["margins"] == whole["margins"]
+    assert [r["name"] for r in joined["runs"]] == ["first/series:run-0", "first/series:run-1",
+                                                   "later/series:run-0"]
+    assert joined["margins"][0]["runs"] == 3 and abs(joined["margins"][0]["smallest"] - 0.004) < 1e-9
+    # a joined series joins again, as it is
+    done, again = _join(tmp_path, tmp_path / "joined.json")
+    assert done.returncode == 0 and again["margins"] == whole["margins"]
+
+
+def test_runs_of_different_commits_or_gpus_or_without_margins_are_refused(tmp_path):
+    _series(tmp_path, copy.deepcopy(REPORT))
+    one = json.loads((tmp_path / "series.json").read_text())
+    for field, value, words in (("commit", "aaa1111", "runs of different commits"),
+                                ("device", "NVIDIA H200", "runs of different GPU models")):
+        other = copy.deepcopy(one)
+        other["runs"][0][field] = value
+        if field == "commit":
+            one_with = copy.deepcopy(one)
+            one_with["runs"][0]["commit"] = "bbb2222"
+            (tmp_path / "a.json").write_text(json.dumps(one_with))
+        else:
+            (tmp_path / "a.json").write_text(json.dumps(one))
+        (tmp_path / "b.json").write_text(json.dumps(other))
+        done, _ = _join(tmp_path, tmp_path / "a.json", tmp_path / "b.json")
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert value in done.stderr
+    old = copy.deepcopy(one)
+    del old["runs"][0]["checks"]  # a series.json written before the runs kept their margins
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    done, _ = _join(tmp_path, tmp_path / "old.json")
+    assert done.returncode == 2 and "hold no margins" in done.stderr
+
+
+def test_a_run_made_names_the_commit_of_its_checkout(monkeypatch, tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("series", SERIES)
+    series = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(series)
+    # the checkout's own commit: its .commit (a GPU machine's tree), else git's HEAD
+    stamp = ROOT / ".commit"
+    expected = stamp.read_text().strip() if stamp.exists() else subprocess.check_output(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
+    assert series.checkout_commit() == expected
+    # and each run's status names it
+    monkeypatch.setattr(series.subprocess, "run",
+                        lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 0))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(series, "checkout_commit", lambda: "abc1234")
+    series.make_runs(1, 1, tmp_path)
+    assert json.loads((tmp_path / "series-0.status").read_text())["commit"] == "abc1234"
