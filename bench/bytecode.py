@@ -11,12 +11,11 @@ lazily). Under pytest-xdist every worker pays it, so it also distorts a scaling 
 one-GPU run pays it once, N workers N times. A pip install leaves .pyc files, so a user's machine
 pays none of this; this script makes the lent machine start as such a machine does.
 
-It imports the given modules and pytest's plugins (PYTHONDONTWRITEBYTECODE must be unset, so
-their bytecode is written),
-then compiles, with every core, the whole folder of each top-level package they loaded from
-outside the standard library, so the modules imported lazily later are compiled too. Every
-process that has PYTHONPYCACHEPREFIX set to the same folder reads that bytecode. Prints what it
-compiled and how long it took.
+It imports the main job's modules and pytest's plugins (or the --modules given) with
+PYTHONDONTWRITEBYTECODE unset, so their bytecode is written, then compiles, with every core, the
+whole folder of each top-level package they loaded from outside the standard library, so the
+modules imported lazily later are compiled too. Every process that has PYTHONPYCACHEPREFIX set to
+the same folder reads that bytecode. Prints what it compiled and how long it took.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import argparse
 import compileall
 import importlib
 import importlib.metadata
+import os
 import sys
 import sysconfig
 import time
@@ -46,8 +46,10 @@ def package_dirs(modules: dict) -> list[Path]:
         path = getattr(module, "__file__", None)
         if not path or not path.endswith(".py") or "." in name:
             continue
-        path = Path(path).resolve()
-        if any(path.is_relative_to(s) and not path.is_relative_to(s / "site-packages")
+        # compiled at the path the import used: the cache mirrors that path, not the one
+        # symlinks resolve to (a venv's lib64 -> lib)
+        path, real = Path(os.path.abspath(path)), Path(path).resolve()
+        if any(real.is_relative_to(s) and not real.is_relative_to(s / "site-packages")
                for s in stdlib):
             continue
         found.add(path.parent if path.name == "__init__.py" else path)
@@ -56,11 +58,16 @@ def package_dirs(modules: dict) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modules", default=",".join(MAIN_JOB),
-                   help="comma-separated modules to import; their top-level packages are compiled")
+    p.add_argument("--modules", help="comma-separated modules to import; their top-level "
+                   "packages are compiled (default: the main job's, and pytest's plugins)")
     args = p.parse_args(argv)
     if not sys.pycache_prefix:
         print("bytecode: PYTHONPYCACHEPREFIX is not set: nothing compiled", file=sys.stderr)
+        return 2
+    if not os.path.isabs(sys.pycache_prefix):
+        print(f"bytecode: PYTHONPYCACHEPREFIX={sys.pycache_prefix} is relative: each process "
+              "would look for it under its own working folder; give an absolute path",
+              file=sys.stderr)
         return 2
     if sys.dont_write_bytecode:
         print("bytecode: PYTHONDONTWRITEBYTECODE is set: unset it so the imports write theirs",
@@ -68,10 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     missing = []
-    # and every plugin pytest loads on its own (its "pytest11" entry points: pytest-benchmark,
-    # hypothesis, pytest-timeout, where installed)
-    plugins = [ep.value.split(":")[0] for ep in importlib.metadata.entry_points(group="pytest11")]
-    for name in args.modules.split(",") + plugins:
+    if args.modules:
+        names = args.modules.split(",")
+    else:  # and every plugin pytest loads on its own (its "pytest11" entry points:
+        # pytest-benchmark, hypothesis, pytest-timeout, where installed)
+        names = [*MAIN_JOB, *(ep.value.split(":")[0]
+                              for ep in importlib.metadata.entry_points(group="pytest11"))]
+    for name in names:
         try:
             importlib.import_module(name)
         except ImportError as exc:

@@ -32,7 +32,8 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . > "$LOGS/pip.log" 
 # Triton's Python from source, seconds each. Compile it once into a cache every step reads, as a
 # pip install leaves one (bench/bytecode.py). Triton's cache and the ceilings stay cold per step.
 unset PYTHONDONTWRITEBYTECODE
-export PYTHONPYCACHEPREFIX=${PYTHONPYCACHEPREFIX:-/tmp/pytest-triton-pycache}
+# absolute: the steps run from other folders (/tmp, temporary ones)
+export PYTHONPYCACHEPREFIX=$(realpath -m "${PYTHONPYCACHEPREFIX:-/tmp/pytest-triton-pycache}")
 {
   date -u +"date (UTC): %Y-%m-%d %H:%M"
   # .commit first: the GPU machine's copy of the tree can carry an older .git than the files

@@ -46,6 +46,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from pytest_triton.env import bytecode
+
 START_S = 20.0  # xdist's workers' start-up and collection, added to a configuration's estimate
 MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
 
@@ -228,17 +230,21 @@ def compare(configs: list[dict]) -> None:
 
 
 def bytecode_state() -> str:
-    """How the runs' Python gets its modules' bytecode: a cache compiled beforehand
-    (PYTHONPYCACHEPREFIX, bench/bytecode.py), compiled from source in every process
-    (PYTHONDONTWRITEBYTECODE on an install without .pyc files), or as installed."""
+    """How the runs' Python gets its modules' bytecode: a cache compiled beforehand (torch's in
+    the PYTHONPYCACHEPREFIX folder, bench/bytecode.py), a cache the first run fills, compiled
+    from source in every process (PYTHONDONTWRITEBYTECODE on an install without .pyc files), or
+    as installed."""
     if os.environ.get("PYTHONPYCACHEPREFIX"):
-        return "precompiled"
+        path = bytecode.bytecode_path("torch")
+        return "precompiled" if path and os.path.exists(path) else "cache filled by the runs"
     return "not written" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "as installed"
 
 
 BYTECODE_WORDS = {
-    "precompiled": "Python's bytecode compiled before either configuration (bench/bytecode.py), "
+    "precompiled": "Python's bytecode compiled before every configuration (bench/bytecode.py), "
                    "as a pip install leaves it. ",
+    "cache filled by the runs": "Python's bytecode cache (PYTHONPYCACHEPREFIX) was empty at the "
+                                "start: the first configuration filled it for the others. ",
     "not written": "Python writes no bytecode (PYTHONDONTWRITEBYTECODE): where the install has "
                    "no .pyc files, every process compiles what it imports. ",
 }

@@ -19,13 +19,18 @@ the target, minus one; for a ceiling (max_ms=...) the target over the interval's
 one. A margin under 1% is a target that noise alone may fail: the table marks it.
 
 A SERIES.json (an earlier --json) stands for its runs, each with its margins: series of one
-commit made in several calls or sessions (a GPU lent for less time than twelve runs take) join
-into one. Runs of different commits (a run --make made knows its checkout's: .commit, else git)
-or of different GPU models are refused (exit 2, naming them).
+commit made in several sessions or on several machines (a GPU lent for less time than twelve runs
+take) join into one. (A later call on the same machine adds its runs to the same --dir, whose
+series.json then holds them all.) Refused (exit 2, naming them): runs of different commits (a run
+--make makes names its checkout's: .commit, else git's HEAD), runs of a known commit beside runs
+of an unknown one, runs of different GPU models, one run twice; and --make into a --dir that
+holds runs of another commit, before any run is made.
 
 Prints the runs and the margins, smallest first; --json writes
-{"runs": [{"name", "file", "passed", "failed": [...], "inconclusive": [...], "device",
-           "commit", "checks": [{"test", "shape", "target", "short", "asked", "margin"}]}],
+{"api_version": 2,
+ "runs": [{"name", "file", "passed", "failed": [...], "inconclusive": [...], "device",
+           "commit", "created", "checks": [{"test", "shape", "target", "short", "asked",
+           "margin"}]}],
  "margins": [{"test", "shape", "target", "asked", "smallest", "median", "runs"}]};
 --md writes the tables BENCHMARKS.md includes.
 """
@@ -91,11 +96,13 @@ def read_run(path: Path, doc: dict | None = None) -> dict:
             checks[key] = (c.get("short") or c["target"], margin(c))
     return {"name": name, "file": str(path), "failed": failed, "inconclusive": inconclusive,
             "passed": not failed and not inconclusive, "checks": checks,
-            "device": (doc.get("device") or {}).get("name"),
+            "device": (doc.get("device") or {}).get("name"), "created": doc.get("created"),
             "commit": (doc.get("run") or {}).get("commit")}  # a saved run's; --make's: .status
 
 
 CHECK_FIELDS = ("test", "shape", "target", "asked")
+# 2: each run keeps its checks (margins), commit and report's creation stamp (1: neither)
+API_VERSION = 2
 
 
 def checks_out(checks: dict) -> list[dict]:
@@ -113,24 +120,56 @@ def read_series(path: Path, doc: dict) -> list[dict]:
     """The runs of an earlier --json, each with its checks (a file written before the runs kept
     their checks cannot join: ValueError naming it)."""
     if any("checks" not in r for r in doc["runs"]):
-        raise ValueError(f"{path}: its runs hold no margins (written before they were kept); "
-                         "give its runs' reports instead")
-    # named by their file and its folder too: two calls' series.json both hold a series-0
-    where = f"{path.parent.name}/{path.stem}"
-    return [{**r, "name": f"{where}:{r['name']}", "checks": checks_in(r["checks"])}
-            for r in doc["runs"]]
+        raise ValueError(f"{path}: its runs carry no per-target margins (written by an older "
+                         "bench/series.py); give the runs' reports (series-*.json) instead")
+    # named by their folder and file too: two calls' series.json both hold a series-0 (a run of
+    # a joined series keeps the name it was given when first joined)
+    where = f"{path.resolve().parent.name}/{path.stem}"
+    return [{**r, "name": r["name"] if ":" in r["name"] else f"{where}:{r['name']}",
+             "checks": checks_in(r["checks"])} for r in doc["runs"]]
+
+
+def same_commit(a: str, b: str) -> bool:
+    """Whether two hashes name one commit: a short one is a prefix of the full one."""
+    return a.startswith(b) or b.startswith(a)
 
 
 def mixed(runs: list[dict]) -> str | None:
-    """Why these runs are not one series: runs of several commits or GPU models, or None."""
-    for field, what in (("commit", "commits"), ("device", "GPU models")):
-        seen: dict[str, list[str]] = {}
-        for r in runs:
-            if r.get(field):
-                seen.setdefault(r[field], []).append(r["name"])
-        if len(seen) > 1:
-            return f"runs of different {what}: " + "; ".join(
-                f"{v} ({', '.join(names)})" for v, names in sorted(seen.items()))
+    """Why these runs are not one series, or None: runs of several commits (or some of an
+    unknown one beside runs of a known one), of several GPU models, or one run twice (the same
+    report's creation stamp on the same GPU: a later call's series.json holds the runs an
+    earlier call left in its folder)."""
+    commits: list[tuple[str, list[str]]] = []
+    unknown = []
+    for r in runs:
+        if not r.get("commit"):
+            unknown.append(r["name"])
+            continue
+        group = next((g for g in commits if same_commit(g[0], r["commit"])), None)
+        if group is None:
+            commits.append((r["commit"], [r["name"]]))
+        else:
+            group[1].append(r["name"])
+    if len(commits) > 1:
+        return "runs of different commits: " + "; ".join(
+            f"{c} ({', '.join(names)})" for c, names in commits)
+    if commits and unknown:
+        return (f"runs of {commits[0][0]} beside runs of an unknown commit "
+                f"({', '.join(unknown)})")
+    models: dict[str, list[str]] = {}
+    for r in runs:
+        if r.get("device"):
+            models.setdefault(r["device"], []).append(r["name"])
+    if len(models) > 1:
+        return "runs of different GPU models: " + "; ".join(
+            f"{m} ({', '.join(names)})" for m, names in sorted(models.items()))
+    seen: dict[tuple, str] = {}
+    for r in runs:
+        if r.get("created"):
+            key = (r["created"], r.get("device"))
+            if key in seen:
+                return f"one run twice: {seen[key]} and {r['name']} (its report made {key[0]})"
+            seen[key] = r["name"]
     return None
 
 
@@ -152,7 +191,9 @@ def summarize(runs: list[dict]) -> list[dict]:
 def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
     bad = [r for r in runs if not r["passed"]]
     devices = sorted({r["device"] or "?" for r in runs})
-    commits = sorted({r["commit"] for r in runs if r.get("commit")})
+    commits = {r["commit"] for r in runs if r.get("commit")}
+    # a commit named short and in full is named once, short
+    commits = sorted(c for c in commits if not any(o != c and c.startswith(o) for o in commits))
     at = f" of {', '.join(commits)}" if commits else ""
     out = [f"### The main job, {len(runs)} runs in a row (`bench/series.py`)", "",
            f"{len(runs)} runs{at} on {', '.join(devices)}, each its own process with a cold Triton "
@@ -180,6 +221,7 @@ def markdown(runs: list[dict], rows: list[dict], top: int = 25) -> str:
 
 
 ESTIMATE_S = 200.0  # a cold run of the main job on an H100 or H200, before one has finished
+MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -190,13 +232,17 @@ def checkout_commit() -> str | None:
     if stamp.exists() and stamp.read_text().strip():
         return stamp.read_text().strip()
     try:
-        with subprocess.Popen(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as git:
-            out, _ = git.communicate(timeout=30)
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    return (out.strip() or None) if git.returncode == 0 else None
-MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def folder_commits(folder: Path) -> set[str]:
+    """The commits the runs an earlier call left in `folder` were made of."""
+    return {json.loads(p.read_text()).get("commit") or "an unknown commit"
+            for p in folder.glob("series-*.status")}
 
 
 def gpu_ids(gpus: int) -> list[str]:
@@ -208,7 +254,8 @@ def gpu_ids(gpus: int) -> list[str]:
     return outer[:gpus] if outer else [str(g) for g in range(gpus)]
 
 
-def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | None = None) -> None:
+def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | None = None,
+              commit: str | None = None) -> None:
     """Run the main job n times, `gpus` at once, as series-FIRST ... in `folder`: each run's
     report (.json), output (.log), and pytest's exit status and wall time in s (.status). With a
     `budget` (s), a run that would not finish within it (at the longest run's wall time so far,
@@ -217,7 +264,6 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
     folder.mkdir(parents=True, exist_ok=True)
     start = time.time()
     walls = [json.loads(p.read_text())["wall_s"] for p in sorted(folder.glob("series-*.status"))]
-    commit = checkout_commit()
     free: queue.Queue = queue.Queue()
     for gpu in gpu_ids(gpus):
         free.put(gpu)
@@ -279,7 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.make:
         if args.dir is None or args.gpus < 1:
             p.error("--make N needs --dir DIR and --gpus >= 1")
-        make_runs(args.make, args.gpus, args.dir, args.first, args.budget)
+        commit = checkout_commit()
+        mine = commit or "an unknown commit"
+        earlier = {c for c in folder_commits(args.dir) if not same_commit(c, mine)}
+        if earlier:  # refused before the GPU time is spent, not after
+            print(f"series: refused: {args.dir} holds runs of {', '.join(sorted(earlier))}, and "
+                  f"this checkout is {commit or 'of an unknown commit'}: give a folder of its own",
+                  file=sys.stderr)
+            return 2
+        make_runs(args.make, args.gpus, args.dir, args.first, args.budget, commit)
         made = made_runs(args.dir)
     paths = [*args.runs, *made]
     if not paths:
@@ -317,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         args.md.write_text(text)
     if args.json:
         args.json.write_text(json.dumps(
-            {"runs": [{**r, "checks": checks_out(r["checks"])} for r in runs],
+            {"api_version": API_VERSION,
+             "runs": [{**r, "checks": checks_out(r["checks"])} for r in runs],
              "margins": rows}, indent=1))
     return 0 if all(r["passed"] for r in runs) else 1
 

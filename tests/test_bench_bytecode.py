@@ -61,11 +61,17 @@ def test_a_compiled_cache_spares_later_processes_the_source_compile(package, tmp
 @pytest.mark.parametrize("drop, words", [
     ("PYTHONPYCACHEPREFIX", "PYTHONPYCACHEPREFIX is not set"),
     (None, "PYTHONDONTWRITEBYTECODE is set"),
+    ("relative", "is relative"),
 ])
 def test_it_refuses_where_it_could_not_work(package, tmp_path, drop, words):
     env = _env(package, tmp_path / "pyc", dont_write=drop is None)
-    env.pop(drop or "", None)
+    if drop == "relative":
+        env["PYTHONPYCACHEPREFIX"] = "pyc"
+    else:
+        env.pop(drop or "", None)
+    (tmp_path / "work").mkdir()  # where a relative prefix would land
     done = subprocess.run([sys.executable, str(BYTECODE), "--modules", "pkgx"],
-                          capture_output=True, text=True, timeout=60, env=env)
+                          capture_output=True, text=True, timeout=60, env=env,
+                          cwd=tmp_path / "work")
     assert done.returncode == 2 and words in done.stderr
     assert not (tmp_path / "pyc").exists()

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from pytest_triton.env import bytecode
+
 ROOT = pathlib.Path(__file__).parents[1]
 SCALING = ROOT / "bench" / "scaling.py"
 
@@ -77,18 +79,26 @@ def test_the_configurations_are_one_two_and_all_or_those_chosen():
 
 
 @pytest.mark.parametrize("env, state, words", [
-    ({"PYTHONPYCACHEPREFIX": "/tmp/pyc", "PYTHONDONTWRITEBYTECODE": ""}, "precompiled",
-     "bytecode compiled before either configuration"),
+    ({"PYTHONPYCACHEPREFIX": "compiled"}, "precompiled",
+     "bytecode compiled before every configuration"),
+    ({"PYTHONPYCACHEPREFIX": "empty"}, "cache filled by the runs", "was empty at the start"),
     ({"PYTHONDONTWRITEBYTECODE": "1"}, "not written", "every process compiles what it imports"),
     ({}, "as installed", None),
 ])
-def test_the_tables_say_how_the_runs_got_their_bytecode(monkeypatch, env, state, words):
+def test_the_tables_say_how_the_runs_got_their_bytecode(monkeypatch, tmp_path, env, state, words):
+    pytest.importorskip("torch")
     mod = _module()
     for name in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
-        if value:
-            monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, value)
+    cache = env.get("PYTHONPYCACHEPREFIX")
+    if cache:  # a folder of its own; torch's bytecode in it only where compiled
+        monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / cache))
+        if cache == "compiled":
+            target = pathlib.Path(bytecode.bytecode_path("torch"))
+            target.parent.mkdir(parents=True)
+            target.write_bytes(b"")
     assert mod.bytecode_state() == state
     one = {"gpus": 1, "wall_s": 100.0, "outcomes": {"t.py::a": "passed"}, "verdicts": {},
            "counts": {"passed": 1}, "rc": 0, "worker_times": [], "device": "NVIDIA H200"}

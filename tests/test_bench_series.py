@@ -4,6 +4,7 @@ runs with a failed and an undecided target, made from a real GPU run's report)."
 
 import copy
 import gzip
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -18,11 +19,20 @@ def _series(tmp_path, *docs):
     paths = []
     for i, doc in enumerate(docs):
         paths.append(tmp_path / f"run-{i}.json")
-        paths[-1].write_text(json.dumps(doc))
+        # each its own report (copies of one would be one run twice)
+        paths[-1].write_text(json.dumps({**doc, "created": f"{doc['created']}#{tmp_path.name}{i}"}))
     out = tmp_path / "series.json"
     done = subprocess.run([sys.executable, str(SERIES), *map(str, paths), "--json", str(out)],
                           capture_output=True, text=True)
     return done, json.loads(out.read_text())
+
+
+def _module():
+    """bench/series.py as a module (it is a script, not a package's)."""
+    spec = importlib.util.spec_from_file_location("series", SERIES)
+    series = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(series)
+    return series
 
 
 def _check(doc, nodeid_part, target="speedup"):
@@ -61,11 +71,7 @@ def test_a_failed_test_or_an_inconclusive_target_fails_the_series(tmp_path):
 def test_runs_go_to_the_gpus_an_outer_cuda_visible_devices_names(monkeypatch):
     # On a machine whose GPU 0 runs the whole suite meanwhile, CUDA_VISIBLE_DEVICES=1,2,3 keeps
     # the series' runs off it
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("series", SERIES)
-    series = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(series)
+    series = _module()
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     assert series.gpu_ids(3) == ["0", "1", "2"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2,3")
@@ -82,11 +88,7 @@ def test_runs_go_to_the_gpus_an_outer_cuda_visible_devices_names(monkeypatch):
 def test_a_later_call_sizes_its_budget_by_the_runs_an_earlier_call_made(monkeypatch, tmp_path):
     # A second call on the warm machine adds runs to the same folder: a run fits a budget by the
     # runs already made there (150 s), not by the estimate for a machine that made none (200 s)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("series", SERIES)
-    series = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(series)
+    series = _module()
     started = []
 
     def fake_run(cmd, **kwargs):
@@ -135,6 +137,41 @@ def test_series_of_one_commit_made_in_several_calls_join_into_one(tmp_path):
     assert done.returncode == 0 and again["margins"] == whole["margins"]
 
 
+def test_one_run_twice_or_a_known_commit_beside_an_unknown_one_is_refused(tmp_path):
+    _series(tmp_path, copy.deepcopy(REPORT), copy.deepcopy(REPORT))
+    done, _ = _join(tmp_path, tmp_path / "series.json", tmp_path / "series.json")
+    assert done.returncode == 2 and "one run twice" in done.stderr, done.stderr
+    doc = json.loads((tmp_path / "series.json").read_text())
+    doc["runs"][0]["commit"] = "ce5dbfa"
+    doc["runs"][1]["commit"] = "ce5dbfa3f2d1c2b7a8e9f00112233445566778899"  # the same, in full
+    (tmp_path / "same.json").write_text(json.dumps(doc))
+    done, joined = _join(tmp_path, tmp_path / "same.json")
+    assert done.returncode == 0, done.stderr
+    assert "2 runs of ce5dbfa on" in done.stdout  # one commit, named once
+    doc["runs"][1]["commit"] = None
+    (tmp_path / "half.json").write_text(json.dumps(doc))
+    done, _ = _join(tmp_path, tmp_path / "half.json")
+    assert done.returncode == 2 and "beside runs of an unknown commit" in done.stderr
+
+
+def test_making_runs_into_a_folder_of_another_commit_is_refused_first(tmp_path, monkeypatch):
+    series = _module()
+    (tmp_path / "series-0.status").write_text(json.dumps({"rc": 0, "wall_s": 150.0,
+                                                          "commit": "aaa1111"}))
+    made = []
+
+    def fake_make(*args, **kwargs):  # a run that left its log and no report
+        made.append(args)
+        (tmp_path / "series-0.log").write_text("")
+
+    monkeypatch.setattr(series, "make_runs", fake_make)
+    monkeypatch.setattr(series, "checkout_commit", lambda: "bbb2222")
+    assert series.main(["--make", "1", "--dir", str(tmp_path)]) == 2 and made == []
+    monkeypatch.setattr(series, "checkout_commit", lambda: "aaa1111ffff")  # the same commit
+    assert series.main(["--make", "1", "--dir", str(tmp_path)]) == 1  # its run left no report
+    assert made
+
+
 def test_runs_of_different_commits_or_gpus_or_without_margins_are_refused(tmp_path):
     _series(tmp_path, copy.deepcopy(REPORT))
     one = json.loads((tmp_path / "series.json").read_text())
@@ -156,15 +193,11 @@ def test_runs_of_different_commits_or_gpus_or_without_margins_are_refused(tmp_pa
     del old["runs"][0]["checks"]  # a series.json written before the runs kept their margins
     (tmp_path / "old.json").write_text(json.dumps(old))
     done, _ = _join(tmp_path, tmp_path / "old.json")
-    assert done.returncode == 2 and "hold no margins" in done.stderr
+    assert done.returncode == 2 and "carry no per-target margins" in done.stderr
 
 
 def test_a_run_made_names_the_commit_of_its_checkout(monkeypatch, tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("series", SERIES)
-    series = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(series)
+    series = _module()
     # the checkout's own commit: its .commit (a GPU machine's tree), else git's HEAD
     stamp = ROOT / ".commit"
     expected = stamp.read_text().strip() if stamp.exists() else subprocess.check_output(
@@ -174,6 +207,5 @@ def test_a_run_made_names_the_commit_of_its_checkout(monkeypatch, tmp_path):
     monkeypatch.setattr(series.subprocess, "run",
                         lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 0))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(series, "checkout_commit", lambda: "abc1234")
-    series.make_runs(1, 1, tmp_path)
+    series.make_runs(1, 1, tmp_path, commit="abc1234")
     assert json.loads((tmp_path / "series-0.status").read_text())["commit"] == "abc1234"

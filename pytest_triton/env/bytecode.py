@@ -1,15 +1,15 @@
 """Whether each process of this run compiles torch's and Triton's Python from source.
 
-A Python that may not write bytecode (PYTHONDONTWRITEBYTECODE, `python -B`, or a bytecode folder
-it cannot write) and whose packages ship no .pyc files compiles every module it imports from
-source, in every process: seconds for torch alone. pytest-xdist pays it once per worker, before
-its first test and again in its first tests (the modules imported lazily). Container images set
+A Python that may not write bytecode (PYTHONDONTWRITEBYTECODE, or a bytecode folder it cannot
+write) and whose packages ship no .pyc files compiles every module it imports from source, in
+every process: seconds for torch alone. pytest-xdist pays it once per worker, before its first
+test and again in its first tests (the modules imported lazily). Container images set
 PYTHONDONTWRITEBYTECODE often; a pip install otherwise leaves .pyc files, and then nothing here
 applies.
 
-Asked without importing the packages: their specs say where their sources lie, and
-importlib.util.cache_from_source says where this Python reads their bytecode (a
-PYTHONPYCACHEPREFIX folder where one is set).
+Asked without importing the packages (their specs say where their sources lie), and of the
+environment the workers inherit: PYTHONDONTWRITEBYTECODE and PYTHONPYCACHEPREFIX, not this
+process's own `-B` or `-X pycache_prefix`, which xdist does not pass on to its workers.
 """
 
 from __future__ import annotations
@@ -22,38 +22,55 @@ PACKAGES = ("torch", "triton")
 DOC = "docs/several-gpus.md, 'An install without compiled bytecode'"
 
 
-def compiled_from_source(package: str) -> bool:
-    """Whether a process started as this one compiles `package`'s __init__ from its source on
-    every import: no bytecode where this Python reads it, and none may be written there."""
+def bytecode_path(package: str, env=os.environ) -> str | None:
+    """Where a process started with `env` reads the bytecode of `package`'s __init__ (its
+    PYTHONPYCACHEPREFIX folder where one is set, else __pycache__ beside the source), or None
+    for a package not installed or not made of Python source."""
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
-        return False
+        return None
     origin = getattr(spec, "origin", None)
     if not origin or not origin.endswith(".py"):
-        return False
-    pyc = importlib.util.cache_from_source(origin)
-    if os.path.exists(pyc):
-        return False
-    if sys.dont_write_bytecode:
-        return True
-    folder = os.path.dirname(pyc)
-    while folder and not os.path.isdir(folder):  # the nearest folder that exists gets the rest
+        return None
+    head, tail = os.path.split(os.path.abspath(origin))
+    name = f"{tail[:-3]}.{sys.implementation.cache_tag}.pyc"
+    prefix = env.get("PYTHONPYCACHEPREFIX")
+    if prefix:  # as importlib.util.cache_from_source mirrors the source's absolute path
+        return os.path.join(os.path.abspath(prefix), head.lstrip(os.sep), name)
+    return os.path.join(head, "__pycache__", name)
+
+
+def unwritable(path: str, env=os.environ) -> str | None:
+    """Why a process started with `env` cannot write the bytecode file `path`, or None."""
+    if env.get("PYTHONDONTWRITEBYTECODE"):
+        return "PYTHONDONTWRITEBYTECODE is set"
+    folder = os.path.dirname(path)
+    while not os.path.isdir(folder):  # the nearest folder that exists gets the rest
         parent = os.path.dirname(folder)
         if parent == folder:
             break
         folder = parent
-    return not os.access(folder, os.W_OK)
+    return None if os.access(folder, os.W_OK) else f"{folder} cannot be written"
 
 
-def hint() -> str | None:
+def compiled_from_source(package: str, env=os.environ) -> str | None:
+    """Why a process started with `env` compiles `package`'s __init__ from its source on every
+    import (no bytecode where it reads it, and it may not write it there), or None."""
+    path = bytecode_path(package, env)
+    if path is None or os.path.exists(path):
+        return None
+    return unwritable(path, env)
+
+
+def hint(env=os.environ) -> str | None:
     """One line for a run of several processes whose every process compiles torch's or Triton's
     Python from source (what it costs, what to set), or None."""
-    slow = [p for p in PACKAGES if compiled_from_source(p)]
+    why = {p: compiled_from_source(p, env) for p in PACKAGES}
+    slow = [p for p in PACKAGES if why[p]]
     if not slow:
         return None
-    why = ("PYTHONDONTWRITEBYTECODE is set" if sys.dont_write_bytecode
-           else "the folder of its bytecode cannot be written")
-    return (f"every worker compiles {' and '.join(slow)} from source at its start ({why}, and "
-            f"there is no compiled bytecode of {' or '.join(slow)}): give the run a bytecode "
-            f"cache, PYTHONPYCACHEPREFIX=DIR with PYTHONDONTWRITEBYTECODE unset ({DOC})")
+    return (f"every worker compiles {' and '.join(slow)} from source at its start "
+            f"({why[slow[0]]}, and there is no compiled bytecode of {' or '.join(slow)}): give "
+            f"the run a bytecode cache, PYTHONPYCACHEPREFIX=DIR with PYTHONDONTWRITEBYTECODE "
+            f"unset ({DOC})")

@@ -126,7 +126,7 @@ class WorkerTimes:
             terminalreporter.write_sep("=", TITLE)
             for line in summary_lines(self.rows(), self.wall_s()):
                 terminalreporter.write_line(line)
-            slow_start = bytecode.hint()  # the workers inherit this process's Python settings
+            slow_start = bytecode.hint()  # of the environment the workers inherit
             if slow_start:
                 terminalreporter.write_line(slow_start)
 

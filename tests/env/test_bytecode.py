@@ -1,11 +1,10 @@
-"""env/bytecode.py: whether every process compiles a package from source (no bytecode where this
-Python reads it, none may be written), asked without importing the package; and the line the
-xdist summary adds for it."""
+"""env/bytecode.py: whether every process compiles a package from source (no bytecode where a
+process started with this environment reads it, none may be written), asked without importing
+the package; and the line the xdist summary adds for it."""
 
-import importlib
+import importlib.util
 import os
 import py_compile
-import sys
 
 import pytest
 
@@ -15,52 +14,66 @@ from pytest_triton.report import busy
 
 @pytest.fixture
 def package(tmp_path, monkeypatch):
-    """A package `slowpkg` on sys.path, never imported, and a bytecode cache of its own."""
+    """A package `slowpkg` on sys.path, never imported; its source file."""
     (tmp_path / "src" / "slowpkg").mkdir(parents=True)
     init = tmp_path / "src" / "slowpkg" / "__init__.py"
     init.write_text("VALUE = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
-    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "pyc"))
     importlib.invalidate_caches()
     return init
 
 
-def test_no_bytecode_and_none_written_is_compiled_from_source(package, monkeypatch):
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    assert bytecode.compiled_from_source("slowpkg")
-    assert "slowpkg" not in sys.modules  # asked without importing it
+def _env(tmp_path, dont_write):
+    env = {"PYTHONPYCACHEPREFIX": str(tmp_path / "pyc")}
+    if dont_write:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
 
 
-def test_bytecode_where_this_python_reads_it_is_used(package, monkeypatch):
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    py_compile.compile(str(package), cfile=importlib.util.cache_from_source(str(package)))
-    assert not bytecode.compiled_from_source("slowpkg")
+def test_no_bytecode_and_none_written_is_compiled_from_source(package, tmp_path):
+    why = bytecode.compiled_from_source("slowpkg", _env(tmp_path, dont_write=True))
+    assert why == "PYTHONDONTWRITEBYTECODE is set"
+    assert "slowpkg" not in __import__("sys").modules  # asked without importing it
 
 
-def test_bytecode_written_by_the_first_process_spares_the_others(package, monkeypatch):
-    monkeypatch.setattr(sys, "dont_write_bytecode", False)
-    assert not bytecode.compiled_from_source("slowpkg")
+def test_the_path_is_where_python_reads_it(package, tmp_path, monkeypatch):
+    """The same file importlib names for a process with that prefix, and __pycache__ without."""
+    monkeypatch.setattr("sys.pycache_prefix", str(tmp_path / "pyc"))
+    assert bytecode.bytecode_path("slowpkg", _env(tmp_path, False)) == \
+        importlib.util.cache_from_source(str(package))
+    monkeypatch.setattr("sys.pycache_prefix", None)
+    assert bytecode.bytecode_path("slowpkg", {}) == importlib.util.cache_from_source(str(package))
 
 
-def test_a_folder_that_cannot_be_written_compiles_every_time(package, monkeypatch):
-    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+def test_bytecode_where_a_worker_reads_it_is_used(package, tmp_path):
+    env = _env(tmp_path, dont_write=True)
+    py_compile.compile(str(package), cfile=bytecode.bytecode_path("slowpkg", env))
+    assert bytecode.compiled_from_source("slowpkg", env) is None
+
+
+def test_bytecode_written_by_the_first_process_spares_the_others(package, tmp_path):
+    assert bytecode.compiled_from_source("slowpkg", _env(tmp_path, dont_write=False)) is None
+
+
+def test_a_folder_that_cannot_be_written_compiles_every_time(package, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda path, mode: False)  # root may write anywhere
-    assert bytecode.compiled_from_source("slowpkg")
+    why = bytecode.compiled_from_source("slowpkg", _env(tmp_path, dont_write=False))
+    assert why == f"{tmp_path} cannot be written"  # the nearest folder that exists
 
 
-def test_a_package_not_installed_is_not_named():
-    assert not bytecode.compiled_from_source("no_such_package_here")
+def test_a_package_not_installed_is_not_named(tmp_path):
+    assert bytecode.compiled_from_source("no_such_package_here", _env(tmp_path, True)) is None
 
 
 def test_the_hint_names_the_package_and_what_to_set(monkeypatch):
     monkeypatch.setattr(bytecode, "PACKAGES", ("slowpkg", "fastpkg"))
-    monkeypatch.setattr(bytecode, "compiled_from_source", lambda p: p == "slowpkg")
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)
-    line = bytecode.hint()
+    monkeypatch.setattr(bytecode, "compiled_from_source",
+                        lambda p, env: "PYTHONDONTWRITEBYTECODE is set" if p == "slowpkg" else None)
+    line = bytecode.hint({})
     assert "compiles slowpkg from source" in line and "PYTHONDONTWRITEBYTECODE is set" in line
     assert "PYTHONPYCACHEPREFIX=DIR" in line and "fastpkg" not in line
-    monkeypatch.setattr(bytecode, "compiled_from_source", lambda p: False)
-    assert bytecode.hint() is None
+    monkeypatch.setattr(bytecode, "compiled_from_source", lambda p, env: None)
+    assert bytecode.hint({}) is None
 
 
 SUITE = "def test_a(): pass\ndef test_b(): pass\n"
