@@ -36,6 +36,7 @@ workers and differences) and --md (the tables BENCHMARKS.md includes).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -45,8 +46,6 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-
-from pytest_triton.env import bytecode
 
 START_S = 20.0  # xdist's workers' start-up and collection, added to a configuration's estimate
 MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
@@ -229,13 +228,28 @@ def compare(configs: list[dict]) -> None:
             cfg["differences"].insert(0, "no JUnit XML: the run wrote none")
 
 
+def torch_bytecode(prefix: str) -> str | None:
+    """Where a process with PYTHONPYCACHEPREFIX=prefix reads torch's __init__ bytecode (None
+    without torch)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    before = sys.pycache_prefix
+    sys.pycache_prefix = os.path.abspath(prefix)
+    try:
+        return importlib.util.cache_from_source(os.path.abspath(spec.origin))
+    finally:
+        sys.pycache_prefix = before
+
+
 def bytecode_state() -> str:
     """How the runs' Python gets its modules' bytecode: a cache compiled beforehand (torch's in
     the PYTHONPYCACHEPREFIX folder, bench/bytecode.py), a cache the first run fills, compiled
     from source in every process (PYTHONDONTWRITEBYTECODE on an install without .pyc files), or
     as installed."""
-    if os.environ.get("PYTHONPYCACHEPREFIX"):
-        path = bytecode.bytecode_path("torch")
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    if prefix:
+        path = torch_bytecode(prefix)
         return "precompiled" if path and os.path.exists(path) else "cache filled by the runs"
     return "not written" if os.environ.get("PYTHONDONTWRITEBYTECODE") else "as installed"
 

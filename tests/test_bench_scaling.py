@@ -10,8 +10,6 @@ import sys
 
 import pytest
 
-from pytest_triton.env import bytecode
-
 ROOT = pathlib.Path(__file__).parents[1]
 SCALING = ROOT / "bench" / "scaling.py"
 
@@ -96,7 +94,8 @@ def test_the_tables_say_how_the_runs_got_their_bytecode(monkeypatch, tmp_path, e
     if cache:  # a folder of its own; torch's bytecode in it only where compiled
         monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path / cache))
         if cache == "compiled":
-            target = pathlib.Path(bytecode.bytecode_path("torch"))
+            target = pathlib.Path(mod.torch_bytecode(str(tmp_path / cache)))
+            assert target.is_relative_to(tmp_path / cache)
             target.parent.mkdir(parents=True)
             target.write_bytes(b"")
     assert mod.bytecode_state() == state
