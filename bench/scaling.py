@@ -348,13 +348,14 @@ def main(argv: list[str] | None = None) -> int:
         configs.append(cfg)
         print(f"{n} GPU(s): rc={cfg['rc']} in {cfg['wall_s']:.1f} s, {cfg['counts']}", flush=True)
     compare(configs)
-    text = markdown(configs, args.dry, bytecode_state())
+    state = bytecode_state()
+    text = markdown(configs, args.dry, state)
     print(text)
     if args.md:
         args.md.write_text(text)
     if args.json:
         slim = [{k: v for k, v in c.items() if k not in ("outcomes", "verdicts")} for c in configs]
-        args.json.write_text(json.dumps({"dry": args.dry, "gpus": gpus, "bytecode": bytecode_state(),
+        args.json.write_text(json.dumps({"dry": args.dry, "gpus": gpus, "bytecode": state,
                                          "configurations": slim},
                                         indent=1))
     if suite is not None:

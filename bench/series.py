@@ -103,6 +103,7 @@ def read_run(path: Path, doc: dict | None = None) -> dict:
 CHECK_FIELDS = ("test", "shape", "target", "asked")
 # 2: each run keeps its checks (margins), commit and report's creation stamp (1: neither)
 API_VERSION = 2
+UNKNOWN_COMMIT = "an unknown commit"  # a run's commit where none was recorded
 
 
 def checks_out(checks: dict) -> list[dict]:
@@ -154,8 +155,7 @@ def mixed(runs: list[dict]) -> str | None:
         return "runs of different commits: " + "; ".join(
             f"{c} ({', '.join(names)})" for c, names in commits)
     if commits and unknown:
-        return (f"runs of {commits[0][0]} beside runs of an unknown commit "
-                f"({', '.join(unknown)})")
+        return f"runs of {commits[0][0]} beside runs of {UNKNOWN_COMMIT} ({', '.join(unknown)})"
     models: dict[str, list[str]] = {}
     for r in runs:
         if r.get("device"):
@@ -239,10 +239,10 @@ def checkout_commit() -> str | None:
     return (done.stdout.strip() or None) if done.returncode == 0 else None
 
 
-def folder_commits(folder: Path) -> set[str]:
-    """The commits the runs an earlier call left in `folder` were made of."""
-    return {json.loads(p.read_text()).get("commit") or "an unknown commit"
-            for p in folder.glob("series-*.status")}
+def statuses(folder: Path) -> list[dict]:
+    """What each run an earlier call left in `folder` wrote of itself (its .status): exit
+    status, wall time, commit."""
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("series-*.status"))]
 
 
 def gpu_ids(gpus: int) -> list[str]:
@@ -263,7 +263,7 @@ def make_runs(n: int, gpus: int, folder: Path, first: int = 0, budget: float | N
     started: a run cut short would count as failed."""
     folder.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    walls = [json.loads(p.read_text())["wall_s"] for p in sorted(folder.glob("series-*.status"))]
+    walls = [status["wall_s"] for status in statuses(folder)]
     free: queue.Queue = queue.Queue()
     for gpu in gpu_ids(gpus):
         free.put(gpu)
@@ -326,11 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.dir is None or args.gpus < 1:
             p.error("--make N needs --dir DIR and --gpus >= 1")
         commit = checkout_commit()
-        mine = commit or "an unknown commit"
-        earlier = {c for c in folder_commits(args.dir) if not same_commit(c, mine)}
+        mine = commit or UNKNOWN_COMMIT
+        earlier = {c for c in (s.get("commit") or UNKNOWN_COMMIT for s in statuses(args.dir))
+                   if not same_commit(c, mine)}
         if earlier:  # refused before the GPU time is spent, not after
             print(f"series: refused: {args.dir} holds runs of {', '.join(sorted(earlier))}, and "
-                  f"this checkout is {commit or 'of an unknown commit'}: give a folder of its own",
+                  f"this checkout is {commit or 'of ' + UNKNOWN_COMMIT}: give a folder of its own",
                   file=sys.stderr)
             return 2
         make_runs(args.make, args.gpus, args.dir, args.first, args.budget, commit)
