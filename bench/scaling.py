@@ -12,6 +12,12 @@ worker gets its own GPU: the plugin sets its CUDA_VISIBLE_DEVICES). Each configu
 cold: a Triton cache (TRITON_CACHE_DIR) and a pytest-triton cache (PYTEST_TRITON_CACHE_DIR: the
 measured ceilings) of its own, empty, shared by that configuration's workers.
 
+The runs on several GPUs hand their tests out longest first (the plugin's --triton-order under
+xdist) by the durations the one-GPU run took: that run's report is merged into a history folder
+(`python -m pytest_triton merge`, after its wall time is taken) which they read
+(--triton-perf-history), as a team's CI reads the runs it saved. Where the merge fails they go by
+the plugin's estimates, and the tables say which (the report's "order").
+
 Per configuration it keeps the wall time (the pytest process's), the speedup over the one-GPU
 run and its fraction of linear, the process's time before and after pytest's session (the
 report's "session": start-up and collection, then summaries and the workers' exit), each
@@ -119,9 +125,10 @@ def _dry_suite() -> Path:
     return folder
 
 
-def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: float | None) -> dict:
+def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: float | None,
+            history: Path | None = None) -> dict:
     """The main job on n GPUs (n workers under xdist where n > 1): its report, JUnit XML, log,
-    exit status and wall time."""
+    exit status and wall time. `history`: the saved runs its order reads durations from."""
     stem = folder / f"scaling-{n}gpu"
     report, junit = stem.with_suffix(".json"), stem.with_suffix(".xml")
     cold = Path(tempfile.mkdtemp(prefix=f"scaling-{n}gpu-cache-"))
@@ -135,7 +142,8 @@ def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: flo
     job = [str(suite), "--triton-perf", "-m", "perf_target"] if dry else MAIN_JOB
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
            "--benchmark-disable", "--durations=40", *job, "--triton-perf-json", str(report),
-           "--junitxml", str(junit), *(["-n", str(n)] if n > 1 else [])]
+           "--junitxml", str(junit), *(["-n", str(n)] if n > 1 else []),
+           *([f"--triton-perf-history={history}"] if history else [])]
     cwd = tempfile.mkdtemp(prefix="scaling-cwd-")  # not the checkout: the installed package
     t0 = time.time()
     rc = None
@@ -153,6 +161,35 @@ def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: flo
     t1 = time.time()
     return {"gpus": n, "workers": n if n > 1 else 0, "rc": rc, "wall_s": round(t1 - t0, 1),
             "launched": t0, "exited": t1, "report": str(report), "junit": str(junit)}
+
+
+def save_durations(cfg: dict, history: Path) -> Path | None:
+    """The one-GPU run's report merged into `history` (a saved run the later runs' order reads);
+    None where that fails (they then order by estimates), with the reason in cfg["history"]."""
+    report = Path(cfg["report"])
+    if not report.exists():
+        cfg["history"] = "no report to save"
+        return None
+    done = subprocess.run([sys.executable, "-m", "pytest_triton", "merge", "-o", str(history),
+                           str(report)], capture_output=True, text=True)
+    if done.returncode != 0:
+        cfg["history"] = f"merge failed: {(done.stderr or done.stdout).strip()[-300:]}"
+        return None
+    cfg["history"] = "saved"
+    return history
+
+
+def order_words(cfg: dict) -> str:
+    """A configuration's order in a table cell: what its longest-first order went by (its
+    report's "order"; a scaling.json of before the reports had one says so)."""
+    if "order" not in cfg:
+        return "not recorded"
+    found = cfg["order"]
+    if not found:
+        return "collection"
+    if found.get("saved") == found.get("tests"):
+        return "saved durations"
+    return f"estimates for {found['tests'] - found['saved']} of {found['tests']}"
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -199,6 +236,7 @@ def read_one(cfg: dict) -> dict:
     cfg["outcomes"] = outcomes(Path(cfg["junit"]))
     cfg["verdicts"] = verdicts(doc)
     cfg["worker_times"] = doc.get("workers", [])
+    cfg["order"] = doc.get("order")
     # the process's wall time outside pytest's session: start-up and collection (on the xdist
     # controller: before its workers start), and the end (summaries, report, workers' exit)
     times = doc.get("session") or {}
@@ -275,18 +313,21 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
            "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
            "GPU. " + BYTECODE_WORDS.get(bytecode, "")
            + "Speedup: the one-GPU run's wall time over this one's.", "",
-           "| GPUs | wall s | speedup | of linear | before session s | after session s | tests | "
-           "pytest rc | same outcomes and verdicts |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "Order: the order tests went in (several GPUs: longest first by the durations the "
+           "one-GPU run saved, where it saved them).", "",
+           "| GPUs | wall s | speedup | of linear | before session s | after session s | order | "
+           "tests | pytest rc | same outcomes and verdicts |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         if c.get("skipped"):
-            out.append(f"| {c['gpus']} | not run: {c['skipped']} | | | | | | | |")
+            out.append(f"| {c['gpus']} | not run: {c['skipped']} | | | | | | | | |")
             continue
         tests = ", ".join(f"{n} {k}" for k, n in sorted(c["counts"].items()))
         same = "yes" if not c["differences"] else f"**no, {len(c['differences'])} differ**"
         outside = " | ".join("" if c.get(k) is None else f"{c[k]:.1f}" for k in ("before_s", "after_s"))
         out.append(f"| {c['gpus']} | {c['wall_s']:.1f} | {c['speedup']:.2f}x | "
-                   f"{c['of_linear']:.0%} | {outside} | {tests or 'none'} | {c['rc']} | {same} |")
+                   f"{c['of_linear']:.0%} | {outside} | {order_words(c)} | "
+                   f"{tests or 'none'} | {c['rc']} | {same} |")
     for c in ran:
         if c["differences"]:
             out += ["", f"What differs on {c['gpus']} GPUs from one:", ""]
@@ -335,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     suite = _dry_suite() if args.dry else None
     start, configs = time.time(), []
+    history: Path | None = None
     for n in configurations(gpus, args.configs):
         # the one-GPU run always starts (bounded by the budget): the others compare with it
         estimate = configs[0]["wall_s"] / n * 1.25 + START_S if configs else 0.0
@@ -344,7 +386,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"left of --budget {args.budget:.0f}"})
             print(f"{n} GPU(s): not run, {configs[-1]['skipped']}", flush=True)
             continue
-        cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left))
+        cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left,
+                               history=history))
+        if not configs:  # the one-GPU run: its durations order the others
+            history = save_durations(cfg, Path(tempfile.mkdtemp(prefix="scaling-history-")))
         configs.append(cfg)
         print(f"{n} GPU(s): rc={cfg['rc']} in {cfg['wall_s']:.1f} s, {cfg['counts']}", flush=True)
     compare(configs)
@@ -360,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
                                         indent=1))
     if suite is not None:
         shutil.rmtree(suite, ignore_errors=True)
+    if history is not None:
+        shutil.rmtree(history, ignore_errors=True)
     ran = [c for c in configs if not c.get("skipped")]
     return 0 if all(not c["differences"] for c in ran) else 1
 

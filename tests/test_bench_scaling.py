@@ -35,6 +35,9 @@ def test_the_dry_pipeline_runs_both_configurations_and_finds_them_the_same(tmp_p
     # the stand-in suite's deliberate miss fails on both, and nothing else differs
     assert one["counts"] == two["counts"] == {"failed": 1, "passed": 5}
     assert two["differences"] == [] and two["speedup"] > 0
+    # the one-GPU run keeps the collection order; its durations, saved, order the two-GPU run
+    assert one["order"] is None and one["history"] == "saved", one
+    assert two["order"]["saved"] == two["order"]["tests"] == 6, two["order"]
     assert [w["worker"] for w in one["worker_times"]] == ["this process"]
     assert sorted(w["worker"] for w in two["worker_times"]) == ["gw0", "gw1"]
     # the 1.5 s test makes its worker busy at least that long; the other worker ends first (by
@@ -48,7 +51,7 @@ def test_the_dry_pipeline_runs_both_configurations_and_finds_them_the_same(tmp_p
         for w in cfg["worker_times"]:
             assert w["calibration_s"] >= 0 and 0 <= w["setup_s"] + w["teardown_s"] <= w["busy_s"], w
     md = (tmp_path / "scaling.md").read_text()
-    assert "| 2 | gw1 |" in md and "| yes |" in md
+    assert "| 2 | gw1 |" in md and "| yes |" in md and "| saved durations |" in md
 
 
 def test_a_changed_outcome_or_verdict_is_named():

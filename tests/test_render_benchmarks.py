@@ -160,6 +160,7 @@ def test_the_several_gpus_section_is_rendered_from_scaling_json(tmp_path):
          "counts": {"passed": 60}, "differences": [], "worker_times": [], "device": "H100"},
         {"gpus": 2, "wall_s": 84.0, "rc": 0, "speedup": 1.857, "of_linear": 0.929,
          "before_s": 9.1, "after_s": 2.0, "counts": {"passed": 59, "failed": 1}, "worker_times": [worker], "device": "H100",
+         "order": {"order": "longest-first", "tests": 60, "saved": 58},
          "differences": ["outcome t.py::a: passed on 1 GPU, failed here"]}]}
     (d / "scaling.json").write_text(json.dumps(doc))
     (d / "scaling.md").write_text("### Several GPUs: a stale copy\n")
@@ -167,7 +168,9 @@ def test_the_several_gpus_section_is_rendered_from_scaling_json(tmp_path):
     assert done.returncode == 0, done.stderr
     text = done.stdout
     assert text.count("### Several GPUs") == 1 and "a stale copy" not in text
-    assert "| 2 | 84.0 | 1.86x | 93% | 9.1 | 2.0 | 1 failed, 59 passed | 0 | **no, 1 differ** |" in text
-    assert "| 1 | 156.0 | 1.00x | 100% |  |  | 60 passed | 0 | yes |" in text  # a run before the split
+    assert "| 2 | 84.0 | 1.86x | 93% | 9.1 | 2.0 | estimates for 2 of 60 | 1 failed, 59 passed | 0 " \
+           "| **no, 1 differ** |" in text
+    # a run before the split, and before the reports said their order
+    assert "| 1 | 156.0 | 1.00x | 100% |  |  | not recorded | 60 passed | 0 | yes |" in text
     assert "- outcome t.py::a: passed on 1 GPU, failed here" in text
     assert "| 2 | gw1 | 1 | 30 | 70.2 | 1.5 | 0.3 | 4.0 | 9.5 | 6.0 | 3.5 | 88% |" in text

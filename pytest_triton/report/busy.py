@@ -7,8 +7,9 @@ controller's session start to its end) less that; its tail is the time from its 
 to the session's end (the wait for the slowest worker). Each worker names its GPU in xdist's
 workeroutput, which the controller reads when the worker finishes.
 
-Under xdist the terminal summary has a section of one line per worker, and a line more where
-every worker compiles torch's or Triton's Python from source at its start (env/bytecode.py);
+Under xdist the terminal summary has a section of one line per worker, a line saying what the
+longest-first order went by (order.py), and a line more where every worker compiles torch's or
+Triton's Python from source at its start (env/bytecode.py);
 the --triton-perf-json document has a "workers" list (one entry per worker, "this process"
 without xdist, so that scripts read one shape). Without xdist the terminal gets nothing: one
 process is busy for the whole session but collection, which pytest's own last line states.
@@ -24,6 +25,7 @@ import pytest
 from .. import state
 from ..env import bytecode
 from ..perf.session import session as perf_session
+from . import order
 
 TITLE = "pytest-triton: each worker's busy and idle time (pytest-xdist)"
 GPU_OUTPUT = "pytest_triton_gpu"  # the worker's workeroutput key: the GPU it ran on
@@ -126,6 +128,9 @@ class WorkerTimes:
             terminalreporter.write_sep("=", TITLE)
             for line in summary_lines(self.rows(), self.wall_s()):
                 terminalreporter.write_line(line)
+            ordered = order.basis_line(order.basis(self._config))
+            if ordered:
+                terminalreporter.write_line(ordered)
             slow_start = bytecode.hint()  # of the environment the workers inherit
             if slow_start:
                 terminalreporter.write_line(slow_start)

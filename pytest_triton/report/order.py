@@ -14,6 +14,11 @@ The order is computed once, on the controller (the saved durations it reads are 
 worker in its workerinput): xdist aborts a run whose workers collected different orders. Ties
 keep the collection order. In a run of one process the collection order stays unless
 --triton-order=longest-first asks otherwise: its verdicts are those of the order the user wrote.
+
+What the order went by (how many of the tests a saved run holds, the rest estimated) is kept as
+the run's basis(): under xdist the workers' section of the terminal summary says it (busy.py),
+and the --triton-perf-json document has it as "order". A team that sees its tests ordered by
+estimates learns that a saved history would order them by what they took.
 """
 
 from __future__ import annotations
@@ -39,6 +44,30 @@ OPTIONS = options.declare(
 )
 
 WORKERINPUT_KEY = "pytest_triton_order"  # {"durations", "dist", "maxschedchunk"}
+BASIS_KEY = pytest.StashKey[dict]()  # config: what the order went by (basis())
+
+
+def basis(config: pytest.Config) -> dict | None:
+    """What this run's longest-first order went by: {"order": "longest-first", "tests": how many
+    were ordered, "saved": how many of them a saved run holds (the rest were estimated),
+    "history": the folder read}. None where the tests kept the collection order."""
+    return config.stash.get(BASIS_KEY, None)
+
+
+def basis_line(found: dict | None) -> str | None:
+    """basis() in words, for the terminal: None where there is none."""
+    if not found or not found.get("tests"):
+        return None
+    saved, tests = found["saved"], found["tests"]
+    if saved == tests:
+        how = f"all {tests} by the durations saved runs hold"
+    elif saved:
+        how = (f"{saved} of {tests} by the durations saved runs hold, {tests - saved} by an "
+               "estimate from what each measures")
+    else:
+        how = (f"all {tests} by an estimate from what each measures: no saved run in "
+               f"{found['history']} holds them")
+    return f"tests handed out longest first: {how}"
 
 
 def lay_out(items: list[pytest.Item], seconds: list[float], workers: int,
@@ -78,6 +107,7 @@ class LongestFirst:
     def __init__(self, config: pytest.Config):
         self._config = config
         self._known: dict[str, float] | None = None
+        self._history = Path(config.rootpath, options.get(config, "triton_perf_history"))
         opt = config.option
         if role.is_controller(config) and getattr(opt, "dist", "no") == "load" \
                 and getattr(opt, "maxschedchunk", 0) is None:
@@ -91,10 +121,20 @@ class LongestFirst:
                 self._known = handed["durations"]
             else:
                 gpu = not state.get(self._config).runtime.interpret
-                directory = Path(self._config.rootpath,
-                                 options.get(self._config, "triton_perf_history"))
-                self._known = expected.saved(directory, expected.of_kind(gpu))
+                self._known = expected.saved(self._history, expected.of_kind(gpu))
         return self._known
+
+    def _keep_basis(self, ids: list[str]) -> None:
+        known = self.known()
+        self._config.stash[BASIS_KEY] = {
+            "order": "longest-first", "tests": len(ids),
+            "saved": sum(1 for i in ids if i in known), "history": str(self._history)}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids: list[str]) -> None:
+        # the controller: every worker collected the same tests (xdist checks), the first says
+        if BASIS_KEY not in self._config.stash:
+            self._keep_basis(list(ids))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:  # pytest-xdist's controller, per worker
@@ -112,6 +152,7 @@ class LongestFirst:
         result = yield
         if items:
             known = self.known()
+            self._keep_basis([it.nodeid for it in items])
             workerinput = role.worker_input(config)
             workers = int(workerinput.get("workercount", 1))
             handed = workerinput.get(WORKERINPUT_KEY) or {}

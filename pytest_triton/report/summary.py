@@ -20,7 +20,7 @@ from ..perf.record import PerfRecord, Verdict, label
 from ..perf.session import dry_run, session, unchecked_summary
 from ..process import crash
 from ..regress import jsonfile, schema
-from . import busy, durations, work_table
+from . import busy, durations, order, work_table
 
 
 def versions() -> dict:
@@ -263,6 +263,8 @@ def document(config: pytest.Config) -> dict:
         "session": busy.session_times(config),  # its start and end, epoch seconds
         # each test's setup + call + teardown, seconds: what a later run orders and splits by
         "durations": durations.of(config),
+        # what the longest-first order went by: saved durations or estimates (report/order.py)
+        "order": order.basis(config),
         **verdict_counts(ps.records),
     }
 

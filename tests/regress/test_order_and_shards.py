@@ -79,8 +79,11 @@ def test_the_preferred_runs_speak_first(tmp_path):
 def test_longest_first_under_xdist(pytester):
     _project(pytester)
     (doc,) = _saved(pytester, "main", ".pytest-triton/history")
-    pytester.runpytest_subprocess(*CPU, "-n", "2").assert_outcomes(
-        passed=4, skipped=1)
+    result = pytester.runpytest_subprocess(*CPU, "-n", "2")
+    result.assert_outcomes(passed=4, skipped=1)
+    # the workers' section says what the order went by
+    result.stdout.fnmatch_lines(["tests handed out longest first: all 5 by the durations saved "
+                                 "runs hold"])
     orders = {p.read_text() for p in pytester.path.glob("order-gw*.txt")}
     # the two longest in the saved run (the dry-run perf test and the 0.3 s sleep, unless the
     # machine is loaded) go first, each to a worker's first block of two (--maxschedchunk 1:
@@ -96,6 +99,30 @@ def test_longest_first_under_xdist(pytester):
     first = orders.pop().split()
     assert {first[0], first[2]} == set(by_time[:2]), (first, saved)
     assert first[-1] == by_time[-1], (first, saved)
+
+
+@pytest.mark.requires_plugin("pytest-xdist")
+def test_the_order_says_what_it_went_by(pytester):
+    _project(pytester)
+    # no saved run: every test by its estimate, and the line says where a run would be read
+    result = pytester.runpytest_subprocess(*DRY, "-n", "2", "--triton-perf-json=none.json")
+    result.assert_outcomes(passed=4, skipped=1)
+    result.stdout.fnmatch_lines(["tests handed out longest first: all 5 by an estimate from "
+                                 "what each measures: no saved run in *history holds them"])
+    assert json.loads((pytester.path / "none.json").read_text())["order"]["saved"] == 0
+    # a saved run that holds some of the tests: those by their durations, the rest estimated
+    pytester.runpytest_subprocess(*DRY, "--triton-perf-save=main", "-k", "test_sleep"
+                                  ).assert_outcomes(passed=4, deselected=1)
+    result = pytester.runpytest_subprocess(*DRY, "-n", "2", "--triton-perf-json=some.json")
+    result.stdout.fnmatch_lines(["tests handed out longest first: 4 of 5 by the durations saved "
+                                 "runs hold, 1 by an estimate from what each measures"])
+    found = json.loads((pytester.path / "some.json").read_text())["order"]
+    assert (found["order"], found["tests"], found["saved"]) == ("longest-first", 5, 4)
+    # the collection order: nothing to say
+    result = pytester.runpytest_subprocess(*DRY, "-n", "2", "--triton-order=collection",
+                                           "--triton-perf-json=off.json")
+    assert "handed out longest first" not in result.stdout.str()
+    assert json.loads((pytester.path / "off.json").read_text())["order"] is None
 
 
 @pytest.mark.requires_plugin("pytest-xdist")
