@@ -102,27 +102,23 @@ def test_longest_first_under_xdist(pytester):
 
 
 @pytest.mark.requires_plugin("pytest-xdist")
-def test_the_order_says_what_it_went_by(pytester):
+def test_the_order_says_it_read_no_saved_run(pytester):
     _project(pytester)
     # no saved run: every test by its estimate, and the line says where a run would be read
     result = pytester.runpytest_subprocess(*DRY, "-n", "2", "--triton-perf-json=none.json")
     result.assert_outcomes(passed=4, skipped=1)
     result.stdout.fnmatch_lines(["tests handed out longest first: all 5 by an estimate from "
                                  "what each measures: no saved run in *history holds them"])
-    assert json.loads((pytester.path / "none.json").read_text())["order"]["saved"] == 0
-    # a saved run that holds some of the tests: those by their durations, the rest estimated
-    pytester.runpytest_subprocess(*DRY, "--triton-perf-save=main", "-k", "test_sleep"
-                                  ).assert_outcomes(passed=4, deselected=1)
-    result = pytester.runpytest_subprocess(*DRY, "-n", "2", "--triton-perf-json=some.json")
-    result.stdout.fnmatch_lines(["tests handed out longest first: 4 of 5 by the durations saved "
-                                 "runs hold, 1 by an estimate from what each measures"])
-    found = json.loads((pytester.path / "some.json").read_text())["order"]
-    assert (found["order"], found["tests"], found["saved"]) == ("longest-first", 5, 4)
-    # the collection order: nothing to say
-    result = pytester.runpytest_subprocess(*DRY, "-n", "2", "--triton-order=collection",
-                                           "--triton-perf-json=off.json")
-    assert "handed out longest first" not in result.stdout.str()
-    assert json.loads((pytester.path / "off.json").read_text())["order"] is None
+    found = json.loads((pytester.path / "none.json").read_text())["order"]
+    assert (found["order"], found["tests"], found["saved"]) == ("longest-first", 5, 0)
+
+
+def test_the_order_line_counts_the_saved_and_the_estimated():
+    some = {"order": "longest-first", "tests": 5, "saved": 4, "history": "h"}
+    assert order.basis_line(some) == ("tests handed out longest first: 4 of 5 by the durations "
+                                      "saved runs hold, 1 by an estimate from what each measures")
+    assert order.basis_line({**some, "saved": 5}).endswith("all 5 by the durations saved runs hold")
+    assert order.basis_line(None) is None and order.basis_line({**some, "tests": 0}) is None
 
 
 @pytest.mark.requires_plugin("pytest-xdist")
@@ -130,9 +126,10 @@ def test_collection_order_when_off_and_in_one_process(pytester):
     _project(pytester)
     _saved(pytester, "main", ".pytest-triton/history")
     collected = "test_sleep[0.01] test_sleep[0.02] test_sleep[0.3] test_sleep[0.03] test_perf"
-    pytester.runpytest_subprocess(*CPU, "-n", "2",
-                                  "--triton-order=collection").assert_outcomes(passed=4, skipped=1)
+    result = pytester.runpytest_subprocess(*CPU, "-n", "2", "--triton-order=collection")
+    result.assert_outcomes(passed=4, skipped=1)
     assert {p.read_text() for p in pytester.path.glob("order-gw*.txt")} == {collected}
+    assert "handed out longest first" not in result.stdout.str()  # nothing to say of this order
     pytester.runpytest_subprocess(*CPU).assert_outcomes(passed=4, skipped=1)
     assert (pytester.path / "order-main.txt").read_text() == collected
     pytester.runpytest_subprocess(*CPU, "--triton-order=longest-first"
