@@ -1,6 +1,31 @@
 import importlib.metadata
+import os
+import sys
+import tempfile
 
 import pytest
+
+
+def _bytecode_for_inner_runs() -> None:
+    """Let the Python processes this suite starts keep their bytecode, where the environment
+    forbids it (PYTHONDONTWRITEBYTECODE, as many CI images set).
+
+    The suite starts several hundred processes: pytester's subprocess runs, xdist workers, the
+    supervised children of interpreted runs, bench scripts. Without bytecode each compiles the
+    plugin's modules from source and pytest rewrites the test modules again, a few tenths of a
+    second a process. Set here, at conftest import (before xdist starts its workers), every
+    process started later writes to and reads from one cache outside the checkout
+    (PYTHONPYCACHEPREFIX), as docs/several-gpus.md advises a user's image. Only this suite's own
+    environment changes: tests that study the bytecode settings set theirs explicitly."""
+    if "PYTHONDONTWRITEBYTECODE" not in os.environ:
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
+        tempfile.gettempdir(), f"pytest-triton-suite-pycache-{user}"))
+
+
+_bytecode_for_inner_runs()
 
 # torch imports torch.distributed.tensor lazily, at the first torch.testing.assert_close. Were that
 # first import inside an in-process pytester run, pytester would drop the module from sys.modules
