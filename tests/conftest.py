@@ -1,6 +1,5 @@
 import importlib.metadata
 import os
-import sys
 import tempfile
 
 import pytest
