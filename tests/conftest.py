@@ -26,20 +26,29 @@ def _bytecode_for_inner_runs() -> None:
 
 _bytecode_for_inner_runs()
 
-# torch imports torch.distributed.tensor lazily, at the first torch.testing.assert_close. Were that
-# first import inside an in-process pytester run, pytester would drop the module from sys.modules
-# afterwards, and importing it again fails (RuntimeError: Only a single TORCH_LIBRARY can be used
-# to register the namespace c10d_functional): in one process (python -m pytest, as .ci/run runs
-# it) tests/diagnose's inner runs made every later torch.testing.assert_close fail. Imported here,
-# in the outermost run, it stays.
-# torch._inductor likewise (its test_operators module registers the _inductor_test library):
-# torch.profiler and torch._dynamo import it at their first use, which on a GPU machine fell
-# inside an inner run, and tests/diagnose's profiler_imported fixture then failed to import it.
-try:
-    import torch.distributed.tensor  # noqa: F401
-except (ImportError, RuntimeError):  # a torch built without distributed support
-    pass
-import torch._inductor  # noqa: E402, F401
+
+def _import_what_inner_runs_must_not(config) -> None:
+    """torch imports torch.distributed.tensor lazily, at the first torch.testing.assert_close.
+    Were that first import inside an in-process pytester run, pytester would drop the module from
+    sys.modules afterwards, and importing it again fails (RuntimeError: Only a single
+    TORCH_LIBRARY can be used to register the namespace c10d_functional): in one process (python
+    -m pytest, as .ci/run runs it) tests/diagnose's inner runs made every later
+    torch.testing.assert_close fail. Imported in the outermost run, it stays.
+    torch._inductor likewise (its test_operators module registers the _inductor_test library):
+    torch.profiler and torch._dynamo import it at their first use, which on a GPU machine fell
+    inside an inner run, and tests/diagnose's profiler_imported fixture then failed to import it.
+
+    Not on pytest-xdist's controller, which runs no test: there the imports (seconds of CPU)
+    would only slow the workers starting beside it."""
+    controller = getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+    if controller:
+        return
+    try:
+        import torch.distributed.tensor  # noqa: F401
+    except (ImportError, RuntimeError):  # a torch built without distributed support
+        pass
+    import torch._inductor  # noqa: F401
+
 
 REQUIRES_PLUGIN_HELP = (
     "requires_plugin(dist, ...): the test drives the optional pytest plugin of each distribution "
@@ -50,6 +59,7 @@ REQUIRES_PLUGIN_HELP = (
 
 def pytest_configure(config):
     config.addinivalue_line("markers", REQUIRES_PLUGIN_HELP)
+    _import_what_inner_runs_must_not(config)
 
 
 def plugin_missing(config, dist: str) -> str | None:
