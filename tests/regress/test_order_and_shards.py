@@ -2,6 +2,7 @@
 for pytest-split, and shards merged against one unsharded run (bench/shards_check.py)."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -47,11 +48,25 @@ def _project(pytester):
     pytester.makeconftest(CONFTEST)
 
 
-def _saved(pytester, name="main", history="h", *args):
-    result = pytester.runpytest_subprocess(*DRY, f"--triton-perf-save={name}",
-                                           f"--triton-perf-history={history}", *args)
-    result.assert_outcomes(passed=4, skipped=1)
-    return [json.loads(p.read_text()) for p in sorted(Path(pytester.path, history).glob("*/*.json"))]
+_SAVED: dict[str, Path] = {}  # this process's copy of each history _saved() made
+
+
+def _saved(pytester, name="main", history="h"):
+    """A dry run of the project saved as `name` in `history`: made once per process and name,
+    then copied into each later project's `history` (a saved run is a file, read the same from
+    any folder; each such run is a pytest process of a few seconds)."""
+    target = Path(pytester.path, history)
+    if name in _SAVED:
+        shutil.copytree(_SAVED[name], target)
+    else:
+        result = pytester.runpytest_subprocess(*DRY, f"--triton-perf-save={name}",
+                                               f"--triton-perf-history={history}")
+        result.assert_outcomes(passed=4, skipped=1)
+        keep = pytester.path.parent / f"order-saved-{name}"  # this process's basetemp
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(target, keep)
+        _SAVED[name] = keep
+    return [json.loads(p.read_text()) for p in sorted(target.glob("*/*.json"))]
 
 
 def test_durations_are_saved_and_read_back(pytester):
