@@ -2,7 +2,6 @@
 for pytest-split, and shards merged against one unsharded run (bench/shards_check.py)."""
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,8 @@ import pytest
 
 from pytest_triton.report import expected, order
 from pytest_triton.report.durations import union
+
+from ._once import history_once
 
 ROOT = Path(__file__).resolve().parents[2]
 pytest_plugins = ["pytester"]
@@ -48,24 +49,17 @@ def _project(pytester):
     pytester.makeconftest(CONFTEST)
 
 
-_SAVED: dict[str, Path] = {}  # this process's copy of each history _saved() made
-
-
 def _saved(pytester, name="main", history="h"):
-    """A dry run of the project saved as `name` in `history`: made once per process and name,
-    then copied into each later project's `history` (a saved run is a file, read the same from
-    any folder; each such run is a pytest process of a few seconds)."""
+    """A dry run of the project saved as `name` in `history`, made once per process and name
+    (_once.py)."""
     target = Path(pytester.path, history)
-    if name in _SAVED:
-        shutil.copytree(_SAVED[name], target)
-    else:
-        result = pytester.runpytest_subprocess(*DRY, f"--triton-perf-save={name}",
-                                               f"--triton-perf-history={history}")
-        result.assert_outcomes(passed=4, skipped=1)
-        keep = pytester.path.parent / f"order-saved-{name}"  # this process's basetemp
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(target, keep)
-        _SAVED[name] = keep
+
+    def make():
+        pytester.runpytest_subprocess(*DRY, f"--triton-perf-save={name}",
+                                      f"--triton-perf-history={history}"
+                                      ).assert_outcomes(passed=4, skipped=1)
+
+    history_once(f"order-{name}", pytester, target, make)
     return [json.loads(p.read_text()) for p in sorted(target.glob("*/*.json"))]
 
 

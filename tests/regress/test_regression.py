@@ -4,12 +4,12 @@ do. The stand-in's samples are seeded noise around each test's time, times the r
 
 import json
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 
 from pytest_triton.regress.cli import main as cli
+
+from ._once import history_once
 
 pytest_plugins = ["pytester"]
 
@@ -75,23 +75,15 @@ def saved(p) -> list:
     return sorted((p.path / ".pytest-triton" / "history").glob("*/*.json"))
 
 
-_MAIN: dict[str, Path] = {}  # this process's copy of the run saved_main() makes
-
-
 def saved_main(p) -> None:
     """The project's history holds a run saved as "main" on the stand-in H100 (RUN_SEED=1), the
-    reference most tests here compare with. The run is made once per process (each is ~4 s of a
-    pytest process) and copied into each later project: the saved run is a file, read the same
-    from any folder. test_a_slowdown_fails_the_run... makes its own, checking the save itself."""
-    history = p.path / ".pytest-triton" / "history"
-    if "main" not in _MAIN:
+    reference most tests here compare with, made once per process (_once.py).
+    test_a_slowdown_fails_the_run... makes its own, checking the save itself."""
+
+    def make():
         assert run(p, "--triton-perf-save=main", RUN_SEED=1).ret == 0
-        keep = p.path.parent / "regression-saved-main"  # this process's basetemp, not the project
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(history, keep)
-        _MAIN["main"] = keep
-        return
-    shutil.copytree(_MAIN["main"], history)
+
+    history_once("regression-main", p, p.path / ".pytest-triton" / "history", make)
 
 
 def test_a_slowdown_fails_the_run_naming_the_test_its_change_and_interval(project):
