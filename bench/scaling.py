@@ -2,7 +2,8 @@
 worker's time goes, and whether every test and target comes out as on one GPU (not a test; a step
 of bench/final_run.sh: `scaling`).
 
-    python bench/scaling.py [--gpus N] [--budget S] [--dir DIR] [--json FILE] [--md FILE]
+    python bench/scaling.py [--gpus N] [--configs 1,4] [--repeat K] [--budget S] [--dir DIR]
+                            [--json FILE] [--md FILE]
     python bench/scaling.py --dry [--gpus 2] ...     (on CPU, under Triton's interpreter)
 
 Runs the main job (`pytest --pyargs reference_kernels --triton-perf -m perf_target`, from a
@@ -28,6 +29,13 @@ name. With --budget, a configuration that would not end within what is left (the
 wall time over its GPUs, plus a quarter and the start-up) is not started, and says so; the
 one-GPU run always starts, stopped at the budget.
 
+--repeat K makes K rounds of the configurations, one after another (1, 2, N GPUs, then again),
+each cold: a single scaling run moves by several percent (the long tests' sampling converges
+sooner or later, and the time a cold worker spends outside its samples varies from run to run),
+so a speedup is judged on the median wall times over the rounds, with each round's own and the
+spread shown. Each round's configurations are compared with that round's one-GPU run; all rounds
+order by the first one-GPU run's durations.
+
 --dry runs the same pipeline on CPU: a small generated suite (a stand-in device whose measure
 hook sleeps instead of timing, so verdicts are decided and workers are busy) under
 TRITON_INTERPRET=1, `-n 2` for "2 GPUs" (CUDA_VISIBLE_DEVICES has no effect there).
@@ -35,8 +43,9 @@ TRITON_INTERPRET=1, `-n 2` for "2 GPUs" (CUDA_VISIBLE_DEVICES has no effect ther
 The runs inherit the environment's bytecode settings; bench/final_run.sh compiles the bytecode
 beforehand (bench/bytecode.py), and the tables say which way it was.
 
-Writes DIR/scaling-<G>gpu.{json,xml,log} per configuration, --json (every configuration, its
-workers and differences) and --md (the tables BENCHMARKS.md includes).
+Writes DIR/scaling-<G>gpu[-r<round>].{json,xml,log} per configuration (the round's suffix with
+--repeat over 1), --json (every configuration, its workers and differences, and the medians over
+the rounds) and --md (the tables BENCHMARKS.md includes).
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -126,10 +136,11 @@ def _dry_suite() -> Path:
 
 
 def run_one(n: int, folder: Path, *, dry: bool, suite: Path | None, timeout: float | None,
-            history: Path | None = None) -> dict:
+            history: Path | None = None, tag: str = "") -> dict:
     """The main job on n GPUs (n workers under xdist where n > 1): its report, JUnit XML, log,
-    exit status and wall time. `history`: the saved runs its order reads durations from."""
-    stem = folder / f"scaling-{n}gpu"
+    exit status and wall time. `history`: the saved runs its order reads durations from; `tag`
+    ends its files' names (a round's)."""
+    stem = folder / f"scaling-{n}gpu{tag}"
     report, junit = stem.with_suffix(".json"), stem.with_suffix(".xml")
     cold = Path(tempfile.mkdtemp(prefix=f"scaling-{n}gpu-cache-"))
     env = {**os.environ, "TRITON_CACHE_DIR": str(cold / "triton"),
@@ -253,17 +264,38 @@ def read_one(cfg: dict) -> dict:
 
 
 def compare(configs: list[dict]) -> None:
-    """Each configuration's speedup over the first (one GPU) and its differences from it."""
-    base = configs[0]
+    """Each configuration's speedup over its round's one-GPU run (the first one-GPU run where
+    its round has none) and its differences from it."""
+    ones = {c.get("round", 1): c for c in configs if c["gpus"] == 1 and not c.get("skipped")}
+    first = next(iter(ones.values()), configs[0])
     for cfg in configs:
         if cfg.get("skipped"):
             continue
+        base = ones.get(cfg.get("round", 1), first)
         cfg["speedup"] = round(base["wall_s"] / cfg["wall_s"], 3) if cfg["wall_s"] else None
         cfg["of_linear"] = round(cfg["speedup"] / cfg["gpus"], 3) if cfg["speedup"] else None
         cfg["differences"] = (differences(base["outcomes"], cfg["outcomes"], "outcome")
                               + differences(base["verdicts"], cfg["verdicts"], "verdict"))
         if not cfg["outcomes"]:
             cfg["differences"].insert(0, "no JUnit XML: the run wrote none")
+
+
+def medians(configs: list[dict]) -> list[dict]:
+    """Per GPU count over the rounds that ran it: its wall times, their median and spread, and
+    the speedup of the medians (the one-GPU median over this one's), with each round's."""
+    out = []
+    ran = [c for c in configs if not c.get("skipped")]
+    ones = [c["wall_s"] for c in ran if c["gpus"] == 1]
+    for n in sorted({c["gpus"] for c in ran}):
+        walls = [c["wall_s"] for c in ran if c["gpus"] == n]
+        mid = statistics.median(walls)
+        speedup = round(statistics.median(ones) / mid, 3) if ones and mid else None
+        out.append({"gpus": n, "runs": len(walls), "walls_s": walls,
+                    "median_s": round(mid, 1), "min_s": min(walls), "max_s": max(walls),
+                    "speedup": speedup,
+                    "of_linear": round(speedup / n, 3) if speedup else None,
+                    "speedups": [c.get("speedup") for c in ran if c["gpus"] == n]})
+    return out
 
 
 def torch_bytecode(prefix: str) -> str | None:
@@ -304,33 +336,55 @@ BYTECODE_WORDS = {
 
 def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str:
     """The tables BENCHMARKS.md shows (bench/render_benchmarks.py renders them from scaling.json):
-    each configuration against the one-GPU run, what differs, and each worker's time."""
+    each configuration against the one-GPU run, what differs, and each worker's time; with
+    several rounds (--repeat), first the medians over them, and a round column in the others."""
     ran = [c for c in configs if not c.get("skipped")]
     device = next((c["device"] for c in ran if c.get("device")), "?")
+    rounds = max((c.get("round", 1) for c in configs), default=1)
+    col, sep = ("round | ", "---|") if rounds > 1 else ("", "")
+
+    def r(c):
+        return f"{c.get('round', 1)} | " if rounds > 1 else ""
+
     out = [f"### Several GPUs: the main job on 1, 2 and N GPUs of one host (`bench/scaling.py"
-           f"{' --dry' if dry else ''}`)", "",
+           f"{' --dry' if dry else ''}{f' --repeat {rounds}' if rounds > 1 else ''}`)", "",
            f"On {device}; each configuration cold (an empty Triton cache and ceilings cache of its "
            "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
            "GPU. " + BYTECODE_WORDS.get(bytecode, "")
-           + "Speedup: the one-GPU run's wall time over this one's.", "",
-           "Order: the order tests went in (several GPUs: longest first by the durations the "
-           "one-GPU run saved, where it saved them).", "",
-           "| GPUs | wall s | speedup | of linear | before session s | after session s | order | "
-           "tests | pytest rc | same outcomes and verdicts |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           + "Speedup: the one-GPU run's wall time over this one's"
+           + (" (in a round, over that round's one-GPU run)." if rounds > 1 else "."), ""]
+    if rounds > 1:
+        out += [f"Over {rounds} rounds, one after another, each configuration cold each time: "
+                "the median wall time, the spread, and the speedup of the medians (the one-GPU "
+                "median over this one's), with each round's own.", "",
+                "| GPUs | runs | wall s, median | wall s, min-max | speedup of the medians | "
+                "of linear | each round's speedup |",
+                "|---|---|---|---|---|---|---|"]
+        for m in medians(configs):
+            each = ", ".join(f"{x:.2f}x" for x in m["speedups"] if x)
+            out.append(f"| {m['gpus']} | {m['runs']} | {m['median_s']:.1f} | "
+                       f"{m['min_s']:.1f}-{m['max_s']:.1f} | {m['speedup']:.2f}x | "
+                       f"{m['of_linear']:.0%} | {each} |")
+        out.append("")
+    out += ["Order: the order tests went in (several GPUs: longest first by the durations the "
+            "one-GPU run saved, where it saved them).", "",
+            f"| {col}GPUs | wall s | speedup | of linear | before session s | after session s | "
+            "order | tests | pytest rc | same outcomes and verdicts |",
+            f"|{sep}---|---|---|---|---|---|---|---|---|---|"]
     for c in configs:
         if c.get("skipped"):
-            out.append(f"| {c['gpus']} | not run: {c['skipped']} | | | | | | | | |")
+            out.append(f"| {r(c)}{c['gpus']} | not run: {c['skipped']} | | | | | | | | |")
             continue
         tests = ", ".join(f"{n} {k}" for k, n in sorted(c["counts"].items()))
         same = "yes" if not c["differences"] else f"**no, {len(c['differences'])} differ**"
         outside = " | ".join("" if c.get(k) is None else f"{c[k]:.1f}" for k in ("before_s", "after_s"))
-        out.append(f"| {c['gpus']} | {c['wall_s']:.1f} | {c['speedup']:.2f}x | "
+        out.append(f"| {r(c)}{c['gpus']} | {c['wall_s']:.1f} | {c['speedup']:.2f}x | "
                    f"{c['of_linear']:.0%} | {outside} | {order_words(c)} | "
                    f"{tests or 'none'} | {c['rc']} | {same} |")
     for c in ran:
         if c["differences"]:
-            out += ["", f"What differs on {c['gpus']} GPUs from one:", ""]
+            where = f" (round {c.get('round', 1)})" if rounds > 1 else ""
+            out += ["", f"What differs on {c['gpus']} GPUs{where} from one:", ""]
             out += [f"- {d}" for d in c["differences"][:40]]
             if len(c["differences"]) > 40:
                 out.append(f"- ... and {len(c['differences']) - 40} more (scaling.json)")
@@ -339,17 +393,17 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
             "less busy; start = until its first test; "
             "tail = after its last test; ceilings = of busy, looking for its GPU's measured "
             "ceilings, measuring them in a cold run):", "",
-            "| GPUs | worker | GPU | tests | busy s | setups s | teardowns s | ceilings s | idle s | "
-            "start s | tail s | busy |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            f"| {col}GPUs | worker | GPU | tests | busy s | setups s | teardowns s | ceilings s | "
+            "idle s | start s | tail s | busy |",
+            f"|{sep}---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in ran:
         for w in c["worker_times"]:
             def s(key, w=w):
                 return "" if w.get(key) is None else f"{w[key]:.1f}"
             busy = "" if w.get("busy_frac") is None else f"{w['busy_frac']:.0%}"
-            out.append(f"| {c['gpus']} | {w['worker']} | {w.get('gpu') or ''} | {w['tests']} | "
-                       f"{s('busy_s')} | {s('setup_s')} | {s('teardown_s')} | {s('calibration_s')} | "
-                       f"{s('idle_s')} | {s('start_s')} | "
+            out.append(f"| {r(c)}{c['gpus']} | {w['worker']} | {w.get('gpu') or ''} | "
+                       f"{w['tests']} | {s('busy_s')} | {s('setup_s')} | {s('teardown_s')} | "
+                       f"{s('calibration_s')} | {s('idle_s')} | {s('start_s')} | "
                        f"{s('tail_s')} | {busy} |")
     return "\n".join(out) + "\n"
 
@@ -366,32 +420,44 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: a new temporary folder)")
     p.add_argument("--json", type=Path, help="write every configuration as JSON")
     p.add_argument("--md", type=Path, help="write the Markdown tables")
+    p.add_argument("--repeat", type=int, default=1, metavar="K", help="rounds of the "
+                   "configurations, each cold; the speedup is judged on the medians (default 1)")
     p.add_argument("--dry", action="store_true", help="on CPU: a small stand-in suite under "
                    "Triton's interpreter, -n 2 for two GPUs (the pipeline, not a measurement)")
     args = p.parse_args(argv)
     gpus = args.gpus if args.gpus is not None else (2 if args.dry else visible_gpus())
     if gpus < 1:
         p.error(f"--gpus {gpus}: no GPU to run on (give --gpus N, or --dry on CPU)")
+    if args.repeat < 1:
+        p.error(f"--repeat {args.repeat}: give 1 round or more")
     folder = args.dir or Path(tempfile.mkdtemp(prefix="scaling-"))
     folder.mkdir(parents=True, exist_ok=True)
     suite = _dry_suite() if args.dry else None
     start, configs = time.time(), []
     history: Path | None = None
-    for n in configurations(gpus, args.configs):
-        # the one-GPU run always starts (bounded by the budget): the others compare with it
-        estimate = configs[0]["wall_s"] / n * 1.25 + START_S if configs else 0.0
-        left = None if args.budget is None else args.budget - (time.time() - start)
-        if left is not None and (estimate > left or left <= 0):
-            configs.append({"gpus": n, "skipped": f"~{estimate:.0f} s expected, {max(left, 0):.0f} s "
-                            f"left of --budget {args.budget:.0f}"})
-            print(f"{n} GPU(s): not run, {configs[-1]['skipped']}", flush=True)
-            continue
-        cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left,
-                               history=history))
-        if not configs:  # the one-GPU run: its durations order the others
-            history = save_durations(cfg, Path(tempfile.mkdtemp(prefix="scaling-history-")))
-        configs.append(cfg)
-        print(f"{n} GPU(s): rc={cfg['rc']} in {cfg['wall_s']:.1f} s, {cfg['counts']}", flush=True)
+    ones: list[float] = []  # the one-GPU runs' wall times, for the others' estimates
+    for round_ in range(1, args.repeat + 1):
+        for n in configurations(gpus, args.configs):
+            # the first one-GPU run always starts (bounded by the budget): the others compare
+            # with it; a later one is estimated by the first
+            estimate = ones[0] / n * 1.25 + START_S if ones else 0.0
+            left = None if args.budget is None else args.budget - (time.time() - start)
+            if left is not None and (estimate > left or left <= 0):
+                configs.append({"gpus": n, "round": round_,
+                                "skipped": f"~{estimate:.0f} s expected, {max(left, 0):.0f} s "
+                                           f"left of --budget {args.budget:.0f}"})
+                print(f"{n} GPU(s), round {round_}: not run, {configs[-1]['skipped']}", flush=True)
+                continue
+            cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left,
+                                   history=history, tag=f"-r{round_}" if args.repeat > 1 else ""))
+            cfg["round"] = round_
+            if n == 1 and not ones:  # the first one-GPU run: its durations order the others
+                history = save_durations(cfg, Path(tempfile.mkdtemp(prefix="scaling-history-")))
+            if n == 1:
+                ones.append(cfg["wall_s"])
+            configs.append(cfg)
+            print(f"{n} GPU(s), round {round_}: rc={cfg['rc']} in {cfg['wall_s']:.1f} s, "
+                  f"{cfg['counts']}", flush=True)
     compare(configs)
     state = bytecode_state()
     text = markdown(configs, args.dry, state)
@@ -401,6 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         slim = [{k: v for k, v in c.items() if k not in ("outcomes", "verdicts")} for c in configs]
         args.json.write_text(json.dumps({"dry": args.dry, "gpus": gpus, "bytecode": state,
+                                         "rounds": args.repeat, "medians": medians(configs),
                                          "configurations": slim},
                                         indent=1))
     if suite is not None:

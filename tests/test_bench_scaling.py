@@ -107,3 +107,55 @@ def test_the_tables_say_how_the_runs_got_their_bytecode(monkeypatch, tmp_path, e
     mod.compare([one])
     md = mod.markdown([one], False, state)
     assert (words in md) if words else ("bytecode" not in md)
+
+
+def _made(n, wall, round_, outcome="passed"):
+    return {"gpus": n, "round": round_, "wall_s": wall, "rc": 0, "outcomes": {"t.py::a": outcome},
+            "verdicts": {}, "counts": {outcome: 1}, "worker_times": [], "device": "NVIDIA H200"}
+
+
+def test_rounds_compare_with_their_own_one_gpu_run_and_the_medians_judge():
+    mod = _module()
+    configs = [_made(1, 150.0, 1), _made(4, 50.0, 1), _made(1, 160.0, 2), _made(4, 40.0, 2),
+               _made(1, 140.0, 3), _made(4, 45.0, 3, outcome="failed")]
+    mod.compare(configs)
+    assert [c["speedup"] for c in configs if c["gpus"] == 4] == [3.0, 4.0, round(140 / 45, 3)]
+    assert configs[-1]["differences"] == ["outcome t.py::a: passed on 1 GPU, failed here"]
+    one, four = mod.medians(configs)
+    assert (one["median_s"], four["median_s"]) == (150.0, 45.0)
+    assert four["speedup"] == round(150 / 45, 3) and (four["min_s"], four["max_s"]) == (40.0, 50.0)
+    assert four["runs"] == 3 and four["of_linear"] == round(150 / 45 / 4, 3)
+    md = mod.markdown(configs, False)
+    assert "`bench/scaling.py --repeat 3`" in md
+    assert "| 4 | 3 | 45.0 | 40.0-50.0 | 3.33x | 83% | 3.00x, 4.00x, 3.11x |" in md
+    assert "| 2 | 4 | 40.0 | 4.00x |" in md and "What differs on 4 GPUs (round 3) from one:" in md
+    # one round: no round column, no medians table (the rendering of runs made before rounds)
+    single = mod.markdown(configs[:2], False)
+    assert "round" not in single and "median" not in single and "| 4 | 50.0 | 3.00x |" in single
+
+
+def test_repeat_runs_the_rounds_in_turn_each_ordered_by_the_first_one_gpu_run(monkeypatch, tmp_path):
+    mod = _module()
+    made, saved = [], []
+    walls = iter([150.0, 50.0, 160.0, 40.0, 155.0, 45.0])
+
+    def run_one(n, folder, *, dry, suite, timeout, history=None, tag=""):
+        made.append((n, tag, history))
+        return _made(n, next(walls), 0)
+
+    monkeypatch.setattr(mod, "run_one", run_one)
+    monkeypatch.setattr(mod, "read_one", lambda cfg: cfg)
+    monkeypatch.setattr(mod, "save_durations", lambda cfg, h: saved.append(cfg["wall_s"]) or h)
+    monkeypatch.setattr(mod, "bytecode_state", lambda: "as installed")
+    out = tmp_path / "scaling.json"
+    assert mod.main(["--gpus", "4", "--configs", "4", "--repeat", "3", "--dir", str(tmp_path),
+                     "--json", str(out)]) == 0
+    assert [(n, tag) for n, tag, _ in made] == [(1, "-r1"), (4, "-r1"), (1, "-r2"), (4, "-r2"),
+                                                (1, "-r3"), (4, "-r3")]
+    history = made[1][2]
+    assert saved == [150.0] and history and all(h == history for _, _, h in made[1:])
+    doc = json.loads(out.read_text())
+    assert doc["rounds"] == 3 and [c["round"] for c in doc["configurations"]] == [1, 1, 2, 2, 3, 3]
+    assert doc["medians"][1]["speedup"] == round(155 / 45, 3)
+    with pytest.raises(SystemExit):
+        mod.main(["--gpus", "4", "--repeat", "0"])
