@@ -81,11 +81,11 @@ for step in ${*:-perf suite thirdparty checks resources sweeps}; do
       # "--configs 4 --repeat 2" (two rounds of 1 and 4 GPUs, judged on the medians), or --dry
       # (the pipeline on CPU).
       secs=$(cap 590)
-      run scaling "$secs" "\`bench/scaling.py --gpus ${SELF_GPUS:-all}${SCALING_ARGS:+ $SCALING_ARGS}\` (the main job cold on 1, 2 and N GPUs of this host)" \
+      run scaling "$secs" "\`bench/scaling.py --gpus ${SELF_GPUS:-all}${SCALING_ARGS:+ $SCALING_ARGS}\` (the main job cold on one GPU and on several of this host)" \
         python3 bench/scaling.py ${SELF_GPUS:+--gpus "$SELF_GPUS"} ${SCALING_ARGS:-} --budget $(( secs - 15 )) \
           --dir "$LOGS/scaling" --json "$OUT/scaling.json" --md "$OUT/scaling.md" > "$LOGS/scaling.log" 2>&1
       grep -E "GPU\(s\)(, round [0-9]+)?:" "$LOGS/scaling.log"
-      sed -n '/busy and idle time/,/^session /p' "$LOGS"/scaling/scaling-*gpu*.log ;;
+      sed -n '/busy and idle time/,/^session /p' $(ls -v "$LOGS"/scaling/scaling-*gpu*.log) ;;
     suite)
       # pytest-timeout: a hung test fails by name, with its stacks; the slowest legitimate test
       # takes ~50 s alone, under contention up to ~2x that. It times the test's call only: a

@@ -280,22 +280,45 @@ def compare(configs: list[dict]) -> None:
             cfg["differences"].insert(0, "no JUnit XML: the run wrote none")
 
 
+def complete(cfg: dict) -> bool:
+    """Whether a configuration ran to its end: pytest's exit status 0 or 1 (a test failed), not
+    stopped at the budget, interrupted or not run."""
+    return not cfg.get("skipped") and cfg.get("rc") in (0, 1)
+
+
+def expected(one_gpu_s: float, n: int) -> float:
+    """A configuration's expected wall time on n GPUs, from a one-GPU run's: a quarter over the
+    linear share, plus the workers' start-up."""
+    return one_gpu_s / n * 1.25 + START_S
+
+
 def medians(configs: list[dict]) -> list[dict]:
-    """Per GPU count over the rounds that ran it: its wall times, their median and spread, and
-    the speedup of the medians (the one-GPU median over this one's), with each round's."""
+    """Per GPU count over the rounds that ran it to its end and whose one-GPU run did too: its
+    wall times, their median and spread, and the speedup of the medians (the median of those
+    rounds' one-GPU runs over this one's), with each of those rounds' own."""
     out = []
-    ran = [c for c in configs if not c.get("skipped")]
-    ones = [c["wall_s"] for c in ran if c["gpus"] == 1]
-    for n in sorted({c["gpus"] for c in ran}):
-        walls = [c["wall_s"] for c in ran if c["gpus"] == n]
+    ones = {c.get("round", 1): c for c in configs if c["gpus"] == 1 and complete(c)}
+    for n in sorted({c["gpus"] for c in configs if complete(c)}):
+        paired = [c for c in configs if c["gpus"] == n and complete(c)
+                  and c.get("round", 1) in ones]
+        if not paired:
+            continue
+        walls = [c["wall_s"] for c in paired]
+        base = statistics.median(ones[c.get("round", 1)]["wall_s"] for c in paired)
         mid = statistics.median(walls)
-        speedup = round(statistics.median(ones) / mid, 3) if ones and mid else None
+        speedup = round(base / mid, 3) if mid else None
         out.append({"gpus": n, "runs": len(walls), "walls_s": walls,
                     "median_s": round(mid, 1), "min_s": min(walls), "max_s": max(walls),
                     "speedup": speedup,
                     "of_linear": round(speedup / n, 3) if speedup else None,
-                    "speedups": [c.get("speedup") for c in ran if c["gpus"] == n]})
+                    "speedups": [c.get("speedup") for c in paired]})
     return out
+
+
+def _x(value, fmt: str, unit: str = "") -> str:
+    """A speedup or fraction in a table cell: n/a where there is none (no one-GPU run, or a wall
+    time of 0)."""
+    return "n/a" if value is None else format(value, fmt) + unit
 
 
 def torch_bytecode(prefix: str) -> str | None:
@@ -346,7 +369,9 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
     def r(c):
         return f"{c.get('round', 1)} | " if rounds > 1 else ""
 
-    out = [f"### Several GPUs: the main job on 1, 2 and N GPUs of one host (`bench/scaling.py"
+    counts = [str(n) for n in sorted({c["gpus"] for c in configs})]
+    on = " and ".join(filter(None, [", ".join(counts[:-1]), counts[-1]])) if counts else "no"
+    out = [f"### Several GPUs: the main job on {on} GPUs of one host (`bench/scaling.py"
            f"{' --dry' if dry else ''}{f' --repeat {rounds}' if rounds > 1 else ''}`)", "",
            f"On {device}; each configuration cold (an empty Triton cache and ceilings cache of its "
            "own, shared by its workers); one GPU without xdist, N GPUs with `-n N`, one worker per "
@@ -361,10 +386,10 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
                 "of linear | each round's speedup |",
                 "|---|---|---|---|---|---|---|"]
         for m in medians(configs):
-            each = ", ".join(f"{x:.2f}x" for x in m["speedups"] if x)
+            each = ", ".join(_x(x, ".2f", "x") for x in m["speedups"])
             out.append(f"| {m['gpus']} | {m['runs']} | {m['median_s']:.1f} | "
-                       f"{m['min_s']:.1f}-{m['max_s']:.1f} | {m['speedup']:.2f}x | "
-                       f"{m['of_linear']:.0%} | {each} |")
+                       f"{m['min_s']:.1f}-{m['max_s']:.1f} | {_x(m['speedup'], '.2f', 'x')} | "
+                       f"{_x(m['of_linear'], '.0%')} | {each} |")
         out.append("")
     out += ["Order: the order tests went in (several GPUs: longest first by the durations the "
             "one-GPU run saved, where it saved them).", "",
@@ -378,8 +403,8 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
         tests = ", ".join(f"{n} {k}" for k, n in sorted(c["counts"].items()))
         same = "yes" if not c["differences"] else f"**no, {len(c['differences'])} differ**"
         outside = " | ".join("" if c.get(k) is None else f"{c[k]:.1f}" for k in ("before_s", "after_s"))
-        out.append(f"| {r(c)}{c['gpus']} | {c['wall_s']:.1f} | {c['speedup']:.2f}x | "
-                   f"{c['of_linear']:.0%} | {outside} | {order_words(c)} | "
+        out.append(f"| {r(c)}{c['gpus']} | {c['wall_s']:.1f} | {_x(c['speedup'], '.2f', 'x')} | "
+                   f"{_x(c['of_linear'], '.0%')} | {outside} | {order_words(c)} | "
                    f"{tests or 'none'} | {c['rc']} | {same} |")
     for c in ran:
         if c["differences"]:
@@ -436,17 +461,25 @@ def main(argv: list[str] | None = None) -> int:
     start, configs = time.time(), []
     history: Path | None = None
     ones: list[float] = []  # the one-GPU runs' wall times, for the others' estimates
+    counts = configurations(gpus, args.configs)
     for round_ in range(1, args.repeat + 1):
-        for n in configurations(gpus, args.configs):
-            # the first one-GPU run always starts (bounded by the budget): the others compare
-            # with it; a later one is estimated by the first
-            estimate = ones[0] / n * 1.25 + START_S if ones else 0.0
+        left = None if args.budget is None else args.budget - (time.time() - start)
+        # a later round starts only where all of it fits (estimated by the first one-GPU run):
+        # a round cut short would pair its runs with another round's
+        whole = sum(expected(ones[0], n) for n in counts) if ones else 0.0
+        why = None
+        if round_ > 1 and left is not None and whole > left:
+            why = f"the round: ~{whole:.0f} s expected, {max(left, 0):.0f} s left of --budget " \
+                  f"{args.budget:.0f}"
+        for n in counts:
             left = None if args.budget is None else args.budget - (time.time() - start)
-            if left is not None and (estimate > left or left <= 0):
-                configs.append({"gpus": n, "round": round_,
-                                "skipped": f"~{estimate:.0f} s expected, {max(left, 0):.0f} s "
-                                           f"left of --budget {args.budget:.0f}"})
-                print(f"{n} GPU(s), round {round_}: not run, {configs[-1]['skipped']}", flush=True)
+            estimate = expected(ones[0], n) if ones else 0.0
+            if why is None and left is not None and (estimate > left or left <= 0):
+                why = f"~{estimate:.0f} s expected, {max(left, 0):.0f} s left of --budget " \
+                      f"{args.budget:.0f}"
+            if why is not None:  # the rest of the round is not run either
+                configs.append({"gpus": n, "round": round_, "skipped": why})
+                print(f"{n} GPU(s), round {round_}: not run, {why}", flush=True)
                 continue
             cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left,
                                    history=history, tag=f"-r{round_}" if args.repeat > 1 else ""))
@@ -458,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(cfg)
             print(f"{n} GPU(s), round {round_}: rc={cfg['rc']} in {cfg['wall_s']:.1f} s, "
                   f"{cfg['counts']}", flush=True)
+            if n == 1 and not complete(cfg):  # nothing of this round to compare with
+                why = f"its one-GPU run ended with rc={cfg['rc']}"
     compare(configs)
     state = bytecode_state()
     text = markdown(configs, args.dry, state)

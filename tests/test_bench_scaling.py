@@ -7,6 +7,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -109,15 +110,15 @@ def test_the_tables_say_how_the_runs_got_their_bytecode(monkeypatch, tmp_path, e
     assert (words in md) if words else ("bytecode" not in md)
 
 
-def _made(n, wall, round_, outcome="passed"):
-    return {"gpus": n, "round": round_, "wall_s": wall, "rc": 0, "outcomes": {"t.py::a": outcome},
+def _made(n, wall, round_, outcome="passed", rc=0):
+    return {"gpus": n, "round": round_, "wall_s": wall, "rc": rc, "outcomes": {"t.py::a": outcome},
             "verdicts": {}, "counts": {outcome: 1}, "worker_times": [], "device": "NVIDIA H200"}
 
 
 def test_rounds_compare_with_their_own_one_gpu_run_and_the_medians_judge():
     mod = _module()
     configs = [_made(1, 150.0, 1), _made(4, 50.0, 1), _made(1, 160.0, 2), _made(4, 40.0, 2),
-               _made(1, 140.0, 3), _made(4, 45.0, 3, outcome="failed")]
+               _made(1, 140.0, 3), _made(4, 45.0, 3, outcome="failed", rc=1)]
     mod.compare(configs)
     assert [c["speedup"] for c in configs if c["gpus"] == 4] == [3.0, 4.0, round(140 / 45, 3)]
     assert configs[-1]["differences"] == ["outcome t.py::a: passed on 1 GPU, failed here"]
@@ -126,36 +127,103 @@ def test_rounds_compare_with_their_own_one_gpu_run_and_the_medians_judge():
     assert four["speedup"] == round(150 / 45, 3) and (four["min_s"], four["max_s"]) == (40.0, 50.0)
     assert four["runs"] == 3 and four["of_linear"] == round(150 / 45 / 4, 3)
     md = mod.markdown(configs, False)
-    assert "`bench/scaling.py --repeat 3`" in md
+    assert "the main job on 1 and 4 GPUs of one host (`bench/scaling.py --repeat 3`)" in md
     assert "| 4 | 3 | 45.0 | 40.0-50.0 | 3.33x | 83% | 3.00x, 4.00x, 3.11x |" in md
     assert "| 2 | 4 | 40.0 | 4.00x |" in md and "What differs on 4 GPUs (round 3) from one:" in md
-    # one round: no round column, no medians table (the rendering of runs made before rounds)
-    single = mod.markdown(configs[:2], False)
-    assert "round" not in single and "median" not in single and "| 4 | 50.0 | 3.00x |" in single
 
 
-def test_repeat_runs_the_rounds_in_turn_each_ordered_by_the_first_one_gpu_run(monkeypatch, tmp_path):
+def test_the_medians_pair_only_rounds_run_to_their_end():
     mod = _module()
-    made, saved = [], []
-    walls = iter([150.0, 50.0, 160.0, 40.0, 155.0, 45.0])
+    # round 2's four-GPU run was stopped at the budget, round 3's one-GPU run too (its
+    # four-GPU run, had it run, has nothing to pair with), round 4 was not run
+    configs = [_made(1, 150.0, 1), _made(4, 50.0, 1),
+               _made(1, 100.0, 2), _made(4, 20.0, 2, rc="stopped at the budget"),
+               _made(1, 90.0, 3, rc="stopped at the budget"), _made(4, 30.0, 3),
+               {"gpus": 1, "round": 4, "skipped": "the round: ~200 s expected"},
+               {"gpus": 4, "round": 4, "skipped": "the round: ~200 s expected"}]
+    mod.compare(configs)
+    one, four = mod.medians(configs)
+    assert (one["runs"], one["walls_s"]) == (2, [150.0, 100.0])
+    assert (four["runs"], four["walls_s"], four["speedup"]) == (1, [50.0], 3.0)
+    md = mod.markdown(configs, False)
+    assert "| 4 | 4 | not run: the round: ~200 s expected |" in md
+    # no one-GPU run to compare with: n/a, not a crash
+    lone = [_made(4, 50.0, 1)]
+    lone[0].update(speedup=None, of_linear=None, differences=[])
+    assert "| 4 | 50.0 | n/a | n/a |" in mod.markdown(lone, False)
+
+
+def test_a_run_saved_before_rounds_renders_as_one_round():
+    mod = _module()
+    old = [_made(1, 150.0, 1), _made(4, 50.0, 1)]
+    for c in old:
+        del c["round"]  # a scaling.json written before --repeat
+    mod.compare(old)
+    md = mod.markdown(old, False)
+    assert "round" not in md and "median" not in md and "| 4 | 50.0 | 3.00x | 75% |" in md
+    assert md == mod.markdown([{**c, "round": 1} for c in old], False)
+
+
+def _stubbed(monkeypatch, mod, runs):
+    """main() with run_one replaced: each run takes the next (wall, rc) of `runs` on a clock of
+    its own, so the budget is decided without running anything."""
+    made, saved, clock = [], [], [0.0]
 
     def run_one(n, folder, *, dry, suite, timeout, history=None, tag=""):
+        wall, rc = next(runs)
+        clock[0] += wall
         made.append((n, tag, history))
-        return _made(n, next(walls), 0)
+        return _made(n, wall, 0, rc=rc)
 
     monkeypatch.setattr(mod, "run_one", run_one)
     monkeypatch.setattr(mod, "read_one", lambda cfg: cfg)
     monkeypatch.setattr(mod, "save_durations", lambda cfg, h: saved.append(cfg["wall_s"]) or h)
     monkeypatch.setattr(mod, "bytecode_state", lambda: "as installed")
+    monkeypatch.setattr(mod, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    return made, saved
+
+
+def test_repeat_runs_the_rounds_in_turn_each_ordered_by_the_first_one_gpu_run(monkeypatch, tmp_path):
+    mod = _module()
+    made, saved = _stubbed(monkeypatch, mod, iter([(150.0, 0), (50.0, 0), (160.0, 0), (40.0, 0),
+                                                   (155.0, 0), (45.0, 1)]))
     out = tmp_path / "scaling.json"
     assert mod.main(["--gpus", "4", "--configs", "4", "--repeat", "3", "--dir", str(tmp_path),
                      "--json", str(out)]) == 0
     assert [(n, tag) for n, tag, _ in made] == [(1, "-r1"), (4, "-r1"), (1, "-r2"), (4, "-r2"),
                                                 (1, "-r3"), (4, "-r3")]
     history = made[1][2]
-    assert saved == [150.0] and history and all(h == history for _, _, h in made[1:])
+    assert made[0][2] is None and saved == [150.0]  # the first one-GPU run reads no history
+    assert history and all(h == history for _, _, h in made[1:])
     doc = json.loads(out.read_text())
     assert doc["rounds"] == 3 and [c["round"] for c in doc["configurations"]] == [1, 1, 2, 2, 3, 3]
     assert doc["medians"][1]["speedup"] == round(155 / 45, 3)
     with pytest.raises(SystemExit):
         mod.main(["--gpus", "4", "--repeat", "0"])
+
+
+def test_a_round_that_does_not_fit_the_budget_is_not_started(monkeypatch, tmp_path):
+    mod = _module()
+    # round 1: 100 s + 30 s of a 300 s budget; round 2 is expected to take ~196 s of the 170 s
+    # left (the first one-GPU run's 100 s, a quarter over, plus the workers' start-up)
+    made, _ = _stubbed(monkeypatch, mod, iter([(100.0, 0), (30.0, 0)]))
+    out = tmp_path / "scaling.json"
+    mod.main(["--gpus", "4", "--configs", "4", "--repeat", "2", "--budget", "300",
+              "--dir", str(tmp_path), "--json", str(out)])
+    assert [(n, tag) for n, tag, _ in made] == [(1, "-r1"), (4, "-r1")]
+    skipped = [c for c in json.loads(out.read_text())["configurations"] if c.get("skipped")]
+    assert [(c["gpus"], c["round"]) for c in skipped] == [(1, 2), (4, 2)]
+    assert skipped[0]["skipped"].startswith("the round: ~196 s expected, 170 s left")
+
+
+def test_a_round_whose_one_gpu_run_was_stopped_runs_no_more(monkeypatch, tmp_path):
+    mod = _module()
+    made, _ = _stubbed(monkeypatch, mod, iter([(100.0, 0), (30.0, 0), (90.0, "stopped at the "
+                                                                            "budget")]))
+    out = tmp_path / "scaling.json"
+    mod.main(["--gpus", "4", "--configs", "4", "--repeat", "2", "--dir", str(tmp_path),
+              "--json", str(out)])
+    assert [(n, tag) for n, tag, _ in made] == [(1, "-r1"), (4, "-r1"), (1, "-r2")]
+    last = json.loads(out.read_text())["configurations"][-1]
+    assert (last["gpus"], last["round"]) == (4, 2)
+    assert last["skipped"] == "its one-GPU run ended with rc=stopped at the budget"
