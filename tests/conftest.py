@@ -1,6 +1,5 @@
 import importlib.metadata
 import os
-import tempfile
 
 import pytest
 
@@ -12,16 +11,17 @@ def _bytecode_for_inner_runs() -> None:
     The suite starts several hundred processes: pytester's subprocess runs, xdist workers, the
     supervised children of interpreted runs, bench scripts. Without bytecode each compiles the
     plugin's modules from source and pytest rewrites the test modules again, a few tenths of a
-    second a process. Set here, at conftest import (before xdist starts its workers), every
-    process started later writes to and reads from one cache outside the checkout
-    (PYTHONPYCACHEPREFIX), as docs/several-gpus.md advises a user's image. Only this suite's own
-    environment changes: tests that study the bytecode settings set theirs explicitly."""
-    if "PYTHONDONTWRITEBYTECODE" not in os.environ:
-        return
-    os.environ.pop("PYTHONDONTWRITEBYTECODE")
-    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-    os.environ.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
-        tempfile.gettempdir(), f"pytest-triton-suite-pycache-{user}"))
+    second a process. Unset here, at conftest import (before xdist starts its workers), every
+    process started later reads the bytecode an install left beside the sources (pip compiles
+    it) and writes what is missing there (the checkout's __pycache__ folders, ignored by git).
+
+    No PYTHONPYCACHEPREFIX is set: a process with one reads bytecode only from that folder, so
+    on a fresh checkout and virtual environment every worker and inner run compiled torch and
+    Triton from source until the folder filled, seconds each. One given by the environment
+    (bench/final_run.sh sets one, for an image whose packages ship no bytecode:
+    docs/several-gpus.md) is kept. Only this suite's own environment changes: tests that study
+    the bytecode settings set theirs explicitly."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 _bytecode_for_inner_runs()
