@@ -263,15 +263,25 @@ def read_one(cfg: dict) -> dict:
     return cfg
 
 
+def round_of(cfg: dict) -> int:
+    """The round a configuration ran in (1 in a scaling.json written before --repeat)."""
+    return cfg.get("round", 1)
+
+
+def one_gpu_runs(configs: list[dict], keep) -> dict[int, dict]:
+    """Each round's one-GPU run, by round, where keep(run) holds."""
+    return {round_of(c): c for c in configs if c["gpus"] == 1 and keep(c)}
+
+
 def compare(configs: list[dict]) -> None:
     """Each configuration's speedup over its round's one-GPU run (the first one-GPU run where
     its round has none) and its differences from it."""
-    ones = {c.get("round", 1): c for c in configs if c["gpus"] == 1 and not c.get("skipped")}
+    ones = one_gpu_runs(configs, lambda c: not c.get("skipped"))
     first = next(iter(ones.values()), configs[0])
     for cfg in configs:
         if cfg.get("skipped"):
             continue
-        base = ones.get(cfg.get("round", 1), first)
+        base = ones.get(round_of(cfg), first)
         cfg["speedup"] = round(base["wall_s"] / cfg["wall_s"], 3) if cfg["wall_s"] else None
         cfg["of_linear"] = round(cfg["speedup"] / cfg["gpus"], 3) if cfg["speedup"] else None
         cfg["differences"] = (differences(base["outcomes"], cfg["outcomes"], "outcome")
@@ -297,14 +307,14 @@ def medians(configs: list[dict]) -> list[dict]:
     wall times, their median and spread, and the speedup of the medians (the median of those
     rounds' one-GPU runs over this one's), with each of those rounds' own."""
     out = []
-    ones = {c.get("round", 1): c for c in configs if c["gpus"] == 1 and complete(c)}
+    ones = one_gpu_runs(configs, complete)
     for n in sorted({c["gpus"] for c in configs if complete(c)}):
         paired = [c for c in configs if c["gpus"] == n and complete(c)
-                  and c.get("round", 1) in ones]
+                  and round_of(c) in ones]
         if not paired:
             continue
         walls = [c["wall_s"] for c in paired]
-        base = statistics.median(ones[c.get("round", 1)]["wall_s"] for c in paired)
+        base = statistics.median(ones[round_of(c)]["wall_s"] for c in paired)
         mid = statistics.median(walls)
         speedup = round(base / mid, 3) if mid else None
         out.append({"gpus": n, "runs": len(walls), "walls_s": walls,
@@ -363,11 +373,11 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
     several rounds (--repeat), first the medians over them, and a round column in the others."""
     ran = [c for c in configs if not c.get("skipped")]
     device = next((c["device"] for c in ran if c.get("device")), "?")
-    rounds = max((c.get("round", 1) for c in configs), default=1)
+    rounds = max((round_of(c) for c in configs), default=1)
     col, sep = ("round | ", "---|") if rounds > 1 else ("", "")
 
     def r(c):
-        return f"{c.get('round', 1)} | " if rounds > 1 else ""
+        return f"{round_of(c)} | " if rounds > 1 else ""
 
     counts = [str(n) for n in sorted({c["gpus"] for c in configs})]
     on = " and ".join(filter(None, [", ".join(counts[:-1]), counts[-1]])) if counts else "no"
@@ -408,7 +418,7 @@ def markdown(configs: list[dict], dry: bool, bytecode: str | None = None) -> str
                    f"{tests or 'none'} | {c['rc']} | {same} |")
     for c in ran:
         if c["differences"]:
-            where = f" (round {c.get('round', 1)})" if rounds > 1 else ""
+            where = f" (round {round_of(c)})" if rounds > 1 else ""
             out += ["", f"What differs on {c['gpus']} GPUs{where} from one:", ""]
             out += [f"- {d}" for d in c["differences"][:40]]
             if len(c["differences"]) > 40:
