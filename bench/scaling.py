@@ -64,6 +64,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 START_S = 20.0  # xdist's workers' start-up and collection, added to a configuration's estimate
+ROUND_MARGIN = 1.1  # a later round's estimate: the first round's wall times, a tenth over
 MAIN_JOB = ["--pyargs", "reference_kernels", "--triton-perf", "-m", "perf_target"]
 
 # --dry: a stand-in device (public names only) whose measure hook sleeps the test's MS[name] and
@@ -302,6 +303,14 @@ def expected(one_gpu_s: float, n: int) -> float:
     return one_gpu_s / n * 1.25 + START_S
 
 
+def expected_again(first: dict[int, float], n: int) -> float:
+    """A later round's expected wall time on n GPUs: the first round's own, a tenth over (rounds
+    on one host differ by a few percent), else expected() from its one-GPU run."""
+    if n in first:
+        return first[n] * ROUND_MARGIN
+    return expected(first[1], n)
+
+
 def medians(configs: list[dict]) -> list[dict]:
     """Per GPU count over the rounds that ran it to its end and whose one-GPU run did too: its
     wall times, their median and spread, and the speedup of the medians (the median of those
@@ -470,20 +479,21 @@ def main(argv: list[str] | None = None) -> int:
     suite = _dry_suite() if args.dry else None
     start, configs = time.time(), []
     history: Path | None = None
-    ones: list[float] = []  # the one-GPU runs' wall times, for the others' estimates
+    first: dict[int, float] = {}  # the first round's wall times by GPU count, for estimates
     counts = configurations(gpus, args.configs)
     for round_ in range(1, args.repeat + 1):
         left = None if args.budget is None else args.budget - (time.time() - start)
-        # a later round starts only where all of it fits (estimated by the first one-GPU run):
-        # a round cut short would pair its runs with another round's
-        whole = sum(expected(ones[0], n) for n in counts) if ones else 0.0
+        # a later round starts only where all of it fits (estimated by the first round): a round
+        # cut short would pair its runs with another round's
+        whole = sum(expected_again(first, n) for n in counts) if 1 in first else 0.0
         why = None
         if round_ > 1 and left is not None and whole > left:
             why = f"the round: ~{whole:.0f} s expected, {max(left, 0):.0f} s left of --budget " \
                   f"{args.budget:.0f}"
         for n in counts:
             left = None if args.budget is None else args.budget - (time.time() - start)
-            estimate = expected(ones[0], n) if ones else 0.0
+            estimate = (0.0 if 1 not in first else expected(first[1], n) if round_ == 1
+                        else expected_again(first, n))
             if why is None and left is not None and (estimate > left or left <= 0):
                 why = f"~{estimate:.0f} s expected, {max(left, 0):.0f} s left of --budget " \
                       f"{args.budget:.0f}"
@@ -494,10 +504,10 @@ def main(argv: list[str] | None = None) -> int:
             cfg = read_one(run_one(n, folder, dry=args.dry, suite=suite, timeout=left,
                                    history=history, tag=f"-r{round_}" if args.repeat > 1 else ""))
             cfg["round"] = round_
-            if n == 1 and not ones:  # the first one-GPU run: its durations order the others
+            if n == 1 and round_ == 1:  # the first one-GPU run: its durations order the others
                 history = save_durations(cfg, Path(tempfile.mkdtemp(prefix="scaling-history-")))
-            if n == 1:
-                ones.append(cfg["wall_s"])
+            if round_ == 1:
+                first[n] = cfg["wall_s"]
             configs.append(cfg)
             print(f"{n} GPU(s), round {round_}: rc={cfg['rc']} in {cfg['wall_s']:.1f} s, "
                   f"{cfg['counts']}", flush=True)

@@ -204,16 +204,32 @@ def test_repeat_runs_the_rounds_in_turn_each_ordered_by_the_first_one_gpu_run(mo
 
 def test_a_round_that_does_not_fit_the_budget_is_not_started(monkeypatch, tmp_path):
     mod = _module()
-    # round 1: 100 s + 30 s of a 300 s budget; round 2 is expected to take ~196 s of the 170 s
-    # left (the first one-GPU run's 100 s, a quarter over, plus the workers' start-up)
+    # round 1: 100 s + 30 s of a 250 s budget; round 2 is expected to take ~143 s (round 1's own
+    # wall times, a tenth over) of the 120 s left
     made, _ = _stubbed(monkeypatch, mod, iter([(100.0, 0), (30.0, 0)]))
     out = tmp_path / "scaling.json"
-    mod.main(["--gpus", "4", "--configs", "4", "--repeat", "2", "--budget", "300",
+    mod.main(["--gpus", "4", "--configs", "4", "--repeat", "2", "--budget", "250",
               "--dir", str(tmp_path), "--json", str(out)])
     assert [(n, tag) for n, tag, _ in made] == [(1, "-r1"), (4, "-r1")]
     skipped = [c for c in json.loads(out.read_text())["configurations"] if c.get("skipped")]
     assert [(c["gpus"], c["round"]) for c in skipped] == [(1, 2), (4, 2)]
-    assert skipped[0]["skipped"].startswith("the round: ~196 s expected, 170 s left")
+    assert skipped[0]["skipped"].startswith("the round: ~143 s expected, 120 s left")
+
+
+def test_a_later_round_is_estimated_by_the_first_rounds_own_wall_times(monkeypatch, tmp_path):
+    mod = _module()
+    # 170 s left after round 1 (100 s + 30 s of 300 s): round 2 fits at ~143 s, where the
+    # one-GPU run's estimate for the first round (a quarter over the linear share plus the
+    # workers' start-up, for each configuration) would have said ~196 s
+    assert sum(mod.expected(100.0, n) for n in (1, 4)) == pytest.approx(196.25)
+    made, _ = _stubbed(monkeypatch, mod, iter([(100.0, 0), (30.0, 0), (104.0, 0), (31.0, 0)]))
+    out = tmp_path / "scaling.json"
+    mod.main(["--gpus", "4", "--configs", "4", "--repeat", "2", "--budget", "300",
+              "--dir", str(tmp_path), "--json", str(out)])
+    assert [(n, tag) for n, tag, _ in made] == [(1, "-r1"), (4, "-r1"), (1, "-r2"), (4, "-r2")]
+    # a count the first round did not run is estimated from its one-GPU run
+    assert mod.expected_again({1: 100.0}, 4) == mod.expected(100.0, 4)
+    assert mod.expected_again({1: 100.0, 4: 30.0}, 4) == pytest.approx(33.0)
 
 
 def test_a_round_whose_one_gpu_run_was_stopped_runs_no_more(monkeypatch, tmp_path):
