@@ -9,8 +9,10 @@ In each RUN_DIR:
 - self_compare_pairs.json keeps its counts (runs, pairs, per_test) and drops the row of every
   comparison (render_benchmarks.py reads the counts);
 - logs.tar.gz keeps the logs (a series' runs' output too) and, of the saved runs under history/,
-  the perf step's `final` record (render_benchmarks.py compares it across GPUs); the other saved
-  runs (a series' reports among them: series.json keeps what they showed) leave it.
+  the perf step's `final` record (render_benchmarks.py compares it across GPUs) where the run has
+  a perf step of its own (a perf*.json): a call that made none, on a machine an earlier call left
+  warm, packs that call's record, which that call's folder keeps. The other saved runs (a
+  series' reports among them: series.json keeps what they showed) leave it.
 Prints each file's size before and after.
 """
 
@@ -38,19 +40,20 @@ def _pairs(path: Path) -> None:
     path.write_text(json.dumps(doc, indent=1))
 
 
-def _keep(name: str) -> bool:
+def _keep(name: str, has_perf: bool) -> bool:
     """A logs.tar.gz member that stays: every log (a series' runs' output and exit status
-    too), and of the saved runs the `final` one."""
+    too), and of the saved runs the `final` one, where the run made it (has_perf)."""
     if "history/" not in name or name.endswith((".log", ".status")):
         return True
-    return name.endswith(".json") and "-final-" in name.rsplit("/", 1)[-1]
+    return has_perf and name.endswith(".json") and "-final-" in name.rsplit("/", 1)[-1]
 
 
 def _logs(path: Path) -> None:
+    has_perf = any(p.name.startswith("perf") and ".json" in p.name for p in path.parent.iterdir())
     buf = io.BytesIO()
     with tarfile.open(path) as src, tarfile.open(fileobj=buf, mode="w:gz") as dst:
         for member in src.getmembers():  # files only: extracting one makes its folders
-            if member.isfile() and _keep(member.name):
+            if member.isfile() and _keep(member.name, has_perf):
                 dst.addfile(member, src.extractfile(member))
     path.write_bytes(buf.getvalue())
 
