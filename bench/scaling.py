@@ -27,14 +27,15 @@ report's "workers", pytest_triton/report/busy.py), and compares every test's out
 target's verdict (its --triton-perf-json) with the one-GPU run's: the differences are listed by
 name. With --budget, a configuration that would not end within what is left (the one-GPU run's
 wall time over its GPUs, plus a quarter and the start-up) is not started, and says so; the
-one-GPU run always starts, stopped at the budget.
+first one-GPU run always starts, stopped at the budget.
 
 --repeat K makes K rounds of the configurations, one after another (1, 2, N GPUs, then again),
 each cold: a single scaling run moves by several percent (the long tests' sampling converges
 sooner or later, and the time a cold worker spends outside its samples varies from run to run),
 so a speedup is judged on the median wall times over the rounds, with each round's own and the
 spread shown. Each round's configurations are compared with that round's one-GPU run; all rounds
-order by the first one-GPU run's durations.
+order by the first one-GPU run's durations. A later round starts only where all of it fits the
+budget, estimated by the first round's own wall times, a tenth over.
 
 --dry runs the same pipeline on CPU: a small generated suite (a stand-in device whose measure
 hook sleeps instead of timing, so verdicts are decided and workers are busy) under
