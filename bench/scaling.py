@@ -305,8 +305,9 @@ def expected(one_gpu_s: float, n: int) -> float:
 
 
 def expected_again(first: dict[int, float], n: int) -> float:
-    """A later round's expected wall time on n GPUs: the first round's own, a tenth over (rounds
-    on one host differ by a few percent), else expected() from its one-GPU run."""
+    """A configuration's expected wall time on n GPUs: the first round's own, a tenth over
+    (rounds on one host differ by a few percent), else, where the first round has not run n,
+    expected() from its one-GPU run."""
     if n in first:
         return first[n] * ROUND_MARGIN
     return expected(first[1], n)
@@ -493,8 +494,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{args.budget:.0f}"
         for n in counts:
             left = None if args.budget is None else args.budget - (time.time() - start)
-            estimate = (0.0 if 1 not in first else expected(first[1], n) if round_ == 1
-                        else expected_again(first, n))
+            # in round 1, n has no wall time of its own yet: expected() from its one-GPU run
+            estimate = expected_again(first, n) if 1 in first else 0.0
             if why is None and left is not None and (estimate > left or left <= 0):
                 why = f"~{estimate:.0f} s expected, {max(left, 0):.0f} s left of --budget " \
                       f"{args.budget:.0f}"

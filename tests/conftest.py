@@ -3,6 +3,8 @@ import os
 
 import pytest
 
+from pytest_triton.env import role
+
 
 def _bytecode_for_inner_runs() -> None:
     """Let the Python processes this suite starts keep their bytecode, where the environment
@@ -40,8 +42,7 @@ def _import_what_inner_runs_must_not(config) -> None:
 
     Not on pytest-xdist's controller, which runs no test: there the imports (seconds of CPU)
     would only slow the workers starting beside it."""
-    controller = getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
-    if controller:
+    if role.is_controller(config):
         return
     try:
         import torch.distributed.tensor  # noqa: F401
