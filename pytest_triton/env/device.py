@@ -149,6 +149,8 @@ def copy_ceiling(copies: dict, nbytes: float) -> tuple[float, float]:
     if nbytes <= points[0][0]:
         return points[0][1], points[0][0]
     for (b0, g0), (b1, g1) in zip(points, points[1:]):
+        if nbytes == b0:  # a measured size: its rate as measured, not recomputed from a time
+            return g0, b0
         if nbytes < b1:
             t0, t1 = b0 / g0, b1 / g1
             return nbytes / (t0 + (nbytes - b0) * (t1 - t0) / (b1 - b0)), nbytes

@@ -101,6 +101,16 @@ def test_the_copy_ceiling_of_a_size_is_that_of_a_copy_of_those_bytes():
     assert copy_ceiling(H200_COPIES, 8 << 30) == (4228.0, 2 << 30)
 
 
+def test_at_a_measured_size_the_ceiling_is_that_copy_exactly():
+    # A rate whose time does not round-trip (bytes / (bytes / GB/s) differs in the last bit),
+    # as an H200's 512 MiB copy measured once: the measured size gives back the measured rate,
+    # not one recomputed from its time.
+    copies = {str(128 << 20): 3953.0, str(512 << 20): 4091.0063006739056, str(2 << 30): 4228.0}
+    assert copy_ceiling(copies, 512 << 20) == (4091.0063006739056, 512 << 20)
+    odd = {"1000": 2020.2761029576868, "271041746": 2020.2761029576868, "4000000000": 3000.0}
+    assert copy_ceiling(odd, 271041746) == (2020.2761029576868, 271041746)
+
+
 def test_a_measured_bandwidth_ceiling_follows_the_bytes_moved():
     d = DeviceInfo(name="X", sms=1, dram_gbps=4800.0, tflops={}, sku="X", use_measured=True,
                    measured={"dram_gbps": 4228.0, "copy_gbps": H200_COPIES, "tflops": {}})
