@@ -64,11 +64,15 @@ def project(pytester, monkeypatch):
 
 
 def run(p, *args, **env):
+    """One pytest run of the project, in this process (pytester's in-process run): the plugin
+    keeps a run's state in its config and the stand-in's hooks read the environment at each call,
+    so a run needs no process of its own, where a fresh one would import torch again, seconds a
+    run. Runs in processes of their own are tests/process's and tests/env's business."""
     for k in ("SLOWDOWN", "SLOW_TESTS", "RUN_SEED", "FAKE_GPU"):
         p._monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         p._monkeypatch.setenv(k, str(v))
-    return p.runpytest_subprocess("--triton-perf", "-p", "no:randomly", *args)
+    return p.runpytest_inprocess("--triton-perf", "-p", "no:randomly", *args)
 
 
 def saved(p) -> list:
